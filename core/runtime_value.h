@@ -1,0 +1,86 @@
+// RuntimeValue: what flows along a graph edge or sits in persistent state — a tensor, a
+// named struct, a typed sequence or an encoded value. Copies share payload owners; only
+// metadata is copied.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/runtime_sequence.h"
+#include "core/tensor.h"
+
+namespace onnx_light {
+class EncodedValueProto;
+class AffineLayoutProto;
+class TypeProto;
+}  // namespace onnx_light
+
+namespace onnx_light::core::runtime {
+
+// Shared affine parameters that EncodedValueProto.parameter_ref names (ModelProto
+// shared_parameters), kept alive by every value that refers to them.
+struct ParameterCatalogue {
+  std::unordered_map<std::string, std::shared_ptr<const AffineLayoutProto>> entries;
+};
+
+class RuntimeValue {
+ public:
+  enum class Kind { kEmpty, kTensor, kStruct, kSequence, kEncoded };
+  using Field = std::pair<std::string, RuntimeValue>;
+
+  RuntimeValue() = default;
+  explicit RuntimeValue(Tensor tensor);
+
+  static RuntimeValue Struct(std::string type_name, std::vector<Field> fields);
+  // A typed sequence; `elem_type` may be null when unknown (e.g. built by a custom kernel).
+  static RuntimeValue Sequence(RuntimeSequence elements,
+                               std::shared_ptr<const TypeProto> elem_type = nullptr);
+  // An encoded payload (inline raw_data) and the catalogue its parameter_ref resolves in.
+  static RuntimeValue Encoded(std::shared_ptr<const EncodedValueProto> encoded,
+                              std::shared_ptr<const ParameterCatalogue> catalogue = nullptr);
+
+  Kind kind() const { return kind_; }
+  bool empty() const { return kind_ == Kind::kEmpty; }
+  bool is_tensor() const { return kind_ == Kind::kTensor; }
+  bool is_struct() const { return kind_ == Kind::kStruct; }
+  bool is_sequence() const { return kind_ == Kind::kSequence; }
+  bool is_encoded() const { return kind_ == Kind::kEncoded; }
+  static const char* KindName(Kind kind);
+
+  const Tensor& tensor() const;  // throws kTypeError unless is_tensor()
+  Tensor& mutable_tensor();
+  Tensor TakeTensor() &&;
+
+  const std::string& struct_name() const;
+  const std::vector<Field>& fields() const;
+  const RuntimeValue* FindField(const std::string& name) const;  // null when absent
+  const RuntimeValue& field(const std::string& name) const;      // throws when absent
+
+  const RuntimeSequence& elements() const;
+  RuntimeSequence& mutable_elements();
+  const std::shared_ptr<const TypeProto>& sequence_elem_type() const { return elem_type_; }
+
+  const EncodedValueProto& encoded() const;
+  const std::shared_ptr<const EncodedValueProto>& encoded_ptr() const { return encoded_; }
+  const std::shared_ptr<const ParameterCatalogue>& catalogue() const { return catalogue_; }
+
+  // Same payload owners, independent metadata, no write permission anywhere inside.
+  RuntimeValue BorrowView() const;
+
+ private:
+  Kind kind_ = Kind::kEmpty;
+  Tensor tensor_;
+  std::string struct_name_;
+  std::shared_ptr<const std::vector<Field>> fields_;
+  RuntimeSequence elements_;
+  std::shared_ptr<const TypeProto> elem_type_;
+  std::shared_ptr<const EncodedValueProto> encoded_;
+  std::shared_ptr<const ParameterCatalogue> catalogue_;
+};
+
+using RuntimeValueMap = std::unordered_map<std::string, RuntimeValue>;
+
+}  // namespace onnx_light::core::runtime

@@ -1,0 +1,216 @@
+#include "core/tensor.h"
+
+#include <sstream>
+
+#include "core/error.h"
+
+namespace onnx_light::core::runtime {
+
+int64_t ShapeNumel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    OL_CHECK(d >= 0, ErrorCode::kInvalidArgument,
+             "negative dimension in shape " + ShapeToString(shape));
+    n *= d;
+  }
+  return n;
+}
+
+std::string ShapeToString(const Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+Tensor::Tensor(std::string name, DataType dtype, Shape shape, Allocator& allocator)
+    : name_(std::move(name)), dtype_(dtype), shape_(std::move(shape)) {
+  numel_ = ShapeNumel(shape_);
+  if (dtype_ == DataType::kString) {
+    auto holder = std::make_shared<std::vector<std::string>>(static_cast<size_t>(numel_));
+    data_ = holder->data();
+    owner_ = std::move(holder);
+  } else {
+    OL_CHECK(ElementBits(dtype_) > 0, ErrorCode::kNotImplemented,
+             "cannot allocate a tensor of type " + DataTypeName(dtype_) + " for '" + name_ + "'");
+    auto storage = allocator.Allocate(StorageBytes(dtype_, numel_));
+    data_ = storage.get();
+    owner_ = std::move(storage);
+  }
+  writable_ = true;
+}
+
+Tensor::Tensor(const Tensor& other)
+    : name_(other.name_),
+      dtype_(other.dtype_),
+      shape_(other.shape_),
+      numel_(other.numel_),
+      data_(other.data_),
+      owner_(other.owner_),
+      writable_(false) {}
+
+Tensor& Tensor::operator=(const Tensor& other) {
+  if (this != &other) {
+    name_ = other.name_;
+    dtype_ = other.dtype_;
+    shape_ = other.shape_;
+    numel_ = other.numel_;
+    data_ = other.data_;
+    owner_ = other.owner_;
+    writable_ = false;
+  }
+  return *this;
+}
+
+Tensor Tensor::FromFloat(std::string name, Shape shape, std::vector<float> values) {
+  return FromVector(std::move(name), DataType::kFloat, std::move(shape), std::move(values));
+}
+Tensor Tensor::FromInt64(std::string name, Shape shape, std::vector<int64_t> values) {
+  return FromVector(std::move(name), DataType::kInt64, std::move(shape), std::move(values));
+}
+Tensor Tensor::FromInt32(std::string name, Shape shape, std::vector<int32_t> values) {
+  return FromVector(std::move(name), DataType::kInt32, std::move(shape), std::move(values));
+}
+Tensor Tensor::FromDouble(std::string name, Shape shape, std::vector<double> values) {
+  return FromVector(std::move(name), DataType::kDouble, std::move(shape), std::move(values));
+}
+Tensor Tensor::FromBool(std::string name, Shape shape, const std::vector<bool>& values) {
+  std::vector<uint8_t> bytes(values.begin(), values.end());
+  return FromVector(std::move(name), DataType::kBool, std::move(shape), std::move(bytes));
+}
+Tensor Tensor::FromStrings(std::string name, Shape shape, std::vector<std::string> values) {
+  return FromVector(std::move(name), DataType::kString, std::move(shape), std::move(values));
+}
+
+Tensor Tensor::Scalar(std::string name, DataType dtype, double value) {
+  Tensor t(std::move(name), dtype, {});
+  void* p = t.mutable_raw_data();
+  switch (dtype) {
+    case DataType::kFloat: *static_cast<float*>(p) = static_cast<float>(value); break;
+    case DataType::kDouble: *static_cast<double*>(p) = value; break;
+    case DataType::kFloat16: *static_cast<uint16_t*>(p) = FloatToHalf(static_cast<float>(value)); break;
+    case DataType::kBFloat16: *static_cast<uint16_t*>(p) = FloatToBFloat16(static_cast<float>(value)); break;
+    case DataType::kInt64: *static_cast<int64_t*>(p) = static_cast<int64_t>(value); break;
+    case DataType::kInt32: *static_cast<int32_t*>(p) = static_cast<int32_t>(value); break;
+    case DataType::kInt16: *static_cast<int16_t*>(p) = static_cast<int16_t>(value); break;
+    case DataType::kInt8: *static_cast<int8_t*>(p) = static_cast<int8_t>(value); break;
+    case DataType::kUint8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(value); break;
+    case DataType::kUint16: *static_cast<uint16_t*>(p) = static_cast<uint16_t>(value); break;
+    case DataType::kUint32: *static_cast<uint32_t*>(p) = static_cast<uint32_t>(value); break;
+    case DataType::kUint64: *static_cast<uint64_t*>(p) = static_cast<uint64_t>(value); break;
+    case DataType::kBool: *static_cast<uint8_t*>(p) = value != 0; break;
+    case DataType::kInt4: case DataType::kUint4: case DataType::kInt2: case DataType::kUint2:
+      *static_cast<uint8_t*>(p) = 0;
+      PackedSet(dtype, p, 0, static_cast<int32_t>(value));
+      break;
+    default:
+      Throw(ErrorCode::kNotImplemented, "Tensor::Scalar does not support " + DataTypeName(dtype));
+  }
+  return t;
+}
+
+Tensor Tensor::Borrow(std::string name, DataType dtype, Shape shape, const void* data,
+                      std::shared_ptr<const void> owner) {
+  Tensor t = Unowned(std::move(name), dtype, std::move(shape), data);
+  t.owner_ = std::move(owner);
+  return t;
+}
+
+Tensor Tensor::Unowned(std::string name, DataType dtype, Shape shape, const void* data) {
+  Tensor t;
+  t.name_ = std::move(name);
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.numel_ = ShapeNumel(t.shape_);
+  t.data_ = data;
+  return t;
+}
+
+int64_t Tensor::dim(int64_t axis) const {
+  const int64_t r = rank();
+  if (axis < 0) axis += r;
+  OL_CHECK(axis >= 0 && axis < r, ErrorCode::kInvalidArgument,
+           "axis out of range for tensor '" + name_ + "' of shape " + ShapeToString(shape_));
+  return shape_[static_cast<size_t>(axis)];
+}
+
+size_t Tensor::nbytes() const {
+  if (dtype_ == DataType::kString) return 0;
+  return StorageBytes(dtype_, numel_);
+}
+
+void* Tensor::mutable_raw_data() {
+  OL_CHECK(writable_, ErrorCode::kFailedPrecondition,
+           "tensor '" + name_ + "' is read-only (shared, borrowed or retained storage)");
+  return const_cast<void*>(data_);
+}
+
+std::span<const std::string> Tensor::strings() const {
+  OL_CHECK(dtype_ == DataType::kString, ErrorCode::kTypeError,
+           "tensor '" + name_ + "' is " + DataTypeName(dtype_) + ", not STRING");
+  return {static_cast<const std::string*>(data_), static_cast<size_t>(numel_)};
+}
+
+Tensor Tensor::RetainStorage() && {
+  OL_CHECK(owner_ != nullptr, ErrorCode::kInvalidArgument,
+           "tensor '" + name_ + "' has no storage owner and cannot be retained without a copy");
+  return std::move(*this);
+}
+
+Tensor Tensor::BorrowView() const { return Tensor(*this); }
+
+Tensor Tensor::Reshaped(Shape shape) const {
+  Tensor t(*this);
+  const int64_t n = ShapeNumel(shape);
+  OL_CHECK(n == numel_, ErrorCode::kInvalidArgument,
+           "cannot view tensor '" + name_ + "' of shape " + ShapeToString(shape_) + " as " +
+               ShapeToString(shape));
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+std::vector<float> Tensor::ToFloatVector() const {
+  std::vector<float> out(static_cast<size_t>(numel_));
+  for (int64_t i = 0; i < numel_; ++i) {
+    float v = 0;
+    switch (dtype_) {
+      case DataType::kFloat: v = data<float>()[i]; break;
+      case DataType::kDouble: v = static_cast<float>(data<double>()[i]); break;
+      case DataType::kFloat16: v = HalfToFloat(data<uint16_t>()[i]); break;
+      case DataType::kBFloat16: v = BFloat16ToFloat(data<uint16_t>()[i]); break;
+      case DataType::kInt64: v = static_cast<float>(data<int64_t>()[i]); break;
+      case DataType::kInt32: v = static_cast<float>(data<int32_t>()[i]); break;
+      case DataType::kInt8: v = data<int8_t>()[i]; break;
+      case DataType::kUint8: case DataType::kBool: v = data<uint8_t>()[i]; break;
+      default:
+        Throw(ErrorCode::kNotImplemented, "ToFloatVector: unsupported " + DataTypeName(dtype_));
+    }
+    out[static_cast<size_t>(i)] = v;
+  }
+  return out;
+}
+
+std::vector<int64_t> Tensor::ToInt64Vector() const {
+  std::vector<int64_t> out(static_cast<size_t>(numel_));
+  for (int64_t i = 0; i < numel_; ++i) {
+    int64_t v = 0;
+    switch (dtype_) {
+      case DataType::kInt64: v = data<int64_t>()[i]; break;
+      case DataType::kInt32: v = data<int32_t>()[i]; break;
+      case DataType::kInt8: v = data<int8_t>()[i]; break;
+      case DataType::kUint8: case DataType::kBool: v = data<uint8_t>()[i]; break;
+      default:
+        Throw(ErrorCode::kNotImplemented, "ToInt64Vector: unsupported " + DataTypeName(dtype_));
+    }
+    out[static_cast<size_t>(i)] = v;
+  }
+  return out;
+}
+
+std::string Tensor::DebugString() const {
+  return "'" + name_ + "' " + DataTypeName(dtype_) + ShapeToString(shape_);
+}
+
+}  // namespace onnx_light::core::runtime

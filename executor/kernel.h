@@ -1,0 +1,113 @@
+// The kernel contract. A kernel is built once per node when a plan is compiled (its
+// constructor takes the KernelContext, set_node() parses attributes), and its const
+// Compute() runs once per call, possibly concurrently with other calls: it must be thread
+// safe and keep no per-call state in members.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/error.h"
+#include "core/runtime_value.h"
+#include "core/tensor.h"
+
+namespace onnx_light {
+class NodeProto;
+}
+
+namespace onnx_light::core::symbolic {
+enum class Device { kCPU };
+}
+
+namespace onnx_light::core::runtime {
+
+class RuntimeContext;
+
+// The operator sets in force: domain -> version ("" is the default ONNX domain).
+using OpsetMap = std::map<std::string, int64_t>;
+OpsetMap default_opset(int64_t onnx_version = 18);
+
+class KernelContext {
+ public:
+  explicit KernelContext(int64_t onnx_version = 18) : opsets_(default_opset(onnx_version)) {}
+  explicit KernelContext(OpsetMap opsets) : opsets_(std::move(opsets)) {}
+  // 0 when the domain is not imported.
+  int64_t opset(const std::string& domain) const {
+    auto it = opsets_.find(domain == "ai.onnx" ? std::string() : domain);
+    return it == opsets_.end() ? 0 : it->second;
+  }
+  const OpsetMap& opsets() const { return opsets_; }
+
+ private:
+  OpsetMap opsets_;
+};
+
+// One invocation of one node: its inputs, where its outputs go, and the (per-call child)
+// context. Built by the executor; tests may build one directly (context may be null).
+class KernelCall {
+ public:
+  KernelCall(RuntimeContext* context, const NodeProto& node,
+             std::span<const RuntimeValue* const> inputs, std::span<RuntimeValue*> outputs,
+             Allocator& allocator = DefaultAllocator())
+      : context_(context), node_(node), inputs_(inputs), outputs_(outputs),
+        allocator_(allocator) {}
+
+  const NodeProto& node() const { return node_; }
+  size_t input_count() const { return inputs_.size(); }
+  // False for an omitted optional input (empty name, or beyond the node's input list).
+  bool has_input(size_t i) const { return i < inputs_.size() && inputs_[i] != nullptr; }
+  const RuntimeValue& input_value(size_t i) const;  // throws, naming the node, when absent
+  const Tensor& input(size_t i) const;              // ... or when it is not a tensor
+
+  size_t output_count() const { return outputs_.size(); }
+  // False for an output whose name is empty or that no one consumes.
+  bool output_wanted(size_t i) const { return i < outputs_.size() && outputs_[i] != nullptr; }
+  // Allocates output i (named after the node's output) and returns it for writing.
+  Tensor& AllocateOutput(size_t i, DataType dtype, Shape shape);
+  void SetOutput(size_t i, Tensor tensor);
+  void SetOutputValue(size_t i, RuntimeValue value);
+
+  bool has_context() const { return context_ != nullptr; }
+  RuntimeContext& context() const;  // throws when built without one
+  Allocator& allocator() const { return allocator_; }
+
+  // Throws kInvalidArgument with "<op> node '<name>': <message>".
+  [[noreturn]] void Fail(const std::string& message) const;
+
+ private:
+  RuntimeContext* context_;
+  const NodeProto& node_;
+  std::span<const RuntimeValue* const> inputs_;
+  std::span<RuntimeValue*> outputs_;
+  Allocator& allocator_;
+  Tensor scratch_output_;  // target of AllocateOutput for unwanted outputs
+};
+
+class KernelBase {
+ public:
+  virtual ~KernelBase() = default;
+  // Records the node and parses its attributes (Configure). Call once, before Compute.
+  void set_node(const NodeProto& node);
+  const NodeProto& node() const;
+  virtual void Compute(KernelCall& call) const = 0;
+
+ protected:
+  // Parse attributes here; throw Error(kInvalidModel/kNotImplemented) naming the node.
+  virtual void Configure(const NodeProto& node) { (void)node; }
+
+ private:
+  const NodeProto* node_ = nullptr;
+};
+
+using KernelFactory =
+    std::function<std::unique_ptr<KernelBase>(const NodeProto& node, RuntimeContext& context)>;
+
+// The usual factory: construct from the context's KernelContext, then set_node.
+template <class K>
+std::unique_ptr<KernelBase> MakeKernel(const NodeProto& node, RuntimeContext& context);
+
+}  // namespace onnx_light::core::runtime
