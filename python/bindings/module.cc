@@ -1,10 +1,16 @@
 // The extension module onnx_light.onnx_py._onnxpykernels. Each bindings/*.cc file adds one
-// part through a Register* function called here.
+// part through its Register* function, called here in dependency order.
 #include <pybind11/pybind11.h>
 
-namespace py = pybind11;
+#include "python/bindings/registration.h"
 
 PYBIND11_MODULE(_onnxpykernels, m) {
   m.doc() = "onnx-light native runtime";
-  m.def_submodule("runtime", "onnx-light runtime: sessions, persistent state, generation");
+  auto runtime = m.def_submodule("runtime", "sessions, persistent state, generation");
+  onnx_light::python::RegisterErrors(m);
+  onnx_light::python::RegisterProto(m);
+  onnx_light::python::RegisterParser(m);
+  onnx_light::python::RegisterTensor(runtime);
+  onnx_light::python::RegisterSession(runtime);
+  onnx_light::python::RegisterState(runtime);
 }

@@ -1,0 +1,5 @@
+#include "python/bindings/registration.h"
+
+namespace onnx_light::python {
+void RegisterParser(py::module_& m) { (void)m; }
+}  // namespace onnx_light::python

@@ -1,0 +1,14 @@
+// One Register* function per bindings/*.cc file.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace onnx_light::python {
+namespace py = pybind11;
+void RegisterErrors(py::module_& m);   // errors.cc: Error -> ValueError/TypeError/...
+void RegisterProto(py::module_& m);    // proto.cc: reflection wrappers of the proto messages
+void RegisterParser(py::module_& m);   // parser.cc: text format parse/print, load/save
+void RegisterTensor(py::module_& runtime);   // tensor.cc: Tensor, DLPack, NumPy
+void RegisterSession(py::module_& runtime);  // session.cc: contexts, sessions, custom kernels
+void RegisterState(py::module_& runtime);    // state.cc: PersistentValueState, TaskCompletion
+}  // namespace onnx_light::python

@@ -1,0 +1,5 @@
+#include "python/bindings/registration.h"
+
+namespace onnx_light::python {
+void RegisterTensor(py::module_& runtime) { (void)runtime; }
+}  // namespace onnx_light::python
