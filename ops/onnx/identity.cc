@@ -1,0 +1,16 @@
+// Identity: the output shares the input's bytes (a new handle on the same owner; no copy).
+#include "ops/kernel_factory.h"
+
+namespace onnx_light::ops {
+
+class Identity final : public core::runtime::KernelBase {
+ public:
+  explicit Identity(const core::runtime::KernelContext&) {}
+  void Compute(core::runtime::KernelCall& call) const override {
+    call.SetOutputValue(0, call.input_value(0).BorrowView());
+  }
+};
+
+OL_KERNEL_FACTORY(Identity)
+
+}  // namespace onnx_light::ops
