@@ -1,0 +1,179 @@
+"""A tiny Llama-style decoder (RMSNorm, SiLU MLP, multi-head attention with a KV cache), with
+random weights from a fixed seed, written with plain ONNX operators (opset 18).
+
+The graph takes ONE new token per call and feeds its KV cache back through
+``graph.persistent_bindings`` (past_key_i <- present_key_i, past_value_i <- present_value_i),
+so the runtime keeps the cache between calls. Prompts are fed one token per call.
+
+``build_tiny_decoder(proto)`` works with any module exposing the ONNX message classes:
+``onnx_light.onnx`` (the default) or the ``onnx`` package itself (for onnxruntime).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class TinyDecoderConfig:
+    vocab_size: int = 96
+    hidden_size: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+    mlp_size: int = 128
+    max_positions: int = 512
+    rms_eps: float = 1e-5
+    seed: int = 0
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_heads
+
+
+def _tensor(proto, name: str, array: np.ndarray):
+    t = proto.TensorProto()
+    t.name = name
+    t.data_type = {np.dtype(np.float32): 1, np.dtype(np.int64): 7}[array.dtype]
+    t.dims.extend(array.shape)
+    t.raw_data = np.ascontiguousarray(array).tobytes()
+    return t
+
+
+def _value_info(proto, name: str, elem_type: int, dims):
+    v = proto.ValueInfoProto()
+    v.name = name
+    tt = v.type.tensor_type
+    tt.elem_type = elem_type
+    for d in dims:
+        dim = tt.shape.dim.add()
+        if isinstance(d, str):
+            dim.dim_param = d
+        else:
+            dim.dim_value = d
+    return v
+
+
+class _Graph:
+    def __init__(self, proto, graph):
+        self.proto = proto
+        self.graph = graph
+        self.count = 0
+
+    def node(self, op: str, inputs, outputs=None, **attrs) -> str:
+        self.count += 1
+        n = self.graph.node.add()
+        n.op_type = op
+        n.name = f"{op.lower()}_{self.count}"
+        n.input.extend(inputs)
+        outputs = outputs or [f"{n.name}_out"]
+        n.output.extend(outputs)
+        for key, value in attrs.items():
+            a = n.attribute.add()
+            a.name = key
+            if isinstance(value, int):
+                a.type = self.proto.AttributeProto.INT
+                a.i = value
+            elif isinstance(value, float):
+                a.type = self.proto.AttributeProto.FLOAT
+                a.f = value
+            else:
+                a.type = self.proto.AttributeProto.INTS
+                a.ints.extend(value)
+        return outputs[0]
+
+    def init(self, name: str, array: np.ndarray) -> str:
+        self.graph.initializer.append(_tensor(self.proto, name, array))
+        return name
+
+
+def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig()):
+    """Returns a ModelProto of ``proto`` (default: onnx_light.onnx) with bindings declared."""
+    if proto is None:
+        from onnx_light import onnx as proto  # noqa: PLW0621
+    c = config
+    rng = np.random.default_rng(c.seed)
+
+    def weight(*shape, scale=None):
+        scale = scale if scale is not None else 1.0 / np.sqrt(shape[0])
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    model = proto.ModelProto()
+    model.ir_version = 10
+    model.producer_name = "onnx-light tiny decoder"
+    opset = model.opset_import.add()
+    opset.domain = ""
+    opset.version = 18
+    graph = model.graph
+    graph.name = "tiny_decoder"
+    g = _Graph(proto, graph)
+
+    FLOAT, INT64 = 1, 7
+    graph.input.append(_value_info(proto, "input_ids", INT64, ["batch", 1]))
+    graph.input.append(_value_info(proto, "position_ids", INT64, ["batch", 1]))
+    graph.output.append(_value_info(proto, "logits", FLOAT, ["batch", 1, c.vocab_size]))
+    cache_dims = ["batch", c.num_heads, "past", c.head_size]
+    present_dims = ["batch", c.num_heads, "total", c.head_size]
+    for i in range(c.num_layers):
+        for kind in ("key", "value"):
+            graph.input.append(_value_info(proto, f"past_{kind}_{i}", FLOAT, cache_dims))
+            graph.output.append(_value_info(proto, f"present_{kind}_{i}", FLOAT, present_dims))
+            b = graph.persistent_bindings.add() if hasattr(graph, "persistent_bindings") else None
+            if b is not None:
+                b.input_name = f"past_{kind}_{i}"
+                b.output_name = f"present_{kind}_{i}"
+
+    axes_last = g.init("axes_last", np.array([-1], np.int64))
+    eps = g.init("rms_eps", np.array(c.rms_eps, np.float32))
+    split_heads = g.init("split_heads", np.array([0, 0, c.num_heads, c.head_size], np.int64))
+    merge_heads = g.init("merge_heads", np.array([0, 0, c.hidden_size], np.int64))
+    scale = g.init("attn_scale", np.array(1.0 / np.sqrt(c.head_size), np.float32))
+
+    def rms_norm(x: str, name: str) -> str:
+        gain = g.init(f"{name}_gain", (1.0 + 0.1 * rng.standard_normal(c.hidden_size)).astype(np.float32))
+        sq = g.node("Mul", [x, x])
+        ms = g.node("ReduceMean", [sq, axes_last], keepdims=1)
+        rms = g.node("Sqrt", [g.node("Add", [ms, eps])])
+        return g.node("Mul", [g.node("Div", [x, rms]), gain])
+
+    def heads(x: str) -> str:  # [b, 1, hidden] -> [b, heads, 1, head]
+        return g.node("Transpose", [g.node("Reshape", [x, split_heads])], perm=[0, 2, 1, 3])
+
+    embed = weight(c.vocab_size, c.hidden_size, scale=1.0)
+    g.init("embed_tokens", embed)
+    positions = g.init("embed_positions", weight(c.max_positions, c.hidden_size, scale=0.1))
+    h = g.node("Add", [g.node("Gather", ["embed_tokens", "input_ids"], axis=0),
+                       g.node("Gather", [positions, "position_ids"], axis=0)])
+    for i in range(c.num_layers):
+        n = rms_norm(h, f"l{i}_attn_norm")
+        q = heads(g.node("MatMul", [n, g.init(f"l{i}_wq", weight(c.hidden_size, c.hidden_size))]))
+        k = heads(g.node("MatMul", [n, g.init(f"l{i}_wk", weight(c.hidden_size, c.hidden_size))]))
+        v = heads(g.node("MatMul", [n, g.init(f"l{i}_wv", weight(c.hidden_size, c.hidden_size))]))
+        keys = g.node("Concat", [f"past_key_{i}", k], [f"present_key_{i}"], axis=2)
+        values = g.node("Concat", [f"past_value_{i}", v], [f"present_value_{i}"], axis=2)
+        scores = g.node("Mul", [g.node("MatMul", [q, g.node("Transpose", [keys], perm=[0, 1, 3, 2])]), scale])
+        probs = g.node("Softmax", [scores], axis=-1)
+        attn = g.node("Transpose", [g.node("MatMul", [probs, values])], perm=[0, 2, 1, 3])
+        attn = g.node("MatMul", [g.node("Reshape", [attn, merge_heads]),
+                                 g.init(f"l{i}_wo", weight(c.hidden_size, c.hidden_size))])
+        h = g.node("Add", [h, attn])
+        n = rms_norm(h, f"l{i}_mlp_norm")
+        up = g.node("MatMul", [n, g.init(f"l{i}_w1", weight(c.hidden_size, c.mlp_size))])
+        act = g.node("Mul", [up, g.node("Sigmoid", [up])])
+        down = g.node("MatMul", [act, g.init(f"l{i}_w2", weight(c.mlp_size, c.hidden_size))])
+        h = g.node("Add", [h, down])
+    n = rms_norm(h, "final_norm")
+    # The head is the embedding shifted by one token (plus noise), so the untrained model
+    # still "continues" its input: token t most likely predicts t + 1, perturbed by the
+    # attention and MLP paths. That makes the demo's output recognisable and checkable.
+    head = np.roll(embed, 1, axis=0).T.copy()
+    head += weight(c.hidden_size, c.vocab_size, scale=0.5)
+    g.node("MatMul", [n, g.init("lm_head", head.astype(np.float32))], ["logits"])
+    return model
+
+
+def empty_cache(config: TinyDecoderConfig = TinyDecoderConfig(), batch: int = 1) -> dict:
+    """Initial (empty-prefix) cache values for every bound input."""
+    shape = (batch, config.num_heads, 0, config.head_size)
+    return {f"past_{kind}_{i}": np.zeros(shape, np.float32)
+            for i in range(config.num_layers) for kind in ("key", "value")}
