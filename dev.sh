@@ -69,8 +69,9 @@ case "$mode" in
     exec .venv/bin/python -m onnx_light.demo "$@" ;;
   test)
     ensure_apt; ensure_venv python/requirements.txt tests/requirements.txt; build
-    # The official ONNX backend node tests, generated from the onnx wheel's case definitions.
-    .venv/bin/python tests/generate_onnx_node_tests.py build/onnx_node_tests
+    # The official ONNX backend node tests, generated from the onnx wheel's case definitions
+    # into the folder older wheels shipped them in (onnx/backend/test/data/node).
+    .venv/bin/python tests/generate_onnx_node_tests.py
     echo "== C++ tests (CTest)"
     ctest --test-dir build --output-on-failure -j "$(nproc)"
     echo "== Python tests (pytest)"

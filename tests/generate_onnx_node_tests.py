@@ -5,7 +5,10 @@ Recent onnx wheels ship the node test *generators* (onnx.backend.test.case.node)
 than the generated data folder; this runs them, exactly as onnx's own data generation does.
 A stamp with the onnx version makes a second run free.
 
-    python tests/generate_onnx_node_tests.py build/onnx_node_tests
+    python tests/generate_onnx_node_tests.py [OUT]
+
+OUT defaults to the onnx package's own onnx/backend/test/data/node, where older wheels
+shipped these files, so every consumer finds them at the standard path.
 """
 from __future__ import annotations
 
@@ -61,4 +64,10 @@ def main(out: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "build/onnx_node_tests"))
+    if len(sys.argv) > 1:
+        target = sys.argv[1]
+    else:
+        import onnx
+
+        target = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+    sys.exit(main(target))
