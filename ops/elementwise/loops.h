@@ -1,0 +1,160 @@
+// Elementwise loops over broadcast inputs and the kernel templates built on them. Functors
+// take and return compute-type values (float for FLOAT16/BFLOAT16); loads and stores convert.
+#pragma once
+
+#include <type_traits>
+#include <vector>
+
+#include "ops/elementwise/broadcast.h"
+#include "ops/elementwise/parallel.h"
+#include "ops/elementwise/types.h"
+
+namespace onnx_light::ops::elementwise {
+
+// o[i] = f(a[i], b[i]) over a broadcast plan of two inputs.
+template <typename A, typename B, typename O, typename F>
+void BinaryLoop(const BroadcastPlan& plan, const A* a, const B* b, O* o, const F& f) {
+  const bool sa = plan.inner_stride(0) != 0;
+  const bool sb = plan.inner_stride(1) != 0;
+  ParallelFor(plan.numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
+    plan.ForEachSegment(begin, end, [&](int64_t oi, const int64_t* off, int64_t n) {
+      const A* pa = a + off[0];
+      const B* pb = b + off[1];
+      O* po = o + oi;
+      if (sa && sb) {
+        for (int64_t j = 0; j < n; ++j) po[j] = Store<O>(f(Load(pa[j]), Load(pb[j])));
+      } else if (sa) {
+        const auto vb = Load(*pb);
+        for (int64_t j = 0; j < n; ++j) po[j] = Store<O>(f(Load(pa[j]), vb));
+      } else if (sb) {
+        const auto va = Load(*pa);
+        for (int64_t j = 0; j < n; ++j) po[j] = Store<O>(f(va, Load(pb[j])));
+      } else {
+        const O v = Store<O>(f(Load(*pa), Load(*pb)));
+        for (int64_t j = 0; j < n; ++j) po[j] = v;
+      }
+    });
+  });
+}
+
+// Broadcasts inputs `a` and `b`, allocates output 0 as `out_dtype` and fills it.
+template <typename A, typename B, typename O, typename F>
+void RunBinary(KernelCall& call, const Tensor& a, const Tensor& b, DataType out_dtype,
+               const F& f) {
+  const Shape shapes[] = {a.shape(), b.shape()};
+  const Shape out_shape = BroadcastShapes(call, shapes);
+  const BroadcastPlan plan(shapes, out_shape);
+  const A* pa = a.data<A>();
+  const B* pb = b.data<B>();
+  Tensor& out = call.AllocateOutput(0, out_dtype, out_shape);
+  BinaryLoop(plan, pa, pb, out.mutable_data<O>(), f);
+}
+
+// o[i] = f(a[i]) for a contiguous tensor.
+template <typename A, typename O, typename F>
+void UnaryLoop(int64_t n, const A* a, O* o, const F& f) {
+  ParallelFor(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) o[i] = Store<O>(f(Load(a[i])));
+  });
+}
+
+// Requires both inputs to have the same dtype (T in the schema), else fails naming them.
+void CheckSameType(const KernelCall& call, const Tensor& a, const Tensor& b);
+
+// The kernel for a binary op whose output type equals its input type.
+template <typename Op, TypeSet kAllowed>
+class SameTypeBinary : public core::runtime::KernelBase {
+ public:
+  explicit SameTypeBinary(const core::runtime::KernelContext&) {}
+  void Compute(KernelCall& call) const override {
+    const Tensor& a = call.input(0);
+    const Tensor& b = call.input(1);
+    CheckSameType(call, a, b);
+    DispatchType(call, a.dtype(), kAllowed, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      Op::template Check<T>(call, b);
+      RunBinary<T, T, T>(call, a, b, a.dtype(), Op{});
+    });
+  }
+};
+
+// The kernel for a comparison: inputs of one type, BOOL output.
+template <typename Op, TypeSet kAllowed>
+class CompareBinary : public core::runtime::KernelBase {
+ public:
+  explicit CompareBinary(const core::runtime::KernelContext&) {}
+  void Compute(KernelCall& call) const override {
+    const Tensor& a = call.input(0);
+    const Tensor& b = call.input(1);
+    CheckSameType(call, a, b);
+    DispatchType(call, a.dtype(), kAllowed, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      RunBinary<T, T, bool>(call, a, b, DataType::kBool, Op{});
+    });
+  }
+};
+
+// The kernel for a unary op; Op::kBoolOutput selects a BOOL output (IsNaN, IsInf).
+template <typename Op, TypeSet kAllowed>
+class UnaryKernel : public core::runtime::KernelBase {
+ public:
+  explicit UnaryKernel(const core::runtime::KernelContext&) {}
+  void Compute(KernelCall& call) const override {
+    const Tensor& x = call.input(0);
+    DispatchType(call, x.dtype(), kAllowed, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* px = x.data<T>();
+      if constexpr (Op::kBoolOutput) {
+        Tensor& y = call.AllocateOutput(0, DataType::kBool, x.shape());
+        UnaryLoop(x.numel(), px, y.mutable_data<bool>(), op_);
+      } else {
+        Tensor& y = call.AllocateOutput(0, x.dtype(), x.shape());
+        UnaryLoop(x.numel(), px, y.mutable_data<T>(), op_);
+      }
+    });
+  }
+
+ protected:
+  Op op_;
+};
+
+// Arithmetic that wraps on signed overflow (as numpy does) instead of being undefined.
+template <typename T>
+inline T WrapAdd(T a, T b) {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else {
+    return static_cast<T>(a + b);
+  }
+}
+template <typename T>
+inline T WrapSub(T a, T b) {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) - static_cast<U>(b)));
+  } else {
+    return static_cast<T>(a - b);
+  }
+}
+template <typename T>
+inline T WrapMul(T a, T b) {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    // Promote narrow unsigned types to unsigned int so the product cannot overflow int.
+    using W = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;
+    return static_cast<T>(static_cast<W>(static_cast<U>(a)) * static_cast<W>(static_cast<U>(b)));
+  } else if constexpr (std::is_integral_v<T> && sizeof(T) < sizeof(unsigned)) {
+    return static_cast<T>(static_cast<unsigned>(a) * static_cast<unsigned>(b));
+  } else {
+    return static_cast<T>(a * b);
+  }
+}
+
+// Default (no-op) per-type check for SameTypeBinary ops.
+struct NoCheck {
+  template <typename T>
+  static void Check(const KernelCall&, const Tensor&) {}
+};
+
+}  // namespace onnx_light::ops::elementwise
