@@ -48,8 +48,8 @@ void DeleteExported(DLManagedTensor* self) {
 
 DataType DataTypeFromDLPack(DLDataType type, const std::string& name) {
   auto unsupported = [&]() -> DataType {
-    Throw(ErrorCode::kInvalidArgument, "DLPack tensor '" + name + "' has unsupported element type " +
-                                           DLTypeString(type));
+    Throw(ErrorCode::kInvalidArgument,
+          "DLPack tensor '" + name + "' has unsupported element type " + DLTypeString(type));
   };
   if (type.lanes != 1) return unsupported();
   switch (type.code) {
