@@ -1,0 +1,165 @@
+#include "ops/math/common.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "executor/attributes.h"
+#include "onnx_light.pb.h"
+
+namespace onnx_light::ops::math {
+
+using core::ErrorCode;
+using core::runtime::NodeLabel;
+using core::runtime::ShapeToString;
+
+void ThrowUnsupportedType(const NodeProto& node, const std::string& what, DataType dtype) {
+  core::Throw(ErrorCode::kNotImplemented, NodeLabel(node) + ": " + what + " of type " +
+                                              core::DataTypeName(dtype) + " is not supported");
+}
+
+void ThrowBadInput(const NodeProto& node, const std::string& message) {
+  core::Throw(ErrorCode::kInvalidArgument, NodeLabel(node) + ": " + message);
+}
+
+bool IsHalfType(DataType t) { return t == DataType::kFloat16 || t == DataType::kBFloat16; }
+bool IsFloatType(DataType t) { return t == DataType::kFloat || IsHalfType(t); }
+
+void ToFloat(DataType type, const void* src, float* dst, int64_t n) {
+  switch (type) {
+    case DataType::kFloat:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case DataType::kFloat16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = core::HalfToFloat(s[i]);
+      return;
+    }
+    case DataType::kBFloat16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = core::BFloat16ToFloat(s[i]);
+      return;
+    }
+    default:
+      core::Throw(ErrorCode::kNotImplemented, "ToFloat: " + core::DataTypeName(type));
+  }
+}
+
+void FromFloat(const float* src, DataType type, void* dst, int64_t n) {
+  switch (type) {
+    case DataType::kFloat:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case DataType::kFloat16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = core::FloatToHalf(src[i]);
+      return;
+    }
+    case DataType::kBFloat16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = core::FloatToBFloat16(src[i]);
+      return;
+    }
+    default:
+      core::Throw(ErrorCode::kNotImplemented, "FromFloat: " + core::DataTypeName(type));
+  }
+}
+
+FloatView::FloatView(const Tensor& t) {
+  if (t.dtype() == DataType::kFloat) {
+    ptr_ = t.data<float>();
+    return;
+  }
+  buffer_.resize(static_cast<size_t>(t.numel()));
+  ToFloat(t.dtype(), t.raw_data(), buffer_.data(), t.numel());
+  ptr_ = buffer_.data();
+}
+
+FloatSink::FloatSink(Tensor& out) : out_(out) {
+  if (out.dtype() == DataType::kFloat) {
+    ptr_ = out.mutable_data<float>();
+    return;
+  }
+  buffer_.resize(static_cast<size_t>(out.numel()));
+  ptr_ = buffer_.data();
+}
+
+void FloatSink::Finish() {
+  if (out_.dtype() != DataType::kFloat)
+    FromFloat(buffer_.data(), out_.dtype(), out_.mutable_raw_data(), out_.numel());
+}
+
+int64_t NormalizeAxis(const NodeProto& node, int64_t axis, int64_t rank, const char* what) {
+  if (axis < -rank || axis >= rank)
+    ThrowBadInput(node, std::string(what) + " " + std::to_string(axis) +
+                            " is out of range for rank " + std::to_string(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+Shape BroadcastShapes(const NodeProto& node, const Shape& a, const Shape& b) {
+  const size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1)
+      ThrowBadInput(node, "shapes " + ShapeToString(a) + " and " + ShapeToString(b) +
+                              " cannot be broadcast");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+std::vector<int64_t> IntValues(const NodeProto& node, const Tensor& t, const char* what) {
+  std::vector<int64_t> v(static_cast<size_t>(t.numel()));
+  if (t.dtype() == DataType::kInt64) {
+    std::copy_n(t.data<int64_t>(), t.numel(), v.begin());
+  } else if (t.dtype() == DataType::kInt32) {
+    std::copy_n(t.data<int32_t>(), t.numel(), v.begin());
+  } else {
+    ThrowUnsupportedType(node, what, t.dtype());
+  }
+  return v;
+}
+
+int64_t ScalarInt(const NodeProto& node, const Tensor& t, const char* what) {
+  if (t.numel() != 1)
+    ThrowBadInput(node, std::string(what) + " must hold one value, got shape " +
+                            ShapeToString(t.shape()));
+  return IntValues(node, t, what)[0];
+}
+
+std::vector<int64_t> Strides(const Shape& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
+  return s;
+}
+
+}  // namespace onnx_light::ops::math
+
+namespace onnx_light::ops::math {
+std::vector<int64_t> BroadcastIndex(const Shape& out_shape, const Shape& in_shape) {
+  const size_t r = out_shape.size();
+  std::vector<int64_t> in_strides(r, 0);
+  const std::vector<int64_t> s = Strides(in_shape);
+  for (size_t i = 0; i < in_shape.size(); ++i) {
+    const size_t o = r - in_shape.size() + i;
+    in_strides[o] = in_shape[i] == 1 ? 0 : s[i];
+  }
+  const int64_t n = core::runtime::ShapeNumel(out_shape);
+  std::vector<int64_t> index(static_cast<size_t>(n));
+  std::vector<int64_t> counter(r, 0);
+  int64_t off = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    index[static_cast<size_t>(i)] = off;
+    for (size_t d = r; d-- > 0;) {
+      if (++counter[d] < out_shape[d]) {
+        off += in_strides[d];
+        break;
+      }
+      off -= in_strides[d] * (counter[d] - 1);
+      counter[d] = 0;
+    }
+  }
+  return index;
+}
+}  // namespace onnx_light::ops::math

@@ -1,0 +1,99 @@
+// Shared helpers for the numeric kernels: dtype conversion at the edges (FLOAT16/BFLOAT16
+// are computed in float), error messages that name the node, broadcasting and a parallel
+// loop that runs in the caller's current tbb::task_arena (the session's arena).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "executor/kernel.h"
+
+namespace onnx_light::ops::math {
+
+using core::DataType;
+using core::runtime::KernelCall;
+using core::runtime::Shape;
+using core::runtime::Tensor;
+
+// Throws kNotImplemented: "<Op> node '<name>': <what> of type <DTYPE> is not supported".
+[[noreturn]] void ThrowUnsupportedType(const onnx_light::NodeProto& node, const std::string& what,
+                                       DataType dtype);
+// Throws kInvalidArgument naming the node (like KernelCall::Fail, usable without a call).
+[[noreturn]] void ThrowBadInput(const onnx_light::NodeProto& node, const std::string& message);
+
+bool IsHalfType(DataType t);   // FLOAT16 or BFLOAT16
+bool IsFloatType(DataType t);  // FLOAT, FLOAT16 or BFLOAT16: computed in float
+
+// Element conversion for FLOAT, FLOAT16 and BFLOAT16 storage.
+void ToFloat(DataType type, const void* src, float* dst, int64_t n);
+void FromFloat(const float* src, DataType type, void* dst, int64_t n);
+
+// A float view of a FLOAT/FLOAT16/BFLOAT16 tensor: FLOAT is read in place (no copy), the
+// 16-bit types are converted once into an owned buffer.
+class FloatView {
+ public:
+  explicit FloatView(const Tensor& t);
+  const float* data() const { return ptr_; }
+
+ private:
+  std::vector<float> buffer_;
+  const float* ptr_ = nullptr;
+};
+
+// A float destination for an output of type FLOAT/FLOAT16/BFLOAT16: FLOAT is written in
+// place; the 16-bit types are written to a buffer and converted by Finish().
+class FloatSink {
+ public:
+  explicit FloatSink(Tensor& out);
+  float* data() { return ptr_; }
+  void Finish();
+
+ private:
+  Tensor& out_;
+  std::vector<float> buffer_;
+  float* ptr_ = nullptr;
+};
+
+// Normalises an axis in [-rank, rank) (or [-rank-1, rank] when `inclusive_end`).
+int64_t NormalizeAxis(const onnx_light::NodeProto& node, int64_t axis, int64_t rank,
+                      const char* what = "axis");
+
+// Multidirectional (numpy) broadcasting of two shapes; throws naming the node.
+Shape BroadcastShapes(const onnx_light::NodeProto& node, const Shape& a, const Shape& b);
+
+// Reads an integer scalar or 1-element tensor (INT32/INT64).
+int64_t ScalarInt(const onnx_light::NodeProto& node, const Tensor& t, const char* what);
+// Reads an INT32/INT64 tensor as int64 values.
+std::vector<int64_t> IntValues(const onnx_light::NodeProto& node, const Tensor& t,
+                               const char* what);
+
+// Calls fn(begin, end) over [0, n) in chunks of at least `grain`, in parallel when it pays.
+template <typename F>
+void ParallelFor(int64_t n, int64_t grain, const F& fn) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  if (n <= grain) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
+                    [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end()); });
+}
+
+// Contiguous strides of a shape (in elements).
+std::vector<int64_t> Strides(const Shape& shape);
+
+}  // namespace onnx_light::ops::math
+
+namespace onnx_light::ops::math {
+// For each element of `out_shape` (row-major), the linear index of the element of a tensor
+// of shape `in_shape` that broadcasts to it (numpy rules, right-aligned).
+std::vector<int64_t> BroadcastIndex(const Shape& out_shape, const Shape& in_shape);
+}  // namespace onnx_light::ops::math

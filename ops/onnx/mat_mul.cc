@@ -1,0 +1,121 @@
+// MatMul: numpy matmul semantics. Rank-1 operands are promoted (A to [1,K], B to [K,1]) and
+// the added dimension removed from the result; batch dimensions broadcast. Float types go
+// through the packed SGEMM (FLOAT16/BFLOAT16 converted at the edges); a weight without
+// batch dimensions folds the batch into M so that one GEMM streams it once.
+#include <string>
+#include <vector>
+
+#include "ops/kernel_factory.h"
+#include "ops/math/common.h"
+#include "ops/math/gemm.h"
+
+namespace onnx_light::ops {
+
+using core::runtime::KernelCall;
+using core::runtime::ShapeNumel;
+using core::runtime::ShapeToString;
+using math::DataType;
+using math::Shape;
+using math::Tensor;
+
+namespace {
+
+template <typename T>
+void NaiveMatMul(const T* a, const T* b, T* c, int64_t m, int64_t n, int64_t k) {
+  for (int64_t i = 0; i < m; ++i) {
+    T* crow = c + i * n;
+    std::fill(crow, crow + n, T(0));
+    for (int64_t p = 0; p < k; ++p) {
+      const T av = a[i * k + p];
+      const T* brow = b + p * n;
+      for (int64_t j = 0; j < n; ++j) crow[j] += av * brow[j];
+    }
+  }
+}
+
+}  // namespace
+
+class MatMul final : public core::runtime::KernelBase {
+ public:
+  explicit MatMul(const core::runtime::KernelContext&) {}
+
+  void Compute(KernelCall& call) const override {
+    const Tensor& a = call.input(0);
+    const Tensor& b = call.input(1);
+    if (a.dtype() != b.dtype())
+      call.Fail("A is " + core::DataTypeName(a.dtype()) + " but B is " +
+                core::DataTypeName(b.dtype()));
+    if (a.rank() == 0 || b.rank() == 0) call.Fail("MatMul does not accept scalar inputs");
+    Shape as = a.shape(), bs = b.shape();
+    const bool a_vec = as.size() == 1, b_vec = bs.size() == 1;
+    if (a_vec) as.insert(as.begin(), 1);
+    if (b_vec) bs.push_back(1);
+    const int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+    if (bs[bs.size() - 2] != k)
+      call.Fail("inner dimensions differ: A has shape " + ShapeToString(a.shape()) +
+                " and B has shape " + ShapeToString(b.shape()));
+    const Shape a_batch(as.begin(), as.end() - 2), b_batch(bs.begin(), bs.end() - 2);
+    Shape out_shape = math::BroadcastShapes(call.node(), a_batch, b_batch);
+    const Shape batch = out_shape;
+    if (!a_vec) out_shape.push_back(m);
+    if (!b_vec) out_shape.push_back(n);
+    const int64_t nb = ShapeNumel(batch);
+    const DataType dt = a.dtype();
+    switch (dt) {
+      case DataType::kFloat:
+      case DataType::kFloat16:
+      case DataType::kBFloat16:
+        break;
+      case DataType::kDouble: return RunNaive<double>(call, a, b, batch, a_batch, b_batch,
+                                                      out_shape, m, n, k);
+      case DataType::kInt32: return RunNaive<int32_t>(call, a, b, batch, a_batch, b_batch,
+                                                      out_shape, m, n, k);
+      case DataType::kInt64: return RunNaive<int64_t>(call, a, b, batch, a_batch, b_batch,
+                                                      out_shape, m, n, k);
+      case DataType::kUint32: return RunNaive<uint32_t>(call, a, b, batch, a_batch, b_batch,
+                                                        out_shape, m, n, k);
+      case DataType::kUint64: return RunNaive<uint64_t>(call, a, b, batch, a_batch, b_batch,
+                                                        out_shape, m, n, k);
+      default:
+        math::ThrowUnsupportedType(call.node(), "input 'A'", dt);
+    }
+    Tensor& y = call.AllocateOutput(0, dt, out_shape);
+    if (y.numel() == 0) return;
+    const math::FloatView av(a), bv(b);
+    math::FloatSink yv(y);
+    if (ShapeNumel(b_batch) == 1) {
+      // B is one matrix: A's batch is contiguous, fold it into M.
+      math::Sgemm(false, false, nb * m, n, k, 1.0f, av.data(), bv.data(), 0.0f, yv.data());
+    } else {
+      const std::vector<int64_t> ai = math::BroadcastIndex(batch, a_batch);
+      const std::vector<int64_t> bi = math::BroadcastIndex(batch, b_batch);
+      const float* ap = av.data();
+      const float* bp = bv.data();
+      float* yp = yv.data();
+      math::ParallelFor(nb, 1, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i)
+          math::Sgemm(false, false, m, n, k, 1.0f, ap + ai[i] * m * k, bp + bi[i] * k * n, 0.0f,
+                      yp + i * m * n);
+      });
+    }
+    yv.Finish();
+  }
+
+ private:
+  template <typename T>
+  static void RunNaive(KernelCall& call, const Tensor& a, const Tensor& b, const Shape& batch,
+                       const Shape& a_batch, const Shape& b_batch, const Shape& out_shape,
+                       int64_t m, int64_t n, int64_t k) {
+    Tensor& y = call.AllocateOutput(0, a.dtype(), out_shape);
+    const std::vector<int64_t> ai = math::BroadcastIndex(batch, a_batch);
+    const std::vector<int64_t> bi = math::BroadcastIndex(batch, b_batch);
+    T* yp = y.mutable_data<T>();
+    for (size_t i = 0; i < ai.size(); ++i)
+      NaiveMatMul<T>(a.data<T>() + ai[i] * m * k, b.data<T>() + bi[i] * k * n,
+                     yp + static_cast<int64_t>(i) * m * n, m, n, k);
+  }
+};
+
+OL_KERNEL_FACTORY(MatMul)
+
+}  // namespace onnx_light::ops
