@@ -7,6 +7,7 @@ namespace onnx_light::core::runtime {
 
 std::shared_ptr<void> HeapAllocator::Allocate(size_t bytes) {
   constexpr size_t kAlign = 64;
+  if (bytes > SIZE_MAX - kAlign) throw std::bad_alloc();
   const size_t rounded = ((bytes == 0 ? 1 : bytes) + kAlign - 1) / kAlign * kAlign;
   void* p = std::aligned_alloc(kAlign, rounded);
   if (p == nullptr) throw std::bad_alloc();

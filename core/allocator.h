@@ -14,6 +14,10 @@ class Allocator {
   // Returns an owner whose get() is the (uninitialised, 64-byte aligned) storage. Thread safe.
   virtual std::shared_ptr<void> Allocate(size_t bytes) = 0;
   virtual const char* name() const = 0;
+  // Bytes held by live allocations and their maximum so far (0 when not tracked). Event
+  // auditing reports these as allocated_bytes / peak_bytes.
+  virtual size_t live_bytes() const { return 0; }
+  virtual size_t peak_bytes() const { return 0; }
 };
 
 // The process-wide aligned heap allocator. Counts live and peak bytes.
@@ -21,8 +25,8 @@ class HeapAllocator final : public Allocator {
  public:
   std::shared_ptr<void> Allocate(size_t bytes) override;
   const char* name() const override { return "heap"; }
-  size_t live_bytes() const { return live_.load(std::memory_order_relaxed); }
-  size_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
+  size_t live_bytes() const override { return live_.load(std::memory_order_relaxed); }
+  size_t peak_bytes() const override { return peak_.load(std::memory_order_relaxed); }
 
  private:
   std::atomic<size_t> live_{0};

@@ -1,0 +1,181 @@
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/io_arena.h"
+#include "core/tensor.h"
+
+using namespace onnx_light::core;
+using namespace onnx_light::core::runtime;
+
+TEST_CASE("the heap allocator counts live and peak bytes in 64-byte units") {
+  HeapAllocator heap;
+  {
+    auto a = heap.Allocate(1);
+    auto b = heap.Allocate(100);
+    CHECK(reinterpret_cast<uintptr_t>(a.get()) % 64 == 0);
+    CHECK(reinterpret_cast<uintptr_t>(b.get()) % 64 == 0);
+    CHECK(heap.live_bytes() == 64 + 128);
+    Allocator& base = heap;
+    CHECK(base.live_bytes() == 192);
+  }
+  CHECK(heap.live_bytes() == 0);
+  CHECK(heap.peak_bytes() == 192);
+}
+
+TEST_CASE("IoArena size classes are powers of two of at least 64 bytes") {
+  CHECK(IoArena::SizeClass(0) == 64);
+  CHECK(IoArena::SizeClass(1) == 64);
+  CHECK(IoArena::SizeClass(64) == 64);
+  CHECK(IoArena::SizeClass(65) == 128);
+  CHECK(IoArena::SizeClass(1000) == 1024);
+  CHECK(IoArena::SizeClass(4096) == 4096);
+  CHECK(IoArena::SizeClass(4097) == 8192);
+  CHECK_THROWS_AS(IoArena::SizeClass(SIZE_MAX), std::bad_alloc);
+}
+
+TEST_CASE("IoArena reuses a released block of the same class and counts it") {
+  IoArena arena;
+  void* first;
+  {
+    auto a = arena.Allocate(1000);
+    first = a.get();
+    CHECK(reinterpret_cast<uintptr_t>(first) % 64 == 0);
+    std::memset(a.get(), 0xab, 1000);
+    CHECK(arena.live_bytes() == 1024);
+  }
+  IoArena::Stats s = arena.stats();
+  CHECK(s.live_bytes == 0);
+  CHECK(s.cached_bytes == 1024);
+  CHECK(s.allocations == 1);
+  CHECK(s.system_allocations == 1);
+  auto b = arena.Allocate(600);  // same 1024-byte class
+  CHECK(b.get() == first);
+  auto c = arena.Allocate(100);  // another class: a fresh block
+  CHECK(c.get() != first);
+  s = arena.stats();
+  CHECK(s.allocations == 3);
+  CHECK(s.reuses == 1);
+  CHECK(s.system_allocations == 2);
+  CHECK(s.requested_bytes == 1000 + 600 + 100);
+  CHECK(s.live_bytes == 1024 + 128);
+  CHECK(s.peak_bytes == 1024 + 128);
+  CHECK(s.cached_bytes == 0);
+}
+
+TEST_CASE("IoArena never recycles an allocation while any owner lives") {
+  IoArena arena;
+  auto a = arena.Allocate(256);
+  void* p = a.get();
+  std::shared_ptr<void> retained = a;  // e.g. a tensor retained as persistent state
+  a.reset();
+  auto b = arena.Allocate(256);
+  CHECK(b.get() != p);
+  CHECK(arena.stats().reuses == 0);
+  CHECK(arena.live_bytes() == 512);
+  retained.reset();  // the last owner: now the block may be reused
+  auto c = arena.Allocate(256);
+  CHECK(c.get() == p);
+  CHECK(arena.stats().reuses == 1);
+}
+
+TEST_CASE("a retained tensor from an IoArena keeps its bytes while new tensors are made") {
+  IoArena arena;
+  Tensor t("present", DataType::kFloat, {4}, arena);
+  float* data = t.mutable_data<float>();
+  for (int i = 0; i < 4; ++i) data[i] = static_cast<float>(i);
+  Tensor retained = std::move(t).RetainStorage();
+  Tensor view = retained.BorrowView();
+  retained = Tensor();
+  for (int round = 0; round < 8; ++round) {
+    Tensor other("tmp", DataType::kFloat, {4}, arena);
+    CHECK(other.raw_data() != view.raw_data());
+    std::memset(other.mutable_raw_data(), 0xff, other.nbytes());
+  }
+  CHECK(view.ToFloatVector() == std::vector<float>{0, 1, 2, 3});
+  CHECK(arena.stats().system_allocations == 2);  // the retained block and one reused block
+  CHECK(arena.stats().reuses == 7);
+}
+
+TEST_CASE("IoArena allocations outlive the arena object") {
+  std::shared_ptr<void> survivor;
+  {
+    IoArena arena;
+    survivor = arena.Allocate(128);
+    auto cached = arena.Allocate(64);
+  }
+  std::memset(survivor.get(), 1, 128);  // still valid memory (ASan checks this)
+  survivor.reset();                     // returns to the orphaned pool, which then frees it
+}
+
+TEST_CASE("IoArena caches at most max_cached_bytes and Trim empties the free lists") {
+  IoArena arena(/*max_cached_bytes=*/192);
+  {
+    auto a = arena.Allocate(128);
+    auto b = arena.Allocate(128);
+    auto c = arena.Allocate(64);
+  }
+  // Release order c, b, a: 64 + 128 fit the cap, the last 128 goes back to the heap.
+  CHECK(arena.stats().cached_bytes == 192);
+  arena.Trim();
+  CHECK(arena.stats().cached_bytes == 0);
+  auto d = arena.Allocate(128);
+  CHECK(arena.stats().reuses == 0);
+  CHECK(arena.stats().system_allocations == 4);
+}
+
+TEST_CASE("IoArena survives 4 threads x 10000 allocations without handing out a live block") {
+  IoArena arena;
+  constexpr int kThreads = 4;
+  constexpr int kIterations = 10000;
+  constexpr size_t kRing = 8;  // blocks each thread keeps alive at once
+  const size_t kSizes[] = {40, 100, 1000, 3000};  // classes 64, 128, 1024, 4096
+  std::vector<int> corrupted(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t) + 1);
+      struct Held {
+        std::shared_ptr<void> block;
+        size_t bytes = 0;
+        unsigned char tag = 0;
+      };
+      std::vector<Held> ring(kRing);
+      for (int i = 0; i < kIterations; ++i) {
+        Held& slot = ring[static_cast<size_t>(i) % kRing];
+        if (slot.block) {
+          // Every byte still carries this holder's tag: nobody else got the block meanwhile.
+          const auto* bytes = static_cast<const unsigned char*>(slot.block.get());
+          for (size_t k = 0; k < slot.bytes; ++k) {
+            corrupted[static_cast<size_t>(t)] += bytes[k] != slot.tag ? 1 : 0;
+          }
+          slot.block.reset();
+        }
+        slot.bytes = kSizes[rng() % 4];
+        slot.tag = static_cast<unsigned char>(t * 64 + i % 64);
+        slot.block = arena.Allocate(slot.bytes);
+        std::memset(slot.block.get(), slot.tag, slot.bytes);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) CHECK(corrupted[static_cast<size_t>(t)] == 0);
+
+  const IoArena::Stats s = arena.stats();
+  CHECK(s.allocations == kThreads * kIterations);
+  CHECK(s.reuses + s.system_allocations == s.allocations);
+  // Blocks are never freed (no cap), so each class needs at most as many heap blocks as
+  // were ever alive at once: kThreads * kRing per class, 4 classes.
+  CHECK(s.system_allocations <= kThreads * kRing * 4);
+  CHECK(s.live_bytes == 0);
+  CHECK(s.peak_bytes <= kThreads * kRing * 4096);
+  CHECK(s.peak_bytes >= kRing * 64);
+  CHECK(s.cached_bytes > 0);
+}
