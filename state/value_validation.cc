@@ -1,0 +1,701 @@
+#include "state/value_validation.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "core/error.h"
+#include "onnx_light.pb.h"
+
+namespace onnx_light::core::runtime {
+namespace {
+
+constexpr int kMaxTypeDepth = 64;       // guards against type_ref cycles
+constexpr size_t kMemoPruneSize = 256;  // drop expired memo entries beyond this many trees
+
+[[noreturn]] void Fail(ErrorCode code, const std::string& path, const std::string& message) {
+  Throw(code, "persistent value '" + path + "': " + message);
+}
+
+std::string DeclaredKind(const TypeProto& type) {
+  switch (type.value_case()) {
+    case TypeProto::kTensorType: return "tensor";
+    case TypeProto::kSequenceType: return "sequence";
+    case TypeProto::kMapType: return "map";
+    case TypeProto::kOptionalType: return "optional";
+    case TypeProto::kSparseTensorType: return "sparse tensor";
+    case TypeProto::kOpaqueType: return "opaque";
+    case TypeProto::kStructType: return "struct";
+    case TypeProto::VALUE_NOT_SET: break;
+  }
+  return "untyped";
+}
+
+std::string DimsString(const TensorShapeProto& shape) {
+  std::string out = "[";
+  for (int i = 0; i < shape.dim_size(); ++i) {
+    if (i) out += ", ";
+    const auto& d = shape.dim(i);
+    if (d.has_dim_value()) out += std::to_string(d.dim_value());
+    else if (!d.dim_param().empty()) out += d.dim_param();
+    else out += "?";
+  }
+  return out + "]";
+}
+
+void BindSymbol(const std::string& path, SymbolBindings& symbols, const std::string& symbol,
+                int64_t size) {
+  auto [it, inserted] = symbols.emplace(symbol, size);
+  if (!inserted && it->second != size)
+    Fail(ErrorCode::kInvalidArgument, path,
+         "dimension '" + symbol + "' is " + std::to_string(size) + " here but " +
+             std::to_string(it->second) + " elsewhere in the same value");
+}
+
+void MergeSymbols(const std::string& path, SymbolBindings& into, const SymbolBindings& from) {
+  for (const auto& [symbol, size] : from) BindSymbol(path, into, symbol, size);
+}
+
+// Checks concrete `dims` against a declared shape (absent shape: any rank).
+void CheckShape(const std::string& path, const Shape& dims, const TypeProto::Tensor& declared,
+                SymbolBindings& symbols) {
+  if (!declared.has_shape()) return;
+  const auto& shape = declared.shape();
+  if (static_cast<int>(dims.size()) != shape.dim_size())
+    Fail(ErrorCode::kInvalidArgument, path,
+         "rank " + std::to_string(dims.size()) + " (shape " + ShapeToString(dims) +
+             ") does not match the declared shape " + DimsString(shape));
+  for (int i = 0; i < shape.dim_size(); ++i) {
+    const auto& d = shape.dim(i);
+    const int64_t actual = dims[static_cast<size_t>(i)];
+    if (d.has_dim_value() && d.dim_value() != actual)
+      Fail(ErrorCode::kInvalidArgument, path,
+           "shape " + ShapeToString(dims) + " does not match the declared shape " +
+               DimsString(shape) + " at axis " + std::to_string(i));
+    if (!d.has_dim_value() && !d.dim_param().empty()) BindSymbol(path, symbols, d.dim_param(), actual);
+  }
+}
+
+// The concrete dims of an encoded value's logical tensor type (no symbols, known rank).
+Shape LogicalDims(const std::string& path, const EncodedValueProto& encoded) {
+  if (!encoded.has_logical_type() || !encoded.logical_type().has_tensor_type())
+    Fail(ErrorCode::kInvalidArgument, path, "encoded value has no logical tensor type");
+  const auto& tensor = encoded.logical_type().tensor_type();
+  if (!tensor.has_shape())
+    Fail(ErrorCode::kInvalidArgument, path, "encoded logical type has no rank");
+  Shape dims;
+  for (const auto& d : tensor.shape().dim()) {
+    if (!d.has_dim_value() || d.dim_value() < 0)
+      Fail(ErrorCode::kInvalidArgument, path,
+           "encoded logical shape " + DimsString(tensor.shape()) +
+               " is not concrete (persistent values always have concrete dimensions)");
+    dims.push_back(d.dim_value());
+  }
+  return dims;
+}
+
+int64_t ProtoNumel(const TensorProto& t) {
+  int64_t n = 1;
+  for (int64_t d : t.dims()) n *= d;
+  return n;
+}
+
+// Number of elements actually carried by a parameter tensor (raw or typed field).
+bool ParameterExtentMatches(const TensorProto& t, int64_t numel) {
+  const auto dtype = static_cast<DataType>(t.data_type());
+  if (t.has_raw_data()) return t.raw_data().size() == StorageBytes(dtype, numel);
+  switch (dtype) {
+    case DataType::kFloat: return t.float_data_size() == numel;
+    case DataType::kDouble: return t.double_data_size() == numel;
+    case DataType::kInt64: return t.int64_data_size() == numel;
+    case DataType::kUint32:
+    case DataType::kUint64: return t.uint64_data_size() == numel;
+    default: break;
+  }
+  // int32_data carries one element per entry, packed types two (4-bit) or four (2-bit).
+  const int bits = ElementBits(dtype);
+  const int64_t per_entry = bits > 0 && bits < 8 ? 8 / bits : 1;
+  return t.int32_data_size() == (numel + per_entry - 1) / per_entry;
+}
+
+bool IsAffineCodeType(DataType t) {
+  switch (t) {
+    case DataType::kInt8:
+    case DataType::kUint8:
+    case DataType::kInt4:
+    case DataType::kUint4:
+    case DataType::kInt2:
+    case DataType::kUint2:
+    case DataType::kInt16:
+    case DataType::kUint16:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool TypesEqual(const TypeProto& a, const TypeProto& b);
+
+bool ShapesEqual(const TypeProto::Tensor& a, const TypeProto::Tensor& b) {
+  if (a.has_shape() != b.has_shape()) return false;
+  if (!a.has_shape()) return true;
+  if (a.shape().dim_size() != b.shape().dim_size()) return false;
+  for (int i = 0; i < a.shape().dim_size(); ++i) {
+    const auto& x = a.shape().dim(i);
+    const auto& y = b.shape().dim(i);
+    if (x.has_dim_value() != y.has_dim_value()) return false;
+    if (x.has_dim_value() ? x.dim_value() != y.dim_value() : x.dim_param() != y.dim_param())
+      return false;
+  }
+  return true;
+}
+
+bool FieldsEqual(const StructTypeProto& a, const StructTypeProto& b) {
+  if (a.field_size() != b.field_size()) return false;
+  for (int i = 0; i < a.field_size(); ++i)
+    if (a.field(i).name() != b.field(i).name() || !TypesEqual(a.field(i).type(), b.field(i).type()))
+      return false;
+  return true;
+}
+
+bool TypesEqual(const TypeProto& a, const TypeProto& b) {
+  if (a.value_case() != b.value_case()) return false;
+  switch (a.value_case()) {
+    case TypeProto::kTensorType:
+      return a.tensor_type().elem_type() == b.tensor_type().elem_type() &&
+             ShapesEqual(a.tensor_type(), b.tensor_type());
+    case TypeProto::kSequenceType:
+      return TypesEqual(a.sequence_type().elem_type(), b.sequence_type().elem_type());
+    case TypeProto::kStructType:
+      return a.struct_type().type_ref() == b.struct_type().type_ref() &&
+             FieldsEqual(a.struct_type(), b.struct_type());
+    default:
+      return false;  // unsupported kinds never compare equal for persistent values
+  }
+}
+
+const RuntimeValue& Field(const std::string& path, const RuntimeValue& value,
+                          const char* name) {
+  const RuntimeValue* f = value.FindField(name);
+  if (f == nullptr) Fail(ErrorCode::kInvalidArgument, path, std::string("missing field '") + name + "'");
+  return *f;
+}
+
+int64_t ScalarInt64(const std::string& path, const RuntimeValue& value) {
+  if (!value.is_tensor() || value.tensor().dtype() != DataType::kInt64 ||
+      value.tensor().numel() != 1 || value.tensor().rank() != 0)
+    Fail(ErrorCode::kInvalidArgument, path, "must be an INT64 scalar tensor");
+  return *value.tensor().data<int64_t>();
+}
+
+struct PageGeometry {
+  Shape dims;  // [batch, heads, capacity, width]
+};
+
+PageGeometry PageDims(const std::string& path, const RuntimeValue& payload) {
+  Shape dims;
+  if (payload.is_tensor()) {
+    const Tensor& t = payload.tensor();
+    if (t.dtype() != DataType::kFloat && t.dtype() != DataType::kFloat16 &&
+        t.dtype() != DataType::kBFloat16)
+      Fail(ErrorCode::kInvalidArgument, path,
+           "dense page payload must be FLOAT, FLOAT16 or BFLOAT16, got " +
+               DataTypeName(t.dtype()));
+    dims = t.shape();
+  } else if (payload.is_encoded()) {
+    dims = LogicalDims(path, payload.encoded());
+  } else {
+    Fail(ErrorCode::kInvalidArgument, path,
+         std::string("page payload must be a tensor or an encoded value, got a ") +
+             RuntimeValue::KindName(payload.kind()));
+  }
+  if (dims.size() != 4)
+    Fail(ErrorCode::kInvalidArgument, path,
+         "page payload must have rank 4 [batch, heads, capacity, width], got " +
+             ShapeToString(dims));
+  return {dims};
+}
+
+}  // namespace
+
+DataType ResolveAffineStorageType(const std::string& path, const AffineLayoutProto& layout,
+                                  int64_t numel, size_t payload_bytes) {
+  if (layout.has_storage_type() && layout.storage_type() != 0) {
+    const auto storage = static_cast<DataType>(layout.storage_type());
+    if (!IsKnownDataType(layout.storage_type()) || !IsAffineCodeType(storage))
+      Fail(ErrorCode::kInvalidArgument, path,
+           "unsupported affine storage type " + DataTypeName(storage));
+    if (StorageBytes(storage, numel) != payload_bytes)
+      Fail(ErrorCode::kInvalidArgument, path,
+           "payload has " + std::to_string(payload_bytes) + " bytes but " +
+               std::to_string(numel) + " " + DataTypeName(storage) + " codes need " +
+               std::to_string(StorageBytes(storage, numel)));
+    return storage;
+  }
+  if (!layout.has_signed_storage())
+    Fail(ErrorCode::kInvalidArgument, path,
+         "affine layout has neither storage_type nor signed_storage");
+  const bool is_signed = layout.signed_storage();
+  const DataType candidates[] = {
+      is_signed ? DataType::kInt8 : DataType::kUint8,
+      is_signed ? DataType::kInt4 : DataType::kUint4,
+      is_signed ? DataType::kInt2 : DataType::kUint2,
+  };
+  std::vector<DataType> matches;
+  for (DataType c : candidates)
+    if (StorageBytes(c, numel) == payload_bytes) matches.push_back(c);
+  if (matches.empty())
+    Fail(ErrorCode::kInvalidArgument, path,
+         "payload of " + std::to_string(payload_bytes) + " bytes fits no 8/4/2-bit code width for " +
+             std::to_string(numel) + " elements");
+  if (matches.size() > 1) {
+    std::string names;
+    for (DataType m : matches) names += (names.empty() ? "" : " or ") + DataTypeName(m);
+    Fail(ErrorCode::kInvalidArgument, path,
+         "ambiguous code width: " + std::to_string(payload_bytes) + " bytes for " +
+             std::to_string(numel) + " elements could be " + names + "; set storage_type");
+  }
+  return matches.front();
+}
+
+bool IsPagedCacheStructure(const RuntimeValue& value) {
+  if (!value.is_struct() || value.fields().size() != 1) return false;
+  const auto& [name, blocks] = value.fields().front();
+  if (name != "blocks" || !blocks.is_sequence()) return false;
+  const RuntimeSequence& seq = blocks.elements();
+  for (size_t i = 0; i < seq.size(); ++i) {
+    const RuntimeValue& b = seq[i];
+    if (!b.is_struct() || b.fields().size() != 4) return false;
+    for (const char* f : {"start", "length", "key", "value"})
+      if (b.FindField(f) == nullptr) return false;
+  }
+  return true;
+}
+
+ValueValidator::ValueValidator(const ModelProto& model) : model_(model) {
+  for (const auto& s : model.struct_types()) struct_types_.emplace(s.name(), &s);
+}
+
+size_t ValueValidator::memo_size() const {
+  std::lock_guard<std::mutex> lock(memo_mutex_);
+  size_t live = 0;
+  for (const auto& [id, entries] : memo_)
+    for (const auto& e : entries) live += e.tree.expired() ? 0 : 1;
+  return live;
+}
+
+const StructTypeProto& ValueValidator::ResolveStruct(const std::string& path,
+                                                     const StructTypeProto& type) const {
+  const StructTypeProto* current = &type;
+  for (int depth = 0; !current->type_ref().empty(); ++depth) {
+    if (depth >= kMaxTypeDepth)
+      Fail(ErrorCode::kInvalidModel, path, "struct type references form a cycle");
+    auto it = struct_types_.find(current->type_ref());
+    if (it == struct_types_.end())
+      Fail(ErrorCode::kInvalidModel, path,
+           "struct type_ref '" + current->type_ref() + "' names no ModelProto.struct_types entry");
+    current = it->second;
+  }
+  return *current;
+}
+
+void ValueValidator::CheckPersistentDeclaration(const std::string& key,
+                                                const TypeProto& declared) const {
+  CheckDeclaration(key, declared, 0);
+}
+
+void ValueValidator::CheckDeclaration(const std::string& path, const TypeProto& declared,
+                                      int depth) const {
+  if (depth > kMaxTypeDepth) Fail(ErrorCode::kInvalidModel, path, "type nests too deeply");
+  switch (declared.value_case()) {
+    case TypeProto::kTensorType:
+      if (declared.tensor_type().elem_type() == static_cast<int32_t>(DataType::kString))
+        Fail(ErrorCode::kInvalidModel, path, "string tensors cannot be persistent");
+      return;
+    case TypeProto::kSequenceType:
+      if (!declared.sequence_type().has_elem_type())
+        Fail(ErrorCode::kInvalidModel, path, "sequence declaration has no elem_type");
+      CheckDeclaration(path + "[]", declared.sequence_type().elem_type(), depth + 1);
+      return;
+    case TypeProto::kStructType: {
+      const StructTypeProto& s = ResolveStruct(path, declared.struct_type());
+      std::set<std::string> names;
+      for (const auto& f : s.field()) {
+        if (!names.insert(f.name()).second)
+          Fail(ErrorCode::kInvalidModel, path, "struct declares field '" + f.name() + "' twice");
+        CheckDeclaration(path + "." + f.name(), f.type(), depth + 1);
+      }
+      return;
+    }
+    case TypeProto::kMapType:
+    case TypeProto::kOptionalType:
+    case TypeProto::kSparseTensorType:
+    case TypeProto::kOpaqueType:
+      Fail(ErrorCode::kNotImplemented, path,
+           DeclaredKind(declared) + " state is not supported (only tensors, named structs, "
+                                    "typed sequences and encoded values can be persistent)");
+    case TypeProto::VALUE_NOT_SET:
+      break;
+  }
+  Fail(ErrorCode::kInvalidModel, path, "declaration has no type");
+}
+
+void ValueValidator::ValidatePersistent(const std::string& key, const RuntimeValue& value,
+                                        const TypeProto& declared) const {
+  SymbolBindings symbols;
+  CheckValue(key, value, declared, symbols, false);
+}
+
+void ValueValidator::CheckValue(const std::string& path, const RuntimeValue& value,
+                                const TypeProto& declared, SymbolBindings& symbols,
+                                bool paged_field) const {
+  if (value.empty()) Fail(ErrorCode::kInvalidArgument, path, "has no value");
+  switch (declared.value_case()) {
+    case TypeProto::kTensorType:
+      if (value.is_tensor()) return CheckTensor(path, value.tensor(), declared, symbols, paged_field);
+      if (value.is_encoded()) return CheckEncoded(path, value, declared, symbols);
+      break;
+    case TypeProto::kStructType:
+      if (value.is_struct()) return CheckStruct(path, value, declared, symbols);
+      if (value.is_encoded()) return CheckEncoded(path, value, declared, symbols);
+      break;
+    case TypeProto::kSequenceType:
+      if (value.is_sequence()) return CheckSequence(path, value, declared, symbols);
+      break;
+    case TypeProto::kMapType:
+    case TypeProto::kOptionalType:
+    case TypeProto::kSparseTensorType:
+    case TypeProto::kOpaqueType:
+      Fail(ErrorCode::kNotImplemented, path, DeclaredKind(declared) + " state is not supported");
+    case TypeProto::VALUE_NOT_SET:
+      Fail(ErrorCode::kInvalidModel, path, "declaration has no type");
+  }
+  Fail(ErrorCode::kInvalidArgument, path,
+       "declared as a " + DeclaredKind(declared) + " but got a " +
+           RuntimeValue::KindName(value.kind()) + " value");
+}
+
+void ValueValidator::CheckTensor(const std::string& path, const Tensor& tensor,
+                                 const TypeProto& declared, SymbolBindings& symbols,
+                                 bool paged_field) const {
+  if (!tensor.defined()) Fail(ErrorCode::kInvalidArgument, path, "tensor is undefined");
+  if (tensor.dtype() == DataType::kString)
+    Fail(ErrorCode::kInvalidArgument, path, "string tensors cannot be persistent");
+  if (!tensor.has_owner())
+    Fail(ErrorCode::kInvalidArgument, path,
+         "tensor storage has no owner and cannot be retained (it would have to be copied)");
+  const auto& t = declared.tensor_type();
+  const auto want = static_cast<DataType>(t.elem_type());
+  // Paged pages declared FLOAT may be stored as FLOAT16/BFLOAT16 (physical alternatives).
+  const bool half_page = paged_field && want == DataType::kFloat &&
+                         (tensor.dtype() == DataType::kFloat16 ||
+                          tensor.dtype() == DataType::kBFloat16);
+  if (t.elem_type() != 0 && want != tensor.dtype() && !half_page)
+    Fail(ErrorCode::kInvalidArgument, path,
+         "element type " + DataTypeName(tensor.dtype()) + " does not match the declared " +
+             DataTypeName(want));
+  CheckShape(path, tensor.shape(), t, symbols);
+}
+
+void ValueValidator::CheckEncodedPayload(const std::string& path,
+                                         const RuntimeValue& value) const {
+  const EncodedValueProto& e = value.encoded();
+  if (e.external_data_size() > 0 || e.data_location() == TensorProto::EXTERNAL)
+    Fail(ErrorCode::kInvalidArgument, path,
+         "encoded payload is stored externally; load external data first");
+  switch (e.layout_case()) {
+    case EncodedValueProto::kAffine: {
+      const AffineLayoutProto* params = &e.affine();
+      if (!e.parameter_ref().empty()) {
+        const auto& catalogue = value.catalogue();
+        if (catalogue == nullptr)
+          Fail(ErrorCode::kInvalidArgument, path,
+               "parameter_ref '" + e.parameter_ref() +
+                   "' cannot be resolved: the value carries no parameter catalogue");
+        auto it = catalogue->entries.find(e.parameter_ref());
+        if (it == catalogue->entries.end() || it->second == nullptr)
+          Fail(ErrorCode::kInvalidArgument, path,
+               "parameter_ref '" + e.parameter_ref() + "' names no shared parameter");
+        params = it->second.get();
+      }
+      const Shape dims = LogicalDims(path, e);
+      const auto logical = static_cast<DataType>(e.logical_type().tensor_type().elem_type());
+      if (logical == DataType::kString)
+        Fail(ErrorCode::kInvalidArgument, path, "string tensors cannot be persistent");
+      // The inline layout's code type wins over the shared entry's when it names one.
+      AffineLayoutProto codes;
+      const AffineLayoutProto& code_source =
+          (e.affine().has_storage_type() || e.affine().has_signed_storage()) ? e.affine()
+                                                                             : *params;
+      if (code_source.has_storage_type()) codes.set_storage_type(code_source.storage_type());
+      if (code_source.has_signed_storage()) codes.set_signed_storage(code_source.signed_storage());
+      const int64_t numel = ShapeNumel(dims);
+      const DataType storage = ResolveAffineStorageType(path, codes, numel, e.raw_data().size());
+      if (!params->has_scale())
+        Fail(ErrorCode::kInvalidArgument, path, "affine layout has no scale");
+      const TensorProto& scale = params->scale();
+      const auto scale_type = static_cast<DataType>(scale.data_type());
+      if (scale_type != DataType::kFloat && scale_type != DataType::kFloat16 &&
+          scale_type != DataType::kBFloat16)
+        Fail(ErrorCode::kInvalidArgument, path,
+             "affine scale must be FLOAT, FLOAT16 or BFLOAT16, got " + DataTypeName(scale_type));
+      Shape scale_dims(scale.dims().begin(), scale.dims().end());
+      Shape expected;
+      const int64_t rank = static_cast<int64_t>(dims.size());
+      const bool per_axis = params->has_axis() || params->block_size() > 0;
+      int64_t axis = params->axis();
+      if (per_axis) {
+        if (!params->has_axis())
+          Fail(ErrorCode::kInvalidArgument, path, "blocked affine layout has no axis");
+        if (axis < -rank || axis >= rank)
+          Fail(ErrorCode::kInvalidArgument, path,
+               "affine axis " + std::to_string(axis) + " is out of range for rank " +
+                   std::to_string(rank));
+        if (axis < 0) axis += rank;
+      }
+      if (params->block_size() > 0) {
+        expected = dims;
+        const auto block = static_cast<int64_t>(params->block_size());
+        expected[static_cast<size_t>(axis)] = (dims[static_cast<size_t>(axis)] + block - 1) / block;
+      } else if (per_axis) {
+        expected = {dims[static_cast<size_t>(axis)]};
+      }
+      const bool scalar_scale = ProtoNumel(scale) == 1 &&
+                                std::all_of(scale_dims.begin(), scale_dims.end(),
+                                            [](int64_t d) { return d == 1; });
+      if (per_axis ? scale_dims != expected : !scalar_scale)
+        Fail(ErrorCode::kInvalidArgument, path,
+             "affine scale shape " + ShapeToString(scale_dims) + " does not fit " +
+                 (per_axis ? "the expected " + ShapeToString(expected) + " for axis " +
+                                 std::to_string(axis) +
+                                 (params->block_size() > 0
+                                      ? " and block_size " + std::to_string(params->block_size())
+                                      : std::string())
+                           : std::string("a per-tensor (scalar) layout")) +
+                 " of logical shape " + ShapeToString(dims));
+      if (!ParameterExtentMatches(scale, ProtoNumel(scale)))
+        Fail(ErrorCode::kInvalidArgument, path, "affine scale payload does not match its dims");
+      if (params->has_zero_point()) {
+        const TensorProto& zp = params->zero_point();
+        if (Shape(zp.dims().begin(), zp.dims().end()) != scale_dims)
+          Fail(ErrorCode::kInvalidArgument, path,
+               "affine zero_point shape " +
+                   ShapeToString(Shape(zp.dims().begin(), zp.dims().end())) +
+                   " differs from the scale shape " + ShapeToString(scale_dims));
+        if (static_cast<DataType>(zp.data_type()) != storage)
+          Fail(ErrorCode::kInvalidArgument, path,
+               "affine zero_point type " + DataTypeName(static_cast<DataType>(zp.data_type())) +
+                   " differs from the storage type " + DataTypeName(storage));
+        if (!ParameterExtentMatches(zp, ProtoNumel(zp)))
+          Fail(ErrorCode::kInvalidArgument, path,
+               "affine zero_point payload does not match its dims");
+      }
+      return;
+    }
+    case EncodedValueProto::kStructType: {
+      const StructTypeProto& s = ResolveStruct(path, e.struct_type());
+      if (s.field_size() == 0)
+        Fail(ErrorCode::kInvalidArgument, path, "structured encoding declares no fields");
+      size_t bytes = 0;
+      for (const auto& f : s.field()) {
+        const std::string field_path = path + "." + f.name();
+        if (!f.type().has_tensor_type())
+          Fail(ErrorCode::kInvalidArgument, field_path,
+               "fixed-layout structured encodings hold only tensor fields");
+        const auto& t = f.type().tensor_type();
+        const auto dtype = static_cast<DataType>(t.elem_type());
+        if (dtype == DataType::kString)
+          Fail(ErrorCode::kInvalidArgument, field_path, "string tensors cannot be persistent");
+        if (!t.has_shape())
+          Fail(ErrorCode::kInvalidArgument, field_path, "structured encoding field has no rank");
+        int64_t n = 1;
+        for (const auto& d : t.shape().dim()) {
+          if (!d.has_dim_value())
+            Fail(ErrorCode::kInvalidArgument, field_path,
+                 "structured encoding field shape " + DimsString(t.shape()) +
+                     " is not concrete");
+          n *= d.dim_value();
+        }
+        bytes += StorageBytes(dtype, n);
+      }
+      if (bytes != e.raw_data().size())
+        Fail(ErrorCode::kInvalidArgument, path,
+             "structured encoding payload has " + std::to_string(e.raw_data().size()) +
+                 " bytes but its fields need " + std::to_string(bytes));
+      return;
+    }
+    case EncodedValueProto::LAYOUT_NOT_SET:
+      break;
+  }
+  Fail(ErrorCode::kInvalidArgument, path, "encoded value has no layout");
+}
+
+void ValueValidator::CheckEncoded(const std::string& path, const RuntimeValue& value,
+                                  const TypeProto& declared, SymbolBindings& symbols) const {
+  CheckEncodedPayload(path, value);
+  const EncodedValueProto& e = value.encoded();
+  if (declared.has_tensor_type()) {
+    if (!e.has_affine())
+      Fail(ErrorCode::kInvalidArgument, path,
+           "declared as a tensor but the encoded value has a structured layout");
+    const auto& t = declared.tensor_type();
+    const auto logical = static_cast<DataType>(e.logical_type().tensor_type().elem_type());
+    if (t.elem_type() != 0 && static_cast<DataType>(t.elem_type()) != logical)
+      Fail(ErrorCode::kInvalidArgument, path,
+           "encoded logical element type " + DataTypeName(logical) +
+               " does not match the declared " +
+               DataTypeName(static_cast<DataType>(t.elem_type())));
+    CheckShape(path, LogicalDims(path, e), t, symbols);
+    return;
+  }
+  // Declared struct: the encoded storage type must declare the same fields.
+  if (!e.has_struct_type())
+    Fail(ErrorCode::kInvalidArgument, path,
+         "declared as a struct but the encoded value has an affine tensor layout");
+  const StructTypeProto& want = ResolveStruct(path, declared.struct_type());
+  const StructTypeProto& have = ResolveStruct(path, e.struct_type());
+  if (&want != &have && !FieldsEqual(want, have))
+    Fail(ErrorCode::kInvalidArgument, path,
+         "encoded storage type '" + have.name() + "' is not compatible with the declared struct '" +
+             want.name() + "'");
+}
+
+void ValueValidator::CheckStruct(const std::string& path, const RuntimeValue& value,
+                                 const TypeProto& declared, SymbolBindings& symbols) const {
+  const StructTypeProto& s = ResolveStruct(path, declared.struct_type());
+  const bool paged = IsPagedCacheStructure(value);
+  if (s.field_size() == 0) {
+    // Layout-less declarations are reserved for structurally recognized paged caches.
+    if (!paged)
+      Fail(ErrorCode::kInvalidArgument, path,
+           "a layout-less struct declaration only accepts a paged cache ({\"blocks\": [...]} "
+           "with start, length, key and value fields)");
+  } else {
+    for (const auto& [name, field] : value.fields()) {
+      bool declared_field = false;
+      for (const auto& f : s.field()) declared_field |= f.name() == name;
+      if (!declared_field)
+        Fail(ErrorCode::kInvalidArgument, path,
+             "has field '" + name + "' that struct '" + s.name() + "' does not declare");
+    }
+    for (const auto& f : s.field()) {
+      const RuntimeValue* field = value.FindField(f.name());
+      if (field == nullptr)
+        Fail(ErrorCode::kInvalidArgument, path,
+             "is missing field '" + f.name() + "' of struct '" + s.name() +
+                 "' (structured values are complete, not partial)");
+      CheckValue(path + "." + f.name(), *field, f.type(), symbols, false);
+    }
+  }
+  if (paged) CheckPagedCache(path, value);
+}
+
+void ValueValidator::CheckPagedCache(const std::string& path, const RuntimeValue& value) const {
+  const RuntimeSequence& blocks = value.fields().front().second.elements();
+  int64_t next_start = 0;
+  Shape key_dims, value_dims;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const std::string p = path + ".blocks[" + std::to_string(i) + "]";
+    const RuntimeValue& block = blocks[i];
+    const int64_t start = ScalarInt64(p + ".start", Field(p, block, "start"));
+    const int64_t length = ScalarInt64(p + ".length", Field(p, block, "length"));
+    if (start != next_start)
+      Fail(ErrorCode::kInvalidArgument, p,
+           "start " + std::to_string(start) + " is not contiguous (expected " +
+               std::to_string(next_start) + ")");
+    if (length <= 0)
+      Fail(ErrorCode::kInvalidArgument, p, "length " + std::to_string(length) + " is not positive");
+    const RuntimeValue& key = Field(p, block, "key");
+    const RuntimeValue& val = Field(p, block, "value");
+    for (const auto* payload : {&key, &val}) {
+      const std::string pp = p + (payload == &key ? ".key" : ".value");
+      if (payload->is_encoded()) CheckEncodedPayload(pp, *payload);
+      if (payload->is_tensor() && !payload->tensor().has_owner())
+        Fail(ErrorCode::kInvalidArgument, pp, "page storage has no owner and cannot be retained");
+    }
+    const Shape k = PageDims(p + ".key", key).dims;
+    const Shape v = PageDims(p + ".value", val).dims;
+    if (k[2] != v[2])
+      Fail(ErrorCode::kInvalidArgument, p,
+           "key capacity " + std::to_string(k[2]) + " differs from value capacity " +
+               std::to_string(v[2]));
+    if (length > k[2])
+      Fail(ErrorCode::kInvalidArgument, p,
+           "length " + std::to_string(length) + " exceeds the page capacity " +
+               std::to_string(k[2]));
+    if (k[0] != v[0] || k[1] != v[1])
+      Fail(ErrorCode::kInvalidArgument, p, "key and value batch/head dimensions differ");
+    if (i == 0) {
+      key_dims = k;
+      value_dims = v;
+    } else if (k[0] != key_dims[0] || k[1] != key_dims[1] || k[3] != key_dims[3] ||
+               v[3] != value_dims[3]) {
+      Fail(ErrorCode::kInvalidArgument, p,
+           "key/value widths or heads are inconsistent with earlier blocks");
+    }
+    next_start += length;
+  }
+}
+
+void ValueValidator::CheckSequence(const std::string& path, const RuntimeValue& value,
+                                   const TypeProto& declared, SymbolBindings& symbols) const {
+  if (!declared.sequence_type().has_elem_type())
+    Fail(ErrorCode::kInvalidModel, path, "sequence declaration has no elem_type");
+  const TypeProto* elem_type = &declared.sequence_type().elem_type();
+  const RuntimeSequence& seq = value.elements();
+  if (seq.empty()) return;
+  const void* id = seq.tree_id();
+  {
+    std::lock_guard<std::mutex> lock(memo_mutex_);
+    auto it = memo_.find(id);
+    if (it != memo_.end()) {
+      for (const MemoEntry& e : it->second) {
+        auto tree = e.tree.lock();
+        if (e.elem_type == elem_type && tree != nullptr && tree.get() == id) {
+          memo_hits_.fetch_add(1, std::memory_order_relaxed);
+          MergeSymbols(path, symbols, e.symbols);
+          return;
+        }
+      }
+    }
+  }
+  SymbolBindings local;
+  for (size_t i = 0; i < seq.size(); ++i) {
+    elements_validated_.fetch_add(1, std::memory_order_relaxed);
+    CheckValue(path + "[" + std::to_string(i) + "]", seq[i], *elem_type, local, false);
+  }
+  MergeSymbols(path, symbols, local);
+  std::lock_guard<std::mutex> lock(memo_mutex_);
+  if (memo_.size() >= kMemoPruneSize) {
+    for (auto it = memo_.begin(); it != memo_.end();) {
+      auto& entries = it->second;
+      std::erase_if(entries, [](const MemoEntry& e) { return e.tree.expired(); });
+      it = entries.empty() ? memo_.erase(it) : std::next(it);
+    }
+  }
+  auto& entries = memo_[id];
+  std::erase_if(entries, [](const MemoEntry& e) { return e.tree.expired(); });
+  entries.push_back(MemoEntry{seq.tree_handle(), elem_type, std::move(local)});
+}
+
+void ValueValidator::CheckEncodedReferences(const std::string& key,
+                                            const RuntimeValue& value) const {
+  switch (value.kind()) {
+    case RuntimeValue::Kind::kEncoded:
+      CheckEncodedPayload(key, value);
+      return;
+    case RuntimeValue::Kind::kStruct:
+      for (const auto& [name, field] : value.fields()) CheckEncodedReferences(key + "." + name, field);
+      return;
+    case RuntimeValue::Kind::kSequence: {
+      const RuntimeSequence& seq = value.elements();
+      for (size_t i = 0; i < seq.size(); ++i)
+        CheckEncodedReferences(key + "[" + std::to_string(i) + "]", seq[i]);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+}  // namespace onnx_light::core::runtime
