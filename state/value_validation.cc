@@ -641,17 +641,26 @@ void ValueValidator::CheckSequence(const std::string& path, const RuntimeValue& 
                                    const TypeProto& declared, SymbolBindings& symbols) const {
   if (!declared.sequence_type().has_elem_type())
     Fail(ErrorCode::kInvalidModel, path, "sequence declaration has no elem_type");
-  const TypeProto* elem_type = &declared.sequence_type().elem_type();
   const RuntimeSequence& seq = value.elements();
   if (seq.empty()) return;
-  const void* id = seq.tree_id();
+  CheckSequenceNode(path, *seq.root(), seq.root(), 0, &declared.sequence_type().elem_type(),
+                    symbols);
+}
+
+void ValueValidator::CheckSequenceNode(const std::string& path,
+                                       const RuntimeSequence::Node& node,
+                                       const std::shared_ptr<const RuntimeSequence::Node>& handle,
+                                       size_t offset, const TypeProto* elem_type,
+                                       SymbolBindings& symbols) const {
+  const void* id = &node;
   {
     std::lock_guard<std::mutex> lock(memo_mutex_);
     auto it = memo_.find(id);
     if (it != memo_.end()) {
       for (const MemoEntry& e : it->second) {
-        auto tree = e.tree.lock();
-        if (e.elem_type == elem_type && tree != nullptr && tree.get() == id) {
+        // The weak handle proves the address still denotes the node that was validated.
+        auto alive = e.tree.lock();
+        if (e.elem_type == elem_type && alive.get() == id) {
           memo_hits_.fetch_add(1, std::memory_order_relaxed);
           MergeSymbols(path, symbols, e.symbols);
           return;
@@ -660,22 +669,30 @@ void ValueValidator::CheckSequence(const std::string& path, const RuntimeValue& 
     }
   }
   SymbolBindings local;
-  for (size_t i = 0; i < seq.size(); ++i) {
-    elements_validated_.fetch_add(1, std::memory_order_relaxed);
-    CheckValue(path + "[" + std::to_string(i) + "]", seq[i], *elem_type, local, false);
+  if (node.leaf) {
+    for (size_t i = 0; i < node.items.size(); ++i) {
+      elements_validated_.fetch_add(1, std::memory_order_relaxed);
+      CheckValue(path + "[" + std::to_string(offset + i) + "]", *node.items[i], *elem_type, local,
+                 false);
+    }
+  } else {
+    for (const auto& child : node.children) {
+      CheckSequenceNode(path, *child, child, offset, elem_type, local);
+      offset += child->size;
+    }
   }
   MergeSymbols(path, symbols, local);
   std::lock_guard<std::mutex> lock(memo_mutex_);
-  if (memo_.size() >= kMemoPruneSize) {
+  if (memo_.size() >= memo_prune_at_) {
     for (auto it = memo_.begin(); it != memo_.end();) {
-      auto& entries = it->second;
-      std::erase_if(entries, [](const MemoEntry& e) { return e.tree.expired(); });
-      it = entries.empty() ? memo_.erase(it) : std::next(it);
+      std::erase_if(it->second, [](const MemoEntry& e) { return e.tree.expired(); });
+      it = it->second.empty() ? memo_.erase(it) : std::next(it);
     }
+    memo_prune_at_ = std::max<size_t>(256, 2 * memo_.size());
   }
   auto& entries = memo_[id];
   std::erase_if(entries, [](const MemoEntry& e) { return e.tree.expired(); });
-  entries.push_back(MemoEntry{seq.tree_handle(), elem_type, std::move(local)});
+  entries.push_back(MemoEntry{handle, elem_type, std::move(local)});
 }
 
 void ValueValidator::CheckEncodedReferences(const std::string& key,

@@ -60,15 +60,15 @@ class ValueValidator {
   const StructTypeProto& ResolveStruct(const std::string& path,
                                        const StructTypeProto& type) const;
 
-  // Test counters: sequence elements actually walked, whole sequences answered by the memo,
-  // and live memo entries.
+  // Test counters: sequence elements actually walked, tree nodes (whole subtrees) answered
+  // by the memo, and live memo entries.
   size_t sequence_elements_validated() const { return elements_validated_.load(); }
   size_t sequence_memo_hits() const { return memo_hits_.load(); }
   size_t memo_size() const;
 
  private:
   struct MemoEntry {
-    std::weak_ptr<const void> tree;  // weak: the memo never keeps pages alive
+    std::weak_ptr<const RuntimeSequence::Node> tree;  // weak: never keeps pages alive
     const TypeProto* elem_type;
     SymbolBindings symbols;          // the concrete sizes the subtree bound
   };
@@ -84,6 +84,11 @@ class ValueValidator {
                    const TypeProto& declared, SymbolBindings& symbols) const;
   void CheckSequence(const std::string& path, const RuntimeValue& value,
                      const TypeProto& declared, SymbolBindings& symbols) const;
+  // Validates one tree node (elements from `offset` on); unchanged nodes come from the memo.
+  void CheckSequenceNode(const std::string& path, const RuntimeSequence::Node& node,
+                         const std::shared_ptr<const RuntimeSequence::Node>& handle,
+                         size_t offset, const TypeProto* elem_type,
+                         SymbolBindings& symbols) const;
   void CheckPagedCache(const std::string& path, const RuntimeValue& value) const;
   void CheckDeclaration(const std::string& path, const TypeProto& declared, int depth) const;
 
@@ -93,6 +98,7 @@ class ValueValidator {
   mutable std::unordered_map<const void*, std::vector<MemoEntry>> memo_;
   mutable std::atomic<size_t> elements_validated_{0};
   mutable std::atomic<size_t> memo_hits_{0};
+  mutable size_t memo_prune_at_ = 256;  // guarded by memo_mutex_
 };
 
 // True when `value` has the runtime structure of a paged cache: one "blocks" sequence whose

@@ -191,6 +191,29 @@ TEST_CASE("Sequences are validated element-wise and unchanged trees are memoized
   v.ValidatePersistent("list", RuntimeValue::Sequence(RuntimeSequence()), type);
 }
 
+TEST_CASE("Appending to a long sequence re-validates only the edited leaf") {
+  ModelProto model;
+  ValueValidator v(model);
+  const TypeProto type = SequenceType(TensorType(kF, {int64_t{2}}));
+  RuntimeSequence seq;
+  for (int i = 0; i < 200; ++i) seq.PushBack(Floats({2}));
+  v.ValidatePersistent("blocks", RuntimeValue::Sequence(seq), type);
+  CHECK(v.sequence_elements_validated() == 200);
+  seq.PushBack(Floats({2}));
+  // Only the last leaf was copied by the append; every other subtree is answered by the memo.
+  const RuntimeSequence::Node* last = seq.root().get();
+  while (!last->leaf) last = last->children.back().get();
+  REQUIRE(seq.height() >= 2);
+  v.ValidatePersistent("blocks", RuntimeValue::Sequence(seq), type);
+  CHECK(v.sequence_elements_validated() == 200 + last->items.size());
+  CHECK(v.sequence_memo_hits() >= 1);
+  CHECK(last->items.size() < 200);
+  // An invalid element in the edited leaf is still found and named by its index.
+  seq.PushBack(Floats({3}));
+  ExpectError([&] { v.ValidatePersistent("blocks", RuntimeValue::Sequence(seq), type); },
+              ErrorCode::kInvalidArgument, {"'blocks[201]'", "[3]"});
+}
+
 TEST_CASE("The sequence memo holds weak references and never keeps payloads alive") {
   ModelProto model;
   ValueValidator v(model);
