@@ -2,13 +2,80 @@
 
 namespace onnx_light::core::runtime {
 
+const char* RuntimeEventActionName(RuntimeEventAction action) {
+  switch (action) {
+    case RuntimeEventAction::kKernel: return "kernel";
+    case RuntimeEventAction::kPersistentStorage: return "persistent_storage";
+    case RuntimeEventAction::kSubgraph: return "subgraph";
+    case RuntimeEventAction::kFunction: return "function";
+  }
+  return "unknown";
+}
+
 RuntimeContext::RuntimeContext(KernelContext kernel_ctx, RuntimeContextOptions options)
-    : kernel_ctx_(std::move(kernel_ctx)), options_(options) {}
+    : config_(std::make_shared<Config>(Config{std::move(kernel_ctx), options,
+                                              &DefaultAllocator(), KernelRegistry()})),
+      log_(std::make_shared<EventLog>()) {}
+
+RuntimeContext::RuntimeContext(std::shared_ptr<Config> config, std::shared_ptr<EventLog> log,
+                               ValueScope* scope, const std::atomic<bool>* cancel)
+    : config_(std::move(config)), log_(std::move(log)), scope_(scope), cancel_(cancel),
+      is_child_(true) {}
 
 void RuntimeContext::RegisterKernelFn(const std::string& domain, const std::string& op_type,
                                       symbolic::Device device, KernelFactory factory,
                                       int64_t since_version) {
-  custom_kernels_.Register(domain, op_type, device, std::move(factory), since_version);
+  config_->custom_kernels.Register(domain, op_type, device, std::move(factory), since_version);
+}
+
+RuntimeContext RuntimeContext::MakeChild(ValueScope* scope,
+                                         const std::atomic<bool>* cancel) const {
+  return RuntimeContext(config_, log_, scope, cancel != nullptr ? cancel : cancel_);
+}
+
+bool RuntimeContext::has_value(const std::string& name) const {
+  if (scope_ != nullptr) {
+    const RuntimeValue* v = scope_->FindValue(name);
+    if (v != nullptr && !v->empty()) return true;
+  }
+  return values_.count(name) != 0;
+}
+
+const RuntimeValue& RuntimeContext::get_value(const std::string& name) const {
+  if (scope_ != nullptr) {
+    const RuntimeValue* v = scope_->FindValue(name);
+    if (v != nullptr && !v->empty()) return *v;
+  }
+  auto it = values_.find(name);
+  OL_CHECK(it != values_.end(), ErrorCode::kInvalidArgument,
+           "RuntimeContext has no value named '" + name + "'");
+  return it->second;
+}
+
+void RuntimeContext::put_value(const std::string& name, RuntimeValue value) {
+  if (scope_ != nullptr) {
+    if (RuntimeValue* v = scope_->FindValue(name)) {
+      *v = std::move(value);
+      return;
+    }
+  }
+  values_[name] = std::move(value);
+}
+
+void RuntimeContext::RecordEvent(RuntimeEvent event) const {
+  if (!config_->options.events_enabled) return;
+  std::lock_guard<std::mutex> lock(log_->mu);
+  log_->events.push_back(std::move(event));
+}
+
+std::vector<RuntimeEvent> RuntimeContext::events() const {
+  std::lock_guard<std::mutex> lock(log_->mu);
+  return log_->events;
+}
+
+void RuntimeContext::ClearEvents() const {
+  std::lock_guard<std::mutex> lock(log_->mu);
+  log_->events.clear();
 }
 
 }  // namespace onnx_light::core::runtime

@@ -1,10 +1,19 @@
 // RuntimeContext: what a caller configures once and reuses for many calls — the opsets
 // (KernelContext), custom kernels, the allocator and the event log. Each run executes in a
-// fresh child context so feeds and intermediates never leak into the caller's context.
-// (Minimal version; the executor extends it.)
+// fresh child context (MakeChild) so feeds and intermediates never leak into the caller's
+// context: the child shares the configuration, the allocator and the event log, and is bound
+// to the run's frame of value slots.
+//
+// Threading: configuration (RegisterKernelFn, set_allocator) must not change while a call
+// runs. RecordEvent is thread safe; events()/ClearEvents() must not race with recording.
 #pragma once
 
+#include <atomic>
+#include <cstddef>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "executor/kernel.h"
 #include "executor/kernel_registry.h"
@@ -15,27 +24,105 @@ struct RuntimeContextOptions {
   bool events_enabled = false;
 };
 
+enum class RuntimeEventAction {
+  kKernel,             // one kernel finished (allocator live/peak bytes after it)
+  kPersistentStorage,  // a storage report (allocations, prefix/append copies, reuse)
+  kSubgraph,           // a control-flow body finished one iteration/branch
+  kFunction,           // a model-local function call finished
+};
+const char* RuntimeEventActionName(RuntimeEventAction action);
+
+struct RuntimeEvent {
+  RuntimeEventAction action = RuntimeEventAction::kKernel;
+  std::string node_name{};
+  std::string op_type{};
+  size_t allocated_bytes = 0;  // allocator live bytes when recorded (0 if unknown)
+  size_t peak_bytes = 0;       // allocator peak bytes when recorded (0 if unknown)
+  size_t storage_allocations = 0;
+  size_t storage_allocated_bytes = 0;
+  size_t storage_prefix_copied_bytes = 0;
+  size_t storage_append_copied_bytes = 0;
+  size_t storage_reuse_count = 0;
+};
+
+// Name lookup in the frame a child context is bound to (implemented by the executor).
+class ValueScope {
+ public:
+  virtual ~ValueScope() = default;
+  // The slot holding `name` in the current frame, or null when the plan has no such value.
+  virtual RuntimeValue* FindValue(const std::string& name) = 0;
+};
+
 class RuntimeContext {
  public:
   explicit RuntimeContext(KernelContext kernel_ctx = KernelContext(18),
                           RuntimeContextOptions options = {});
   virtual ~RuntimeContext() = default;
+  RuntimeContext(const RuntimeContext&) = delete;
+  RuntimeContext& operator=(const RuntimeContext&) = delete;
+  RuntimeContext(RuntimeContext&&) noexcept = default;
+  RuntimeContext& operator=(RuntimeContext&&) noexcept = default;
 
-  const KernelContext& kernel_ctx() const { return kernel_ctx_; }
-  const RuntimeContextOptions& options() const { return options_; }
-  Allocator& allocator() const { return *allocator_; }
+  const KernelContext& kernel_ctx() const { return config_->kernel_ctx; }
+  const RuntimeContextOptions& options() const { return config_->options; }
+  Allocator& allocator() const { return *config_->allocator; }
+  // The allocator kernels use for outputs; it must outlive every session run with it.
+  void set_allocator(Allocator& allocator) { config_->allocator = &allocator; }
 
-  // Custom kernels, looked up before the built-ins.
+  // Custom kernels, looked up before the built-ins. Shared with child contexts.
   void RegisterKernelFn(const std::string& domain, const std::string& op_type,
                         symbolic::Device device, KernelFactory factory,
                         int64_t since_version = 1);
-  const KernelRegistry& custom_kernels() const { return custom_kernels_; }
+  const KernelRegistry& custom_kernels() const { return config_->custom_kernels; }
+  // Identity of the shared configuration: equal for a context and all its children.
+  const void* config_id() const { return config_.get(); }
+  // Keeps the shared configuration (registry, factories) alive, e.g. for a cached plan.
+  std::shared_ptr<const void> config_keepalive() const { return config_; }
+
+  // A fresh child: same configuration, allocator and event log; empty values(), bound to
+  // `scope` (a run's frame) when given. Cheap: two shared handles, no map copy. The child
+  // carries the run's cancellation flag (`cancel`, else this context's) to sub-plans.
+  RuntimeContext MakeChild(ValueScope* scope = nullptr,
+                           const std::atomic<bool>* cancel = nullptr) const;
+  bool is_child() const { return is_child_; }
+  const std::atomic<bool>* cancel_requested() const { return cancel_; }
+
+  // Structured values by name. get_value/put_value resolve names to the bound frame's
+  // slots first, then fall back to this context's own values() store.
+  RuntimeValueMap& values() { return values_; }
+  const RuntimeValueMap& values() const { return values_; }
+  const RuntimeValue& get_value(const std::string& name) const;  // throws kInvalidArgument
+  bool has_value(const std::string& name) const;
+  void put_value(const std::string& name, RuntimeValue value);
+  ValueScope* scope() const { return scope_; }
+
+  // Events. With events disabled, RecordEvent returns at once (no lock, no allocation).
+  bool events_enabled() const { return config_->options.events_enabled; }
+  void RecordEvent(RuntimeEvent event) const;
+  // A snapshot of the shared log (read only when no context is recording).
+  std::vector<RuntimeEvent> events() const;
+  void ClearEvents() const;
 
  private:
-  KernelContext kernel_ctx_;
-  RuntimeContextOptions options_;
-  Allocator* allocator_ = &DefaultAllocator();
-  KernelRegistry custom_kernels_;
+  struct Config {
+    KernelContext kernel_ctx;
+    RuntimeContextOptions options;
+    Allocator* allocator = &DefaultAllocator();
+    KernelRegistry custom_kernels;
+  };
+  struct EventLog {
+    std::mutex mu;
+    std::vector<RuntimeEvent> events;
+  };
+  RuntimeContext(std::shared_ptr<Config> config, std::shared_ptr<EventLog> log,
+                 ValueScope* scope, const std::atomic<bool>* cancel);
+
+  std::shared_ptr<Config> config_;
+  std::shared_ptr<EventLog> log_;
+  ValueScope* scope_ = nullptr;
+  const std::atomic<bool>* cancel_ = nullptr;
+  bool is_child_ = false;
+  RuntimeValueMap values_;
 };
 
 template <class K>

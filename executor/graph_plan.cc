@@ -1,0 +1,519 @@
+#include "executor/graph_plan.h"
+
+#include <algorithm>
+#include <queue>
+#include <unordered_set>
+
+#include "core/tensor_proto.h"
+#include "executor/attributes.h"
+#include "executor/function_kernel.h"
+#include "onnx_light.pb.h"
+
+namespace onnx_light::core::runtime {
+
+namespace {
+
+thread_local const PlanBuildScope* current_scope = nullptr;
+
+// Makes `scope` current while a plan's kernels are created (nested builds restore the
+// enclosing one).
+class ScopeGuard {
+ public:
+  explicit ScopeGuard(const PlanBuildScope* scope) : previous_(current_scope) {
+    current_scope = scope;
+  }
+  ~ScopeGuard() { current_scope = previous_; }
+
+ private:
+  const PlanBuildScope* previous_;
+};
+
+std::string NormalDomain(const std::string& domain) {
+  return domain == "ai.onnx" ? std::string() : domain;
+}
+
+std::string DomainLabel(const std::string& domain) {
+  return domain.empty() ? std::string("ai.onnx") : domain;
+}
+
+void CollectFree(const GraphProto& graph, std::vector<std::string>& out,
+                 std::unordered_set<std::string>& seen) {
+  std::unordered_set<std::string> defined;
+  for (const auto& v : graph.input()) defined.insert(v.name());
+  for (const auto& t : graph.initializer()) defined.insert(t.name());
+  for (const auto& e : graph.encoded_initializer()) defined.insert(e.name());
+  for (const auto& s : graph.sparse_initializer()) defined.insert(s.values().name());
+  for (const auto& n : graph.node())
+    for (const auto& o : n.output())
+      if (!o.empty()) defined.insert(o);
+  auto use = [&](const std::string& name) {
+    if (name.empty() || defined.count(name) || seen.count(name)) return;
+    seen.insert(name);
+    out.push_back(name);
+  };
+  for (const auto& n : graph.node()) {
+    for (const auto& i : n.input()) use(i);
+    for (const auto& name : ImplicitInputs(n)) use(name);
+  }
+  for (const auto& o : graph.output()) use(o.name());
+}
+
+}  // namespace
+
+const PlanBuildScope* CurrentPlanBuildScope() { return current_scope; }
+
+std::vector<std::string> FreeNames(const GraphProto& graph) {
+  std::vector<std::string> out;
+  std::unordered_set<std::string> seen;
+  CollectFree(graph, out, seen);
+  return out;
+}
+
+std::vector<std::string> ImplicitInputs(const NodeProto& node) {
+  std::vector<std::string> out;
+  std::unordered_set<std::string> seen;
+  for (const auto& a : node.attribute()) {
+    std::vector<const GraphProto*> graphs;
+    if (a.has_g()) graphs.push_back(&a.g());
+    for (const auto& g : a.graphs()) graphs.push_back(&g);
+    for (const GraphProto* g : graphs)
+      for (auto& name : FreeNames(*g))
+        if (seen.insert(name).second) out.push_back(std::move(name));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Build
+
+std::unique_ptr<GraphPlan> GraphPlan::BuildModel(std::shared_ptr<const ModelProto> model,
+                                                 RuntimeContext& context) {
+  OL_CHECK(model != nullptr, ErrorCode::kInvalidArgument, "null model");
+  PlanBuildScope scope;
+  scope.model = model.get();
+  scope.opsets = context.kernel_ctx().opsets();
+  for (const auto& o : model->opset_import())
+    scope.opsets[NormalDomain(o.domain())] = o.version();
+  scope.owner = std::move(model);
+  const auto* m = static_cast<const ModelProto*>(scope.model);
+  return Build(m->graph(), context, scope);
+}
+
+std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeContext& context,
+                                            const PlanBuildScope& scope,
+                                            const std::vector<std::string>& captures) {
+  OL_CHECK(scope.depth < 64, ErrorCode::kInvalidModel,
+           "graph '" + graph.name() + "': subgraphs or functions nest deeper than 64 levels");
+  std::unique_ptr<GraphPlan> plan(new GraphPlan());
+  GraphPlan& p = *plan;
+  p.graph_ = &graph;
+  p.scope_ = scope;
+  const std::string where = graph.name().empty() ? std::string("graph")
+                                                 : "graph '" + graph.name() + "'";
+
+  auto new_slot = [&](const std::string& name, const char* what) {
+    auto [it, inserted] = p.slot_of_.emplace(name, static_cast<int>(p.slot_names_.size()));
+    OL_CHECK(inserted, ErrorCode::kInvalidModel,
+             where + ": " + what + " '" + name + "' is defined more than once");
+    p.slot_names_.push_back(name);
+    p.constants_.push_back(nullptr);
+    return it->second;
+  };
+
+  // Graph inputs, captures, initializers.
+  for (const auto& v : graph.input()) {
+    Input in;
+    in.name = v.name();
+    in.slot = new_slot(v.name(), "input");
+    in.type = v.has_type() ? &v.type() : nullptr;
+    p.inputs_.push_back(std::move(in));
+  }
+  for (const auto& name : captures) p.capture_slots_.push_back(new_slot(name, "captured value"));
+  OL_CHECK(graph.sparse_initializer_size() == 0, ErrorCode::kNotImplemented,
+           where + ": sparse initializers are not supported");
+  auto add_initializer = [&](const std::string& name, RuntimeValue value) {
+    auto it = p.slot_of_.find(name);
+    if (it != p.slot_of_.end()) {
+      int idx = p.FindInput(name);
+      OL_CHECK(idx >= 0, ErrorCode::kInvalidModel,
+               where + ": initializer '" + name + "' is defined more than once");
+      p.inputs_[static_cast<size_t>(idx)].has_default = true;
+      p.inputs_[static_cast<size_t>(idx)].default_value = std::move(value);
+      return;
+    }
+    int slot = new_slot(name, "initializer");
+    p.constant_storage_.push_back(std::make_unique<RuntimeValue>(std::move(value)));
+    p.constants_[static_cast<size_t>(slot)] = p.constant_storage_.back().get();
+  };
+  for (const auto& t : graph.initializer())
+    add_initializer(t.name(), RuntimeValue(TensorFromProto(t, scope.owner)));
+  for (const auto& e : graph.encoded_initializer())
+    add_initializer(e.name(), RuntimeValue::Encoded(std::shared_ptr<const EncodedValueProto>(
+                                  scope.owner, &e)));
+  const size_t defined_before_nodes = p.slot_names_.size();
+
+  // Node outputs.
+  const int n = graph.node_size();
+  std::vector<int> producer;  // slot -> node index in graph order (-1 for non-node values)
+  producer.assign(defined_before_nodes, -1);
+  for (int i = 0; i < n; ++i) {
+    const NodeProto& node = graph.node(i);
+    for (const auto& o : node.output()) {
+      if (o.empty()) continue;
+      new_slot(o, ("output of " + NodeLabel(node) + ", value").c_str());
+      producer.push_back(i);
+    }
+  }
+
+  // Input slots per node (explicit then implicit), checking every name resolves.
+  std::vector<std::vector<int>> in_slots(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const NodeProto& node = graph.node(i);
+    auto resolve = [&](const std::string& name) {
+      if (name.empty()) return -1;
+      auto it = p.slot_of_.find(name);
+      OL_CHECK(it != p.slot_of_.end(), ErrorCode::kInvalidModel,
+               where + ": " + NodeLabel(node) + " reads '" + name +
+                   "', which no node, graph input or initializer defines");
+      return it->second;
+    };
+    for (const auto& in : node.input()) in_slots[static_cast<size_t>(i)].push_back(resolve(in));
+    for (const auto& in : ImplicitInputs(node))
+      in_slots[static_cast<size_t>(i)].push_back(resolve(in));
+  }
+  for (const auto& o : graph.output()) {
+    auto it = p.slot_of_.find(o.name());
+    OL_CHECK(it != p.slot_of_.end(), ErrorCode::kInvalidModel,
+             where + ": output '" + o.name() + "' is not defined by any node, input or initializer");
+    p.outputs_.push_back({o.name(), it->second, false});
+  }
+  for (size_t a = 0; a < p.outputs_.size(); ++a)
+    for (size_t b = 0; b < p.outputs_.size(); ++b)
+      if (a != b && p.outputs_[a].slot == p.outputs_[b].slot) p.outputs_[a].shared = true;
+
+  // Topological order: keep the given order when valid, else Kahn's algorithm (stable).
+  std::vector<int> order;
+  {
+    std::vector<std::vector<int>> succ(static_cast<size_t>(n));
+    std::vector<int> indeg(static_cast<size_t>(n), 0);
+    bool given_valid = true;
+    for (int i = 0; i < n; ++i) {
+      std::unordered_set<int> preds;
+      for (int s : in_slots[static_cast<size_t>(i)]) {
+        if (s < 0) continue;
+        int prod = producer[static_cast<size_t>(s)];
+        if (prod < 0) continue;
+        OL_CHECK(prod != i, ErrorCode::kInvalidModel,
+                 where + ": " + NodeLabel(graph.node(i)) + " reads its own output '" +
+                     p.slot_names_[static_cast<size_t>(s)] + "' (a cycle)");
+        if (prod > i) given_valid = false;
+        if (preds.insert(prod).second) {
+          succ[static_cast<size_t>(prod)].push_back(i);
+          ++indeg[static_cast<size_t>(i)];
+        }
+      }
+    }
+    if (given_valid) {
+      for (int i = 0; i < n; ++i) order.push_back(i);
+    } else {
+      std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+      for (int i = 0; i < n; ++i)
+        if (indeg[static_cast<size_t>(i)] == 0) ready.push(i);
+      while (!ready.empty()) {
+        int i = ready.top();
+        ready.pop();
+        order.push_back(i);
+        for (int j : succ[static_cast<size_t>(i)])
+          if (--indeg[static_cast<size_t>(j)] == 0) ready.push(j);
+      }
+      if (static_cast<int>(order.size()) != n) {
+        for (int i = 0; i < n; ++i)
+          if (indeg[static_cast<size_t>(i)] > 0)
+            Throw(ErrorCode::kInvalidModel,
+                  where + ": the nodes form a cycle through " + NodeLabel(graph.node(i)));
+      }
+    }
+  }
+  std::vector<int> position(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) position[static_cast<size_t>(order[static_cast<size_t>(k)])] = k;
+
+  // Readers per slot (graph outputs are always kept).
+  std::vector<int> readers(p.slot_names_.size(), 0);
+  std::vector<bool> kept(p.slot_names_.size(), false);
+  for (const auto& o : p.outputs_) kept[static_cast<size_t>(o.slot)] = true;
+  std::vector<int> last_reader(p.slot_names_.size(), -1);
+  for (int k = 0; k < n; ++k) {
+    int i = order[static_cast<size_t>(k)];
+    std::unordered_set<int> seen;
+    for (int s : in_slots[static_cast<size_t>(i)]) {
+      if (s < 0 || !seen.insert(s).second) continue;
+      ++readers[static_cast<size_t>(s)];
+      last_reader[static_cast<size_t>(s)] = k;
+    }
+  }
+
+  // Nodes: kernels, slots, release lists, edges and levels.
+  ScopeGuard guard(&p.scope_);
+  p.nodes_.resize(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) {
+    const int i = order[static_cast<size_t>(k)];
+    const NodeProto& proto = graph.node(i);
+    Node& node = p.nodes_[static_cast<size_t>(k)];
+    node.proto = &proto;
+    node.inputs = in_slots[static_cast<size_t>(i)];
+    for (const auto& o : proto.output()) {
+      int s = o.empty() ? -1 : p.slot_of_.at(o);
+      if (s >= 0 && readers[static_cast<size_t>(s)] == 0 && !kept[static_cast<size_t>(s)]) s = -1;
+      node.outputs.push_back(s);
+    }
+    std::unordered_set<int> seen;
+    for (int s : node.inputs) {
+      if (s < 0 || !seen.insert(s).second) continue;
+      if (!kept[static_cast<size_t>(s)] && !p.is_constant(s)) node.reads.push_back(s);
+      if (last_reader[static_cast<size_t>(s)] == k && !kept[static_cast<size_t>(s)] &&
+          !p.is_constant(s))
+        node.release.push_back(s);
+      int prod = producer[static_cast<size_t>(s)];
+      if (prod >= 0) {
+        int pk = position[static_cast<size_t>(prod)];
+        auto& succ = p.nodes_[static_cast<size_t>(pk)].successors;
+        if (std::find(succ.begin(), succ.end(), k) == succ.end()) {
+          succ.push_back(k);
+          ++node.predecessor_count;
+          node.level = std::max(node.level, p.nodes_[static_cast<size_t>(pk)].level + 1);
+        }
+      }
+    }
+    node.input_offset = p.total_inputs_;
+    node.output_offset = p.total_outputs_;
+    p.total_inputs_ += node.inputs.size();
+    p.total_outputs_ += node.outputs.size();
+
+    // Kernel: the context's custom kernels, then model-local functions, then built-ins.
+    const std::string domain = NormalDomain(proto.domain());
+    auto op = p.scope_.opsets.find(domain);
+    const int64_t opset = op == p.scope_.opsets.end() ? 0 : op->second;
+    const KernelFactory* factory = context.custom_kernels().Find(domain, proto.op_type(), opset);
+    const FunctionProto* function =
+        factory ? nullptr : FindModelFunction(p.scope_.model, domain, proto.op_type());
+    if (function != nullptr) {
+      node.kernel = MakeFunctionKernel(proto, *function, context, p.scope_);
+    } else {
+      if (factory == nullptr) factory = BuiltinKernels().Find(domain, proto.op_type(), opset);
+      OL_CHECK(factory != nullptr, ErrorCode::kNotImplemented,
+               "no kernel for " + DomainLabel(domain) + "::" + proto.op_type() + " (opset " +
+                   std::to_string(opset) + ") needed by node '" + proto.name() + "'");
+      node.kernel = (*factory)(proto, context);
+      OL_CHECK(node.kernel != nullptr, ErrorCode::kInvalidModel,
+               "the kernel factory for " + DomainLabel(domain) + "::" + proto.op_type() +
+                   " returned no kernel for node '" + proto.name() + "'");
+    }
+  }
+  p.readers_.assign(p.slot_names_.size(), 0);
+  for (size_t s = 0; s < p.slot_names_.size(); ++s)
+    if (!kept[s] && !p.is_constant(static_cast<int>(s))) p.readers_[s] = readers[s];
+  std::vector<int> per_level;
+  for (int k = 0; k < n; ++k) {
+    const Node& node = p.nodes_[static_cast<size_t>(k)];
+    if (node.predecessor_count == 0) p.sources_.push_back(k);
+    if (static_cast<size_t>(node.level) >= per_level.size())
+      per_level.resize(static_cast<size_t>(node.level) + 1, 0);
+    p.width_ = std::max(p.width_, ++per_level[static_cast<size_t>(node.level)]);
+  }
+  return plan;
+}
+
+int GraphPlan::FindSlot(const std::string& name) const {
+  auto it = slot_of_.find(name);
+  return it == slot_of_.end() ? -1 : it->second;
+}
+
+int GraphPlan::FindInput(const std::string& name) const {
+  for (size_t i = 0; i < inputs_.size(); ++i)
+    if (inputs_[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+// ---------------------------------------------------------------------------------------
+// Frames
+
+RunFrame::RunFrame(const GraphPlan& plan)
+    : plan_(&plan),
+      slots_(plan.slot_count()),
+      input_ptrs_(plan.total_node_inputs()),
+      output_ptrs_(plan.total_node_outputs()) {}
+
+void RunFrame::ResetReaderCounts() {
+  const size_t n = plan_->slot_count();
+  if (!remaining_) remaining_ = std::make_unique<std::atomic<int>[]>(n);
+  for (size_t s = 0; s < n; ++s)
+    remaining_[s].store(plan_->readers(static_cast<int>(s)), std::memory_order_relaxed);
+}
+
+const RuntimeValue* RunFrame::Get(int slot) const {
+  if (const RuntimeValue* c = plan_->constant(slot)) return c;
+  const RuntimeValue& v = slots_[static_cast<size_t>(slot)];
+  return v.empty() ? nullptr : &v;
+}
+
+RuntimeValue RunFrame::Take(int slot) {
+  if (const RuntimeValue* c = plan_->constant(slot)) return *c;
+  return std::move(slots_[static_cast<size_t>(slot)]);
+}
+
+RuntimeValue RunFrame::TakeOutput(size_t i) {
+  const auto& out = plan_->outputs()[i];
+  if (out.shared) {
+    const RuntimeValue* v = Get(out.slot);
+    return v ? *v : RuntimeValue();
+  }
+  return Take(out.slot);
+}
+
+void RunFrame::Reset() {
+  for (auto& v : slots_) v = RuntimeValue();
+}
+
+void RunFrame::FillDefaults() {
+  for (const auto& in : plan_->inputs()) {
+    RuntimeValue& v = slots_[static_cast<size_t>(in.slot)];
+    if (!v.empty()) continue;
+    OL_CHECK(in.has_default, ErrorCode::kInvalidArgument,
+             "missing required input '" + in.name + "'");
+    v = in.default_value;
+  }
+}
+
+RuntimeValue* RunFrame::FindValue(const std::string& name) {
+  int slot = plan_->FindSlot(name);
+  if (slot < 0 || plan_->is_constant(slot)) return nullptr;
+  return &slots_[static_cast<size_t>(slot)];
+}
+
+// ---------------------------------------------------------------------------------------
+// Type checks
+
+namespace {
+const char* KindOfType(const TypeProto& type) {
+  switch (type.value_case()) {
+    case TypeProto::kTensorType: return "tensor";
+    case TypeProto::kSequenceType: return "sequence";
+    case TypeProto::kMapType: return "map";
+    case TypeProto::kOptionalType: return "optional";
+    case TypeProto::kSparseTensorType: return "sparse tensor";
+    case TypeProto::kOpaqueType: return "opaque";
+    case TypeProto::kStructType: return "struct";
+    default: return "untyped";
+  }
+}
+}  // namespace
+
+void CheckValueType(const RuntimeValue& value, const TypeProto* type, const std::string& what) {
+  if (type == nullptr || type->value_case() == TypeProto::VALUE_NOT_SET) return;
+  auto mismatch = [&](const std::string& detail) {
+    Throw(ErrorCode::kInvalidArgument, what + ": " + detail);
+  };
+  switch (type->value_case()) {
+    case TypeProto::kTensorType: {
+      if (value.is_encoded()) return;  // checked against its logical type by the state layer
+      if (!value.is_tensor())
+        mismatch(std::string("expected a tensor, got a ") + RuntimeValue::KindName(value.kind()));
+      const Tensor& t = value.tensor();
+      const auto& tt = type->tensor_type();
+      if (tt.elem_type() != 0 && static_cast<int32_t>(t.dtype()) != tt.elem_type())
+        mismatch("expected dtype " + DataTypeName(static_cast<DataType>(tt.elem_type())) +
+                 ", got " + DataTypeName(t.dtype()));
+      if (!tt.has_shape()) return;
+      if (t.rank() != tt.shape().dim_size())
+        mismatch("expected rank " + std::to_string(tt.shape().dim_size()) + ", got shape " +
+                 ShapeToString(t.shape()));
+      for (int d = 0; d < tt.shape().dim_size(); ++d) {
+        const auto& dim = tt.shape().dim(d);
+        if (dim.has_dim_value() && dim.dim_value() != t.shape()[static_cast<size_t>(d)])
+          mismatch("dimension " + std::to_string(d) + " must be " +
+                   std::to_string(dim.dim_value()) + ", got shape " + ShapeToString(t.shape()));
+      }
+      return;
+    }
+    case TypeProto::kSequenceType:
+      if (!value.is_sequence())
+        mismatch(std::string("expected a sequence, got a ") +
+                 RuntimeValue::KindName(value.kind()));
+      return;
+    case TypeProto::kStructType:
+      if (!value.is_struct() && !value.is_encoded())
+        mismatch(std::string("expected a struct, got a ") + RuntimeValue::KindName(value.kind()));
+      return;
+    default:
+      Throw(ErrorCode::kNotImplemented,
+            what + ": values of " + KindOfType(*type) + " type are not supported");
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Running nodes
+
+namespace {
+
+[[noreturn]] void RethrowWithNode(const NodeProto& node) {
+  const std::string label = NodeLabel(node);
+  try {
+    throw;
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    if (msg.rfind(label, 0) == 0) throw;  // already names this node
+    throw Error(e.code(), label + ": " + msg);
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kRuntime, label + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+void RunPlanNode(const GraphPlan& plan, size_t index, RunFrame& frame, RuntimeContext& context,
+                 const RunOptions& options, bool concurrent) {
+  const GraphPlan::Node& node = plan.nodes()[index];
+  if (options.cancel_requested != nullptr &&
+      options.cancel_requested->load(std::memory_order_acquire))
+    Throw(ErrorCode::kCancelled, "run cancelled before " + NodeLabel(*node.proto));
+
+  const RuntimeValue** in = frame.input_scratch().data() + node.input_offset;
+  for (size_t i = 0; i < node.inputs.size(); ++i)
+    in[i] = node.inputs[i] < 0 ? nullptr : frame.Get(node.inputs[i]);
+  RuntimeValue** out = frame.output_scratch().data() + node.output_offset;
+  for (size_t i = 0; i < node.outputs.size(); ++i)
+    out[i] = node.outputs[i] < 0 ? nullptr : &frame.mutable_slot(node.outputs[i]);
+
+  try {
+    KernelCall call(&context, *node.proto, std::span<const RuntimeValue* const>(in, node.inputs.size()),
+                    std::span<RuntimeValue*>(out, node.outputs.size()), context.allocator());
+    node.kernel->Compute(call);
+  } catch (...) {
+    RethrowWithNode(*node.proto);
+  }
+  if (context.events_enabled()) {
+    RuntimeEvent event;
+    event.action = RuntimeEventAction::kKernel;
+    event.node_name = node.proto->name();
+    event.op_type = node.proto->op_type();
+    if (auto* heap = dynamic_cast<HeapAllocator*>(&context.allocator())) {
+      event.allocated_bytes = heap->live_bytes();
+      event.peak_bytes = heap->peak_bytes();
+    }
+    context.RecordEvent(std::move(event));
+  }
+  if (concurrent) {
+    for (int s : node.reads)
+      if (frame.remaining_readers(s).fetch_sub(1, std::memory_order_acq_rel) == 1)
+        frame.mutable_slot(s) = RuntimeValue();
+  } else {
+    for (int s : node.release) frame.mutable_slot(s) = RuntimeValue();
+  }
+}
+
+void ExecuteInline(const GraphPlan& plan, RunFrame& frame, RuntimeContext& context,
+                   const RunOptions& options) {
+  for (size_t i = 0; i < plan.nodes().size(); ++i) RunPlanNode(plan, i, frame, context, options);
+}
+
+}  // namespace onnx_light::core::runtime

@@ -1,0 +1,181 @@
+// GraphPlan: a graph compiled once — topological order, an integer slot per value name,
+// kernel instances, the last consumer of every intermediate and the parallel width. A run
+// only indexes vectors: no string hashing, no graph walk, no schema lookup.
+//
+// RunFrame: one run's values, one per slot (the spec's "fresh child context" is a cleared
+// frame). Constants (initializers that are not graph inputs) live in the plan and are read
+// in place, never copied into frames.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/runtime_value.h"
+#include "executor/kernel.h"
+#include "executor/runtime_context.h"
+
+namespace onnx_light {
+class GraphProto;
+class ModelProto;
+class FunctionProto;
+class TypeProto;
+}  // namespace onnx_light
+
+namespace onnx_light::core::runtime {
+
+struct RunOptions {
+  // Checked between nodes; when it reads true the run stops with Error(kCancelled).
+  const std::atomic<bool>* cancel_requested = nullptr;
+};
+
+// What sub-plan builders (control-flow kernels, function calls) need from the plan being
+// built. Available through CurrentPlanBuildScope() while a kernel factory runs.
+struct PlanBuildScope {
+  std::shared_ptr<const void> owner;  // keeps `model` (and every proto in it) alive
+  const ModelProto* model = nullptr;  // model-local functions; may be null
+  OpsetMap opsets;                    // the model's opset_import over the context's
+  int depth = 0;                      // nesting of sub-plans (bounded against recursion)
+};
+// Non-null only inside GraphPlan::Build (on the building thread).
+const PlanBuildScope* CurrentPlanBuildScope();
+
+// Names a graph reads but does not define (inputs of its nodes, its outputs, and free names
+// of nested subgraphs), in order of first appearance: the values it captures from outer
+// scopes.
+std::vector<std::string> FreeNames(const GraphProto& graph);
+// The outer-scope names a node's graph attributes capture, in a fixed order. The executor
+// passes them to the kernel as extra inputs after the node's own inputs.
+std::vector<std::string> ImplicitInputs(const NodeProto& node);
+
+class GraphPlan {
+ public:
+  struct Input {
+    std::string name;
+    int slot = -1;
+    const TypeProto* type = nullptr;  // declared type; null when undeclared
+    bool has_default = false;         // an initializer of the same name
+    RuntimeValue default_value;
+  };
+  struct Output {
+    std::string name;
+    int slot = -1;
+    bool shared = false;  // another output names the same value: hand out copies
+  };
+  struct Node {
+    const NodeProto* proto = nullptr;
+    std::unique_ptr<KernelBase> kernel;
+    std::vector<int> inputs;   // slot per input (explicit then implicit); -1 when omitted
+    std::vector<int> outputs;  // slot per output; -1 when unnamed or never read
+    std::vector<int> release;  // slots whose last reader (in plan order) is this node
+    std::vector<int> reads;    // distinct releasable slots it reads (concurrent runs count)
+    std::vector<int> successors;
+    int predecessor_count = 0;
+    int level = 0;  // longest path from a source
+    size_t input_offset = 0, output_offset = 0;  // into a frame's pointer scratch
+  };
+
+  // Compiles `graph`. `owner` keeps the graph's protos alive (initializers become zero-copy
+  // views on it). `captures` are names provided by an enclosing scope (subgraphs).
+  static std::unique_ptr<GraphPlan> Build(const GraphProto& graph, RuntimeContext& context,
+                                          const PlanBuildScope& scope,
+                                          const std::vector<std::string>& captures = {});
+  // A root plan for `model`'s main graph.
+  static std::unique_ptr<GraphPlan> BuildModel(std::shared_ptr<const ModelProto> model,
+                                               RuntimeContext& context);
+
+  const GraphProto& graph() const { return *graph_; }
+  size_t slot_count() const { return slot_names_.size(); }
+  const std::string& slot_name(int slot) const { return slot_names_[static_cast<size_t>(slot)]; }
+  int FindSlot(const std::string& name) const;  // -1 when absent (hashes: not for hot paths)
+  bool is_constant(int slot) const { return constants_[static_cast<size_t>(slot)] != nullptr; }
+  const RuntimeValue* constant(int slot) const { return constants_[static_cast<size_t>(slot)]; }
+
+  const std::vector<Input>& inputs() const { return inputs_; }
+  int FindInput(const std::string& name) const;  // index into inputs(), -1 when absent
+  const std::vector<Output>& outputs() const { return outputs_; }
+  const std::vector<int>& capture_slots() const { return capture_slots_; }
+  const std::vector<Node>& nodes() const { return nodes_; }  // topological order
+  const std::vector<int>& sources() const { return sources_; }
+  int width() const { return width_; }  // size of the widest level (an antichain)
+  // Distinct reader nodes of a releasable slot (0 for constants and graph outputs).
+  int readers(int slot) const { return readers_[static_cast<size_t>(slot)]; }
+  size_t total_node_inputs() const { return total_inputs_; }
+  size_t total_node_outputs() const { return total_outputs_; }
+  const PlanBuildScope& scope() const { return scope_; }
+
+ private:
+  GraphPlan() = default;
+
+  const GraphProto* graph_ = nullptr;
+  PlanBuildScope scope_;
+  std::vector<std::string> slot_names_;
+  std::unordered_map<std::string, int> slot_of_;
+  std::vector<std::unique_ptr<RuntimeValue>> constant_storage_;
+  std::vector<const RuntimeValue*> constants_;  // per slot; null unless constant
+  std::vector<Input> inputs_;
+  std::vector<Output> outputs_;
+  std::vector<int> capture_slots_;
+  std::vector<Node> nodes_;
+  std::vector<int> sources_;
+  std::vector<int> readers_;
+  int width_ = 0;
+  size_t total_inputs_ = 0, total_outputs_ = 0;
+};
+
+// One run's slots. Bind it to a child context with context.MakeChild(&frame) so custom
+// kernels' get_value/put_value reach the slots.
+class RunFrame final : public ValueScope {
+ public:
+  explicit RunFrame(const GraphPlan& plan);
+  const GraphPlan& plan() const { return *plan_; }
+
+  void Set(int slot, RuntimeValue value) { slots_[static_cast<size_t>(slot)] = std::move(value); }
+  // The value in `slot` (constants read from the plan); null when empty.
+  const RuntimeValue* Get(int slot) const;
+  // Moves the value out (constants are shared, not moved).
+  RuntimeValue Take(int slot);
+  // Output i of the plan, moved out of its slot (copied when another output shares it).
+  RuntimeValue TakeOutput(size_t i);
+  RuntimeValue& mutable_slot(int slot) { return slots_[static_cast<size_t>(slot)]; }
+  // Empties every slot (a fresh frame for the next run; capacity is kept).
+  void Reset();
+  // Graph inputs not yet set get their initializer default; a missing required input
+  // throws kInvalidArgument naming it.
+  void FillDefaults();
+
+  RuntimeValue* FindValue(const std::string& name) override;
+
+  // Executor scratch: per-node input/output pointer arrays (disjoint ranges per node).
+  std::vector<const RuntimeValue*>& input_scratch() { return input_ptrs_; }
+  std::vector<RuntimeValue*>& output_scratch() { return output_ptrs_; }
+  // Per-slot countdown of readers for concurrent execution (the last reader releases).
+  void ResetReaderCounts();
+  std::atomic<int>& remaining_readers(int slot) { return remaining_[static_cast<size_t>(slot)]; }
+
+ private:
+  const GraphPlan* plan_;
+  std::vector<RuntimeValue> slots_;
+  std::vector<const RuntimeValue*> input_ptrs_;
+  std::vector<RuntimeValue*> output_ptrs_;
+  std::unique_ptr<std::atomic<int>[]> remaining_;
+};
+
+// Checks a value against a declared type: kind, dtype and rank; symbolic or absent dims
+// match anything. `what` names the value in the message ("input 'x'").
+void CheckValueType(const RuntimeValue& value, const TypeProto* type, const std::string& what);
+
+// Runs node `index` of `plan` on `frame` in `context` (a child bound to the frame): checks
+// cancellation, computes, wraps errors as "<op_type> node '<name>': <message>" keeping the
+// code, records a kKernel event when enabled, then releases values past their last use
+// (`concurrent`: by the frame's reader countdown instead of the plan order).
+void RunPlanNode(const GraphPlan& plan, size_t index, RunFrame& frame, RuntimeContext& context,
+                 const RunOptions& options, bool concurrent = false);
+// Runs every node in order on the calling thread.
+void ExecuteInline(const GraphPlan& plan, RunFrame& frame, RuntimeContext& context,
+                   const RunOptions& options = {});
+
+}  // namespace onnx_light::core::runtime
