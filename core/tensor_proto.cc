@@ -1,7 +1,16 @@
 #include "core/tensor_proto.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <filesystem>
+#include <mutex>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "onnx_light.pb.h"
@@ -43,29 +52,111 @@ Tensor FromInt32Field(const TensorProto& proto, DataType dtype, Shape shape) {
   return t;
 }
 
-std::string ReadExternal(const TensorProto& proto, const std::string& base_dir, size_t want) {
-  std::string location;
-  int64_t offset = 0, length = -1;
-  for (const auto& e : proto.external_data()) {
-    if (e.key() == "location") location = e.value();
-    else if (e.key() == "offset") offset = std::stoll(e.value());
-    else if (e.key() == "length") length = std::stoll(e.value());
+// Parses a non-negative decimal integer of an external_data entry.
+int64_t ParseExternalInt(const TensorProto& proto, const std::string& key,
+                         const std::string& value) {
+  size_t used = 0;
+  long long v = -1;
+  try {
+    v = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
   }
-  OL_CHECK(!location.empty(), ErrorCode::kInvalidModel,
-           "tensor '" + proto.name() + "': external data has no location");
-  const std::string path = base_dir.empty() ? location : base_dir + "/" + location;
-  std::ifstream in(path, std::ios::binary);
-  OL_CHECK(in.good(), ErrorCode::kInvalidModel,
-           "tensor '" + proto.name() + "': cannot open external data file '" + path + "'");
-  in.seekg(offset);
-  std::string bytes(length >= 0 ? static_cast<size_t>(length) : want, '\0');
-  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  OL_CHECK(static_cast<size_t>(in.gcount()) == bytes.size(), ErrorCode::kInvalidModel,
-           "tensor '" + proto.name() + "': external data file '" + path + "' is too short");
-  return bytes;
+  OL_CHECK(used == value.size() && !value.empty() && v >= 0, ErrorCode::kInvalidModel,
+           "tensor '" + proto.name() + "': external data " + key + " '" + value +
+               "' is not a non-negative integer");
+  return v;
+}
+
+struct MappingKey {
+  dev_t dev;
+  ino_t ino;
+  bool operator==(const MappingKey&) const = default;
+};
+struct MappingKeyHash {
+  size_t operator()(const MappingKey& k) const {
+    return std::hash<uint64_t>()(static_cast<uint64_t>(k.dev) * 1000003u ^
+                                 static_cast<uint64_t>(k.ino));
+  }
+};
+
+std::mutex mappings_mutex;
+std::unordered_map<MappingKey, std::weak_ptr<const MappedFile>, MappingKeyHash>& Mappings() {
+  static auto* mappings =
+      new std::unordered_map<MappingKey, std::weak_ptr<const MappedFile>, MappingKeyHash>();
+  return *mappings;
 }
 
 }  // namespace
+
+std::shared_ptr<const MappedFile> MappedFile::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  OL_CHECK(fd >= 0, ErrorCode::kInvalidModel,
+           "cannot open external data file '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    Throw(ErrorCode::kInvalidModel,
+          "cannot stat external data file '" + path + "': " + std::strerror(err));
+  }
+  const MappingKey key{st.st_dev, st.st_ino};
+  std::lock_guard<std::mutex> lock(mappings_mutex);
+  auto& mappings = Mappings();
+  if (auto it = mappings.find(key); it != mappings.end()) {
+    if (auto live = it->second.lock()) {
+      ::close(fd);
+      return live;
+    }
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  const uint8_t* data = nullptr;
+  if (size > 0) {
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      Throw(ErrorCode::kInvalidModel,
+            "cannot map external data file '" + path + "': " + std::strerror(err));
+    }
+    data = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);  // the mapping stays valid without the descriptor
+  std::shared_ptr<const MappedFile> file(new MappedFile(path, data, size));
+  mappings[key] = file;
+  return file;
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+ExternalDataRef ResolveExternalData(const TensorProto& proto, const std::string& base_dir) {
+  ExternalDataRef ref;
+  std::string location;
+  for (const auto& e : proto.external_data()) {
+    if (e.key() == "location") location = e.value();
+    else if (e.key() == "offset") ref.offset = ParseExternalInt(proto, "offset", e.value());
+    else if (e.key() == "length") ref.length = ParseExternalInt(proto, "length", e.value());
+  }
+  OL_CHECK(!location.empty(), ErrorCode::kInvalidModel,
+           "tensor '" + proto.name() + "': external data has no location");
+  OL_CHECK(!base_dir.empty(), ErrorCode::kInvalidModel,
+           "tensor '" + proto.name() + "': external data '" + location +
+               "' needs the model's directory (load the model from a file with LoadModel)");
+  const std::filesystem::path rel(location);
+  OL_CHECK(!rel.is_absolute() && !rel.has_root_name() && !rel.has_root_directory(),
+           ErrorCode::kInvalidModel,
+           "tensor '" + proto.name() + "': external data location '" + location +
+               "' is an absolute path; it must be relative to the model's directory");
+  for (const auto& part : rel)
+    OL_CHECK(part != "..", ErrorCode::kInvalidModel,
+             "tensor '" + proto.name() + "': external data location '" + location +
+                 "' escapes the model's directory ('..' is not allowed)");
+  ref.path = (std::filesystem::path(base_dir) / rel).string();
+  return ref;
+}
+
 
 Tensor TensorFromProto(const TensorProto& proto, std::shared_ptr<const void> owner,
                        const std::string& base_dir) {
@@ -77,11 +168,29 @@ Tensor TensorFromProto(const TensorProto& proto, std::shared_ptr<const void> own
   const std::string& name = proto.name();
 
   if (proto.data_location() == TensorProto::EXTERNAL) {
-    std::string bytes = ReadExternal(proto, base_dir, StorageBytes(dtype, n));
-    auto holder = std::make_shared<std::string>(std::move(bytes));
-    OL_CHECK(holder->size() == StorageBytes(dtype, n), ErrorCode::kInvalidModel,
-             "tensor '" + name + "': external data has the wrong size");
-    Tensor t = Tensor::Borrow(name, dtype, shape, holder->data(), holder);
+    OL_CHECK(dtype != DataType::kString, ErrorCode::kNotImplemented,
+             "tensor '" + name + "': external STRING data is not supported");
+    const ExternalDataRef ref = ResolveExternalData(proto, base_dir);
+    const size_t want = StorageBytes(dtype, n);
+    OL_CHECK(ref.length < 0 || static_cast<size_t>(ref.length) == want, ErrorCode::kInvalidModel,
+             "tensor '" + name + "': external data length " + std::to_string(ref.length) +
+                 " does not match " + std::to_string(want) + " bytes for " +
+                 DataTypeName(dtype) + ShapeToString(shape));
+    auto file = MappedFile::Open(ref.path);
+    const auto offset = static_cast<size_t>(ref.offset);
+    OL_CHECK(offset <= file->size() && want <= file->size() - offset, ErrorCode::kInvalidModel,
+             "tensor '" + name + "': external data [" + std::to_string(offset) + ", " +
+                 std::to_string(offset + want) + ") lies past the end of '" + ref.path + "' (" +
+                 std::to_string(file->size()) + " bytes)");
+    if (want == 0) return Tensor(name, dtype, shape);
+    const uint8_t* data = file->data() + offset;
+    // Borrow the mapping when the element type's alignment holds; onnx writers may pack
+    // small tensors at arbitrary offsets, and misaligned typed access is undefined.
+    const size_t align = std::min<size_t>(std::max(ElementBits(dtype) / 8, 1), 8);
+    if (reinterpret_cast<uintptr_t>(data) % align == 0)
+      return Tensor::Borrow(name, dtype, shape, data, std::move(file));
+    Tensor t(name, dtype, shape);
+    std::memcpy(t.mutable_raw_data(), data, want);
     return t;
   }
   if (dtype == DataType::kString) {

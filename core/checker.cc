@@ -1,0 +1,571 @@
+#include "core/checker.h"
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "onnx_light.pb.h"
+
+namespace onnx_light::core {
+
+namespace {
+
+std::string Quote(const std::string& s) { return "'" + s + "'"; }
+
+// "node 3 (Add 'add_1')" or "node 3 (Add)" when the node has no name.
+std::string NodeDesc(const NodeProto& node, int index) {
+  std::string op = node.domain().empty() || node.domain() == "ai.onnx"
+                       ? node.op_type()
+                       : node.domain() + "::" + node.op_type();
+  std::string s = "node " + std::to_string(index) + " (" + op;
+  if (!node.name().empty()) s += " " + Quote(node.name());
+  return s + ")";
+}
+
+std::string GraphDesc(const GraphProto& graph) {
+  return graph.name().empty() ? std::string("graph") : "graph " + Quote(graph.name());
+}
+
+// Names a graph binds at its own level: inputs and every initializer category.
+bool DeclaresName(const GraphProto& graph, const std::string& name) {
+  for (const auto& v : graph.input())
+    if (v.name() == name) return true;
+  for (const auto& t : graph.initializer())
+    if (t.name() == name) return true;
+  for (const auto& s : graph.sparse_initializer())
+    if (s.values().name() == name) return true;
+  for (const auto& e : graph.encoded_initializer())
+    if (e.name() == name) return true;
+  for (const auto& p : graph.paged_cache_initializer())
+    if (p.name() == name) return true;
+  return false;
+}
+
+template <typename Fn>
+void ForEachSubgraph(const NodeProto& node, Fn&& fn) {
+  for (const auto& attr : node.attribute()) {
+    if (attr.has_g()) fn(attr, attr.g());
+    for (const auto& g : attr.graphs()) fn(attr, g);
+  }
+}
+
+int CountCaptures(const GraphProto& graph, const std::string& name);
+
+// Uses of `name` by the nodes and outputs of `graph`, where `name` is visible on entry.
+int CountInBody(const GraphProto& graph, const std::string& name) {
+  int uses = 0;
+  for (const auto& node : graph.node()) {
+    for (const auto& in : node.input())
+      if (in == name) ++uses;
+    ForEachSubgraph(node, [&](const AttributeProto&, const GraphProto& g) {
+      uses += CountCaptures(g, name);
+    });
+    // A redefinition (invalid SSA, rejected by CheckModel) hides the name from then on.
+    for (const auto& out : node.output())
+      if (out == name) return uses;
+  }
+  for (const auto& out : graph.output())
+    if (out.name() == name) ++uses;
+  return uses;
+}
+
+int CountCaptures(const GraphProto& graph, const std::string& name) {
+  if (DeclaresName(graph, name)) return 0;  // shadowed by the nested graph's own value
+  return CountInBody(graph, name);
+}
+
+// ---- persistent binding types ----------------------------------------------------------
+
+constexpr int kMaxTypeDepth = 64;
+
+const StructTypeProto& ResolveStruct(const StructTypeProto& s, const ModelProto* model,
+                                     const std::string& what) {
+  const StructTypeProto* cur = &s;
+  for (int hops = 0; !cur->type_ref().empty(); ++hops) {
+    OL_CHECK(hops < kMaxTypeDepth, ErrorCode::kInvalidModel,
+             what + ": struct type references are cyclic (through " + Quote(cur->type_ref()) +
+                 ")");
+    OL_CHECK(model != nullptr, ErrorCode::kInvalidModel,
+             what + ": struct type_ref " + Quote(cur->type_ref()) +
+                 " cannot be resolved without the model's struct_types");
+    const StructTypeProto* next = nullptr;
+    for (const auto& entry : model->struct_types())
+      if (entry.name() == cur->type_ref()) next = &entry;
+    OL_CHECK(next != nullptr, ErrorCode::kInvalidModel,
+             what + ": struct type_ref " + Quote(cur->type_ref()) +
+                 " is not declared in ModelProto.struct_types");
+    cur = next;
+  }
+  return *cur;
+}
+
+// Rejects the value kinds persistent state cannot hold, wherever they are nested.
+void CheckBoundType(const TypeProto& type, const ModelProto* model, const std::string& what,
+                    int depth) {
+  OL_CHECK(depth < kMaxTypeDepth, ErrorCode::kInvalidModel,
+           what + ": type nesting is too deep (cyclic struct references?)");
+  switch (type.value_case()) {
+    case TypeProto::kTensorType: {
+      const int32_t elem = type.tensor_type().elem_type();
+      OL_CHECK(elem != TensorProto::UNDEFINED, ErrorCode::kInvalidModel,
+               what + ": tensor type has no element type");
+      OL_CHECK(elem != TensorProto::STRING, ErrorCode::kInvalidModel,
+               what + ": string tensors cannot be persistent");
+      return;
+    }
+    case TypeProto::kSequenceType:
+      OL_CHECK(type.sequence_type().has_elem_type(), ErrorCode::kInvalidModel,
+               what + ": sequence type has no element type");
+      CheckBoundType(type.sequence_type().elem_type(), model, what + "[]", depth + 1);
+      return;
+    case TypeProto::kStructType: {
+      const StructTypeProto& s = ResolveStruct(type.struct_type(), model, what);
+      for (const auto& field : s.field()) {
+        OL_CHECK(field.has_type(), ErrorCode::kInvalidModel,
+                 what + "." + field.name() + ": struct field has no type");
+        CheckBoundType(field.type(), model, what + "." + field.name(), depth + 1);
+      }
+      return;
+    }
+    case TypeProto::kMapType:
+      Throw(ErrorCode::kInvalidModel, what + ": map values cannot be persistent (unsupported)");
+    case TypeProto::kOptionalType:
+      Throw(ErrorCode::kInvalidModel,
+            what + ": optional values cannot be persistent (unsupported)");
+    case TypeProto::kSparseTensorType:
+      Throw(ErrorCode::kInvalidModel,
+            what + ": sparse tensors cannot be persistent (unsupported)");
+    case TypeProto::kOpaqueType:
+      Throw(ErrorCode::kInvalidModel, what + ": opaque values cannot be persistent (unsupported)");
+    case TypeProto::VALUE_NOT_SET:
+      Throw(ErrorCode::kInvalidModel, what + ": the declaration has no type");
+  }
+}
+
+std::string DimString(const TensorShapeProto::Dimension& d) {
+  if (d.has_dim_value()) return std::to_string(d.dim_value());
+  if (d.has_dim_param()) return d.dim_param();
+  return "?";
+}
+
+// Returns an empty string when `a` (the input's type) and `b` (the output's) are compatible,
+// otherwise what differs. Symbolic and unknown dimensions match anything.
+std::string Incompatibility(const TypeProto& a, const TypeProto& b, const ModelProto* model,
+                            const std::string& what, int depth) {
+  if (depth >= kMaxTypeDepth) return what + ": type nesting is too deep";
+  if (a.value_case() != b.value_case()) return what + ": the kinds of type differ";
+  switch (a.value_case()) {
+    case TypeProto::kTensorType: {
+      const auto& ta = a.tensor_type();
+      const auto& tb = b.tensor_type();
+      if (ta.elem_type() != tb.elem_type())
+        return what + ": element types differ (" +
+               DataTypeName(static_cast<DataType>(ta.elem_type())) + " vs " +
+               DataTypeName(static_cast<DataType>(tb.elem_type())) + ")";
+      if (!ta.has_shape() || !tb.has_shape()) return "";
+      if (ta.shape().dim_size() != tb.shape().dim_size())
+        return what + ": ranks differ (" + std::to_string(ta.shape().dim_size()) + " vs " +
+               std::to_string(tb.shape().dim_size()) + ")";
+      for (int i = 0; i < ta.shape().dim_size(); ++i) {
+        const auto& da = ta.shape().dim(i);
+        const auto& db = tb.shape().dim(i);
+        if (da.has_dim_value() && db.has_dim_value() && da.dim_value() != db.dim_value())
+          return what + ": dimension " + std::to_string(i) + " differs (" + DimString(da) +
+                 " vs " + DimString(db) + ")";
+      }
+      return "";
+    }
+    case TypeProto::kSequenceType:
+      return Incompatibility(a.sequence_type().elem_type(), b.sequence_type().elem_type(), model,
+                             what + "[]", depth + 1);
+    case TypeProto::kStructType: {
+      const auto& ra = a.struct_type();
+      const auto& rb = b.struct_type();
+      if (model == nullptr && (!ra.type_ref().empty() || !rb.type_ref().empty())) {
+        return ra.type_ref() == rb.type_ref()
+                   ? ""
+                   : what + ": struct type references differ (" + Quote(ra.type_ref()) +
+                         " vs " + Quote(rb.type_ref()) + ")";
+      }
+      const StructTypeProto& sa = ResolveStruct(ra, model, what);
+      const StructTypeProto& sb = ResolveStruct(rb, model, what);
+      // A layout-less struct is the paged-cache declaration: it accepts either form.
+      if (sa.field_size() == 0 || sb.field_size() == 0) return "";
+      if (sa.field_size() != sb.field_size())
+        return what + ": struct field counts differ (" + std::to_string(sa.field_size()) +
+               " vs " + std::to_string(sb.field_size()) + ")";
+      for (int i = 0; i < sa.field_size(); ++i) {
+        if (sa.field(i).name() != sb.field(i).name())
+          return what + ": struct field " + std::to_string(i) + " is named " +
+                 Quote(sa.field(i).name()) + " vs " + Quote(sb.field(i).name());
+        std::string why = Incompatibility(sa.field(i).type(), sb.field(i).type(), model,
+                                          what + "." + sa.field(i).name(), depth + 1);
+        if (!why.empty()) return why;
+      }
+      return "";
+    }
+    default:
+      return "";  // other kinds were rejected by CheckBoundType
+  }
+}
+
+void RejectNestedBindings(const GraphProto& graph, const std::string& where) {
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const NodeProto& node = graph.node(i);
+    ForEachSubgraph(node, [&](const AttributeProto& attr, const GraphProto& g) {
+      const std::string sub =
+          where + " > " + NodeDesc(node, i) + " attribute " + Quote(attr.name()) + " > " +
+          GraphDesc(g);
+      OL_CHECK(g.persistent_bindings_size() == 0, ErrorCode::kInvalidModel,
+               sub + ": persistent bindings are only allowed in the root graph (binding " +
+                   Quote(g.persistent_bindings(0).input_name()) + " <- " +
+                   Quote(g.persistent_bindings(0).output_name()) + ")");
+      RejectNestedBindings(g, sub);
+    });
+  }
+}
+
+// ---- structural checks -----------------------------------------------------------------
+
+using OpsetMap = std::unordered_map<std::string, int64_t>;
+
+std::string NormalizeDomain(const std::string& d) { return d == "ai.onnx" ? "" : d; }
+
+std::string FunctionKey(const std::string& domain, const std::string& name,
+                        const std::string& overload) {
+  return domain + '\n' + name + '\n' + overload;
+}
+
+const char* AttributeTypeName(int type) {
+  return AttributeProto::AttributeType_IsValid(type)
+             ? AttributeProto::AttributeType_Name(static_cast<AttributeProto::AttributeType>(type))
+                   .c_str()
+             : "UNKNOWN";
+}
+
+class ModelChecker {
+ public:
+  explicit ModelChecker(const ModelProto& model) : model_(model) {}
+
+  void Run() {
+    Check(model_.has_ir_version() && model_.ir_version() > 0, "model has no ir_version");
+    Check(model_.has_graph(), "model has no graph");
+    for (const auto& op : model_.opset_import()) {
+      const std::string domain = NormalizeDomain(op.domain());
+      Check(opsets_.emplace(domain, op.version()).second,
+            "opset_import lists domain " + Quote(op.domain()) + " twice");
+    }
+    Check(!opsets_.empty(), "model has no opset_import");
+    for (const auto& f : model_.functions()) {
+      Check(!f.name().empty(), "a model-local function has no name");
+      Check(functions_.emplace(FunctionKey(f.domain(), f.name(), f.overload()), &f).second,
+            "model-local function " + Quote(f.domain() + "::" + f.name()) +
+                " is defined twice");
+    }
+    CheckFunctionRecursion();
+    for (const auto& f : model_.functions()) CheckFunction(f);
+
+    const GraphProto& graph = model_.graph();
+    path_.push_back(GraphDesc(graph));
+    scopes_.emplace_back();
+    CheckGraph(graph, opsets_, nullptr);
+    scopes_.pop_back();
+    path_.pop_back();
+    CheckPersistentBindings(graph, &model_);
+  }
+
+ private:
+  void Check(bool cond, const std::string& message) {
+    if (cond) return;
+    std::string where;
+    for (const auto& p : path_) where += (where.empty() ? "" : " > ") + p;
+    Throw(ErrorCode::kInvalidModel, where.empty() ? message : where + ": " + message);
+  }
+
+  bool Visible(const std::string& name) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
+      if (it->count(name)) return true;
+    return false;
+  }
+
+  bool IsLocalFunction(const NodeProto& node) const {
+    return functions_.count(FunctionKey(node.domain(), node.op_type(), node.overload())) > 0;
+  }
+
+  void CheckGraph(const GraphProto& graph, const OpsetMap& opsets,
+                  const FunctionProto* function) {
+    auto& scope = scopes_.back();
+    for (const auto& v : graph.input()) {
+      Check(!v.name().empty(), "a graph input has no name");
+      Check(scope.insert(v.name()).second,
+            "graph input " + Quote(v.name()) + " is declared twice (SSA)");
+    }
+    // An initializer may also be declared as an input (a default), but names are unique
+    // across all initializer categories.
+    std::unordered_set<std::string> initializers;
+    auto add_initializer = [&](const std::string& name, const char* kind) {
+      Check(!name.empty(), std::string("a ") + kind + " has no name");
+      Check(initializers.insert(name).second,
+            std::string(kind) + " " + Quote(name) + " reuses an initializer name (SSA)");
+      scope.insert(name);
+    };
+    for (const auto& t : graph.initializer()) {
+      add_initializer(t.name(), "initializer");
+      CheckTensor(t, "initializer " + Quote(t.name()));
+    }
+    for (const auto& s : graph.sparse_initializer()) {
+      add_initializer(s.values().name(), "sparse initializer");
+      CheckTensor(s.values(), "sparse initializer " + Quote(s.values().name()) + " values");
+      CheckTensor(s.indices(), "sparse initializer " + Quote(s.values().name()) + " indices");
+    }
+    for (const auto& e : graph.encoded_initializer())
+      add_initializer(e.name(), "encoded initializer");
+    for (const auto& p : graph.paged_cache_initializer())
+      add_initializer(p.name(), "paged cache initializer");
+
+    for (int i = 0; i < graph.node_size(); ++i) CheckNode(graph.node(i), i, opsets, function);
+
+    for (const auto& v : graph.output()) {
+      Check(!v.name().empty(), "a graph output has no name");
+      Check(Visible(v.name()), "graph output " + Quote(v.name()) +
+                                   " is not produced by any node, input or initializer");
+    }
+  }
+
+  void CheckNode(const NodeProto& node, int index, const OpsetMap& opsets,
+                 const FunctionProto* function) {
+    const std::string desc = node.op_type().empty() ? "node " + std::to_string(index)
+                                                    : NodeDesc(node, index);
+    Check(!node.op_type().empty(), desc + " has no op_type");
+    Check(IsLocalFunction(node) || opsets.count(NormalizeDomain(node.domain())) > 0 ||
+              (function != nullptr && opsets_.count(NormalizeDomain(node.domain())) > 0),
+          desc + ": domain " + Quote(node.domain()) +
+              " is not imported in opset_import and names no model-local function");
+    for (int k = 0; k < node.input_size(); ++k) {
+      const std::string& in = node.input(k);
+      if (in.empty()) continue;  // an omitted optional input
+      Check(Visible(in), desc + ": input " + std::to_string(k) + " " + Quote(in) +
+                             " is not a graph input, initializer, earlier node output or "
+                             "outer-scope value (graph not topologically sorted?)");
+    }
+    std::unordered_set<std::string> attr_names;
+    for (const auto& attr : node.attribute()) {
+      Check(attr_names.insert(attr.name()).second,
+            desc + ": attribute " + Quote(attr.name()) + " appears twice");
+      CheckAttribute(attr, node, index, desc, opsets, function);
+    }
+    for (const auto& out : node.output()) {
+      if (out.empty()) continue;  // an omitted optional output
+      Check(!Visible(out), desc + ": output " + Quote(out) +
+                               " is already defined (graphs must be in SSA form)");
+      scopes_.back().insert(out);
+    }
+  }
+
+  void CheckAttribute(const AttributeProto& attr, const NodeProto& node, int index,
+                      const std::string& desc, const OpsetMap& opsets,
+                      const FunctionProto* function) {
+    const std::string what = desc + " attribute " + Quote(attr.name());
+    Check(!attr.name().empty(), desc + ": an attribute has no name");
+    if (!attr.ref_attr_name().empty()) {
+      Check(function != nullptr,
+            what + " refers to function attribute " + Quote(attr.ref_attr_name()) +
+                " outside a function body");
+      bool declared = false;
+      for (const auto& a : function->attribute()) declared |= a == attr.ref_attr_name();
+      for (const auto& a : function->attribute_proto()) declared |= a.name() == attr.ref_attr_name();
+      Check(declared, what + " refers to " + Quote(attr.ref_attr_name()) +
+                          ", which the function does not declare");
+    }
+    const int type = attr.type();
+    Check(type == AttributeProto::UNDEFINED || AttributeProto::AttributeType_IsValid(type),
+          what + " has unknown type " + std::to_string(type));
+    // Which value fields are set, and which type each one implies.
+    std::vector<std::pair<const char*, int>> used;
+    if (attr.has_f()) used.emplace_back("f", AttributeProto::FLOAT);
+    if (attr.has_i()) used.emplace_back("i", AttributeProto::INT);
+    if (attr.has_s()) used.emplace_back("s", AttributeProto::STRING);
+    if (attr.has_t()) used.emplace_back("t", AttributeProto::TENSOR);
+    if (attr.has_g()) used.emplace_back("g", AttributeProto::GRAPH);
+    if (attr.has_sparse_tensor()) used.emplace_back("sparse_tensor", AttributeProto::SPARSE_TENSOR);
+    if (attr.has_tp()) used.emplace_back("tp", AttributeProto::TYPE_PROTO);
+    if (attr.floats_size()) used.emplace_back("floats", AttributeProto::FLOATS);
+    if (attr.ints_size()) used.emplace_back("ints", AttributeProto::INTS);
+    if (attr.strings_size()) used.emplace_back("strings", AttributeProto::STRINGS);
+    if (attr.tensors_size()) used.emplace_back("tensors", AttributeProto::TENSORS);
+    if (attr.graphs_size()) used.emplace_back("graphs", AttributeProto::GRAPHS);
+    if (attr.sparse_tensors_size())
+      used.emplace_back("sparse_tensors", AttributeProto::SPARSE_TENSORS);
+    if (attr.type_protos_size()) used.emplace_back("type_protos", AttributeProto::TYPE_PROTOS);
+    Check(used.size() <= 1, what + " sets more than one value field ('" +
+                                std::string(used.size() > 1 ? used[0].first : "") + "' and '" +
+                                std::string(used.size() > 1 ? used[1].first : "") + "')");
+    if (attr.ref_attr_name().empty())
+      Check(type != AttributeProto::UNDEFINED, what + " has no type");
+    if (!used.empty() && type != AttributeProto::UNDEFINED)
+      Check(used[0].second == type, what + " has type " + AttributeTypeName(type) +
+                                        " but sets field '" + used[0].first + "'");
+
+    if (attr.has_t()) CheckTensor(attr.t(), what);
+    for (const auto& t : attr.tensors()) CheckTensor(t, what);
+    if (attr.has_sparse_tensor()) CheckTensor(attr.sparse_tensor().values(), what);
+    for (const auto& s : attr.sparse_tensors()) CheckTensor(s.values(), what);
+    auto subgraph = [&](const GraphProto& g) {
+      path_.push_back(NodeDesc(node, index) + " attribute " + Quote(attr.name()) + " > " +
+                      GraphDesc(g));
+      Check(g.persistent_bindings_size() == 0,
+            "persistent bindings are only allowed in the root graph, not in a subgraph");
+      scopes_.emplace_back();
+      // Nodes of a subgraph inside a function body still belong to that function.
+      CheckGraph(g, opsets, function);
+      scopes_.pop_back();
+      path_.pop_back();
+    };
+    if (attr.has_g()) subgraph(attr.g());
+    for (const auto& g : attr.graphs()) subgraph(g);
+  }
+
+  void CheckTensor(const TensorProto& t, const std::string& what) {
+    const int32_t type = t.data_type();
+    Check(type != TensorProto::UNDEFINED && TensorProto::DataType_IsValid(type),
+          what + ": tensor has no or an unknown data type (" + std::to_string(type) + ")");
+    int64_t numel = 1;
+    for (int64_t d : t.dims()) {
+      Check(d >= 0, what + ": tensor has a negative dimension");
+      numel = d != 0 && numel > std::numeric_limits<int64_t>::max() / d ? -1 : numel * d;
+      Check(numel >= 0, what + ": tensor element count overflows");
+    }
+    if (t.data_location() == TensorProto::EXTERNAL) {
+      bool has_location = false;
+      for (const auto& e : t.external_data()) has_location |= e.key() == "location";
+      Check(has_location, what + ": external data has no 'location'");
+      return;
+    }
+    if (t.has_raw_data()) {
+      Check(type != TensorProto::STRING, what + ": STRING data cannot be stored in raw_data");
+      if (IsKnownDataType(type)) {
+        const size_t want = StorageBytes(static_cast<DataType>(type), numel);
+        Check(t.raw_data().size() == want,
+              what + ": raw_data has " + std::to_string(t.raw_data().size()) +
+                  " bytes, expected " + std::to_string(want));
+      }
+    }
+  }
+
+  // Body of a model-local function: its own scope (no outer scope), its own opsets.
+  void CheckFunction(const FunctionProto& f) {
+    path_.push_back("function " + Quote(f.domain() + "::" + f.name()));
+    OpsetMap opsets = opsets_;
+    for (const auto& op : f.opset_import()) opsets[NormalizeDomain(op.domain())] = op.version();
+    std::vector<std::unordered_set<std::string>> saved;
+    saved.swap(scopes_);
+    scopes_.emplace_back();
+    for (const auto& in : f.input()) {
+      if (in.empty()) continue;
+      Check(scopes_.back().insert(in).second, "input " + Quote(in) + " is declared twice");
+    }
+    for (int i = 0; i < f.node_size(); ++i) CheckNode(f.node(i), i, opsets, &f);
+    for (const auto& out : f.output())
+      Check(out.empty() || Visible(out), "output " + Quote(out) + " is not produced");
+    scopes_.swap(saved);
+    path_.pop_back();
+  }
+
+  void CollectCalls(const NodeProto& node, std::vector<const FunctionProto*>& calls) const {
+    auto it = functions_.find(FunctionKey(node.domain(), node.op_type(), node.overload()));
+    if (it != functions_.end()) calls.push_back(it->second);
+    ForEachSubgraph(node, [&](const AttributeProto&, const GraphProto& g) {
+      for (const auto& n : g.node()) CollectCalls(n, calls);
+    });
+  }
+
+  void CheckFunctionRecursion() {
+    std::unordered_map<const FunctionProto*, int> state;  // 1 visiting, 2 done
+    std::vector<std::string> stack;
+    std::function<void(const FunctionProto*)> visit = [&](const FunctionProto* f) {
+      int& s = state[f];
+      const std::string name = f->domain() + "::" + f->name();
+      if (s == 2) return;
+      if (s == 1) {
+        std::string cycle;
+        for (const auto& n : stack) cycle += n + " -> ";
+        Check(false, "model-local function " + Quote(name) + " is recursive (" + cycle + name +
+                         ")");
+      }
+      s = 1;
+      stack.push_back(name);
+      std::vector<const FunctionProto*> calls;
+      for (const auto& n : f->node()) CollectCalls(n, calls);
+      for (const auto* c : calls) visit(c);
+      stack.pop_back();
+      state[f] = 2;
+    };
+    for (const auto& f : model_.functions()) visit(&f);
+  }
+
+  const ModelProto& model_;
+  OpsetMap opsets_;
+  std::unordered_map<std::string, const FunctionProto*> functions_;
+  std::vector<std::unordered_set<std::string>> scopes_;  // innermost last
+  std::vector<std::string> path_;                        // where we are, for messages
+};
+
+}  // namespace
+
+int CountValueUses(const GraphProto& graph, const std::string& name) {
+  return CountInBody(graph, name);
+}
+
+void CheckPersistentBindings(const GraphProto& graph, const ModelProto* model) {
+  RejectNestedBindings(graph, GraphDesc(graph));
+  if (graph.persistent_bindings_size() == 0) return;
+
+  std::unordered_map<std::string, const ValueInfoProto*> inputs, outputs;
+  for (const auto& v : graph.input()) inputs.emplace(v.name(), &v);
+  for (const auto& v : graph.output()) outputs.emplace(v.name(), &v);
+  std::unordered_set<std::string> bound_inputs, bound_outputs;
+
+  for (int i = 0; i < graph.persistent_bindings_size(); ++i) {
+    const auto& b = graph.persistent_bindings(i);
+    const std::string what = GraphDesc(graph) + ": persistent binding " + std::to_string(i) +
+                             " (input " + Quote(b.input_name()) + " <- output " +
+                             Quote(b.output_name()) + ")";
+    auto in = inputs.find(b.input_name());
+    OL_CHECK(in != inputs.end(), ErrorCode::kInvalidModel,
+             what + ": unknown input name " + Quote(b.input_name()) + " (not a graph input)");
+    auto out = outputs.find(b.output_name());
+    OL_CHECK(out != outputs.end(), ErrorCode::kInvalidModel,
+             what + ": unknown output name " + Quote(b.output_name()) +
+                 " (not a graph output)");
+    OL_CHECK(bound_inputs.insert(b.input_name()).second, ErrorCode::kInvalidModel,
+             what + ": duplicate binding input name " + Quote(b.input_name()));
+    OL_CHECK(bound_outputs.insert(b.output_name()).second, ErrorCode::kInvalidModel,
+             what + ": duplicate binding output name " + Quote(b.output_name()));
+
+    const int uses = CountValueUses(graph, b.input_name());
+    OL_CHECK(uses == 1, ErrorCode::kInvalidModel,
+             what + ": bound input " + Quote(b.input_name()) +
+                 " must have exactly one value-use, found " + std::to_string(uses));
+
+    OL_CHECK(in->second->has_type(), ErrorCode::kInvalidModel,
+             what + ": input " + Quote(b.input_name()) + " has no declared type");
+    OL_CHECK(out->second->has_type(), ErrorCode::kInvalidModel,
+             what + ": output " + Quote(b.output_name()) + " has no declared type");
+    CheckBoundType(in->second->type(), model, what + ": input " + Quote(b.input_name()), 0);
+    CheckBoundType(out->second->type(), model, what + ": output " + Quote(b.output_name()), 0);
+    const std::string why =
+        Incompatibility(in->second->type(), out->second->type(), model, what, 0);
+    OL_CHECK(why.empty(), ErrorCode::kInvalidModel,
+             why + " (input and output types are incompatible)");
+  }
+}
+
+void CheckModel(const ModelProto& model) { ModelChecker(model).Run(); }
+
+}  // namespace onnx_light::core
