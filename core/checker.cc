@@ -261,7 +261,8 @@ class ModelChecker {
       Check(opsets_.emplace(domain, op.version()).second,
             "opset_import lists domain " + Quote(op.domain()) + " twice");
     }
-    Check(!opsets_.empty(), "model has no opset_import");
+    // opset_import exists since IR version 3.
+    Check(!opsets_.empty() || model_.ir_version() < 3, "model has no opset_import");
     for (const auto& f : model_.functions()) {
       Check(!f.name().empty(), "a model-local function has no name");
       Check(functions_.emplace(FunctionKey(f.domain(), f.name(), f.overload()), &f).second,
