@@ -165,6 +165,12 @@ MutableNode EraseAt(const Node& n, size_t i, Editor& editor) {
   return copy;
 }
 
+// Elements are shared immutable snapshots: a tensor loses write permission on entry.
+Item MakeItem(RuntimeValue value) {
+  if (value.is_tensor()) value.mutable_tensor().Seal();
+  return std::make_shared<const RuntimeValue>(std::move(value));
+}
+
 const RuntimeValue& Lookup(const Node* n, size_t i) {
   while (!n->leaf) n = n->children[ChildFor(*n, i)].get();
   return *n->items[i];
@@ -242,7 +248,7 @@ RuntimeSequence RuntimeSequence::FromValues(std::vector<RuntimeValue> values) {
   std::vector<Item> items;
   items.reserve(values.size());
   for (RuntimeValue& v : values) {
-    items.push_back(std::make_shared<const RuntimeValue>(std::move(v)));
+    items.push_back(MakeItem(std::move(v)));
   }
   std::vector<NodePtr> level =
       BuildLevel(std::move(items), true, editor, [](Node& node, Item item) {
@@ -286,7 +292,7 @@ void RuntimeSequence::Set(size_t i, RuntimeValue value) {
            "sequence set index " + std::to_string(i) + " out of range for size " +
                std::to_string(size_));
   Editor editor;
-  root_ = SetAt(*root_, i, std::make_shared<const RuntimeValue>(std::move(value)), editor);
+  root_ = SetAt(*root_, i, MakeItem(std::move(value)), editor);
   last_edit_nodes_copied_ = editor.allocated;
 }
 
@@ -295,7 +301,7 @@ void RuntimeSequence::Insert(size_t i, RuntimeValue value) {
            "sequence insert position " + std::to_string(i) + " out of range for size " +
                std::to_string(size_));
   Editor editor;
-  Item item = std::make_shared<const RuntimeValue>(std::move(value));
+  Item item = MakeItem(std::move(value));
   if (root_ == nullptr) {
     MutableNode leaf = editor.New(true);
     leaf->items.push_back(std::move(item));

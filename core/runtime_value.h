@@ -68,7 +68,17 @@ class RuntimeValue {
   const std::shared_ptr<const ParameterCatalogue>& catalogue() const { return catalogue_; }
 
   // Same payload owners, independent metadata, no write permission anywhere inside.
+  // (Tensors inside structs and sequences are sealed when the container is built.)
   RuntimeValue BorrowView() const;
+  // Independent payloads: every tensor is copied into fresh storage from `allocator`, every
+  // encoded value into a new proto, and struct/sequence containers are rebuilt. The type
+  // descriptors and the parameter catalogue (immutable, model-owned) stay shared. A top-level
+  // tensor copy is writable; tensors inside containers are sealed.
+  RuntimeValue DeepCopy(Allocator& allocator = DefaultAllocator()) const;
+  // Same kinds, struct names, field names and order, dtypes, shapes, payload bytes, encoded
+  // protos and catalogue entries. Tensor names are ignored (feedback renames outputs to
+  // inputs); an element type descriptor present on only one side does not matter.
+  bool ContentEquals(const RuntimeValue& other) const;
 
  private:
   Kind kind_ = Kind::kEmpty;
