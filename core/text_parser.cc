@@ -528,6 +528,7 @@ class Parser {
 
   void Type(TypeProto* type) {
     const size_t at = SkipSpace();
+    DepthGuard guard(this, at);
     const std::string name = Identifier("a type");
     if (const int32_t dtype = text_syntax::ElementTypeFromName(name); dtype != 0) {
       auto* tensor = type->mutable_tensor_type();
@@ -892,6 +893,7 @@ class Parser {
   }
 
   void Graph(GraphProto* graph) {
+    DepthGuard guard(this, SkipSpace());
     graph->set_name(QuotableIdentifier("a graph name"));
     const std::string owner = "graph '" + graph->name() + "'";
     if (Accept('(') && !Accept(')')) {
@@ -1013,8 +1015,27 @@ class Parser {
     NodeList(function->mutable_node(), owner);
   }
 
+  // Bounds the recursion of nested types and subgraphs, so that hostile text cannot
+  // overflow the stack.
+  class DepthGuard {
+   public:
+    DepthGuard(Parser* parser, size_t at) : parser_(parser) {
+      if (++parser_->depth_ > kMaxDepth) {
+        parser_->Fail(at, "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+      }
+    }
+    ~DepthGuard() { --parser_->depth_; }
+    DepthGuard(const DepthGuard&) = delete;
+    DepthGuard& operator=(const DepthGuard&) = delete;
+
+   private:
+    Parser* parser_;
+  };
+  static constexpr int kMaxDepth = 100;
+
   std::string_view text_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

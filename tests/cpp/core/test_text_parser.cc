@@ -506,3 +506,41 @@ TEST_CASE("Standalone graphs, functions and nodes reject trailing text") {
   // A TextParseError is an Error, so callers that catch Error see it too.
   CHECK_THROWS_AS(ParseGraph("g"), Error);
 }
+
+TEST_CASE("Every truncation of a valid model is either a valid model or a TextParseError") {
+  const std::string text = ReadFile(DataPath("kitchen_sink.txt")) +
+                           ReadFile(DataPath("local_function.txt")).substr(56);
+  REQUIRE_NOTHROW(ParseModel(text));
+  int parsed = 0;
+  for (size_t size = 0; size < text.size(); ++size) {
+    CAPTURE(size);
+    try {
+      ParseModel(std::string_view(text).substr(0, size));
+      ++parsed;
+    } catch (const TextParseError& e) {
+      CHECK(e.line() >= 1);
+      CHECK(e.column() >= 1);
+    }
+  }
+  // Complete models: the cut right after the closing '}' of the graph, of the first function
+  // (`main ...`, read as a function here) and of the last one, and the first two of these
+  // followed by their newline.
+  CHECK(parsed == 5);
+}
+
+TEST_CASE("Deeply nested types and subgraphs are refused instead of exhausting the stack") {
+  std::string type;
+  for (int i = 0; i < 100000; ++i) type += "seq(";
+  try {
+    ParseGraph("g (" + type + "float" + std::string(100000, ')') + " x) => () {}");
+    FAIL("accepted 100000 nested types");
+  } catch (const TextParseError& e) {
+    CHECK(e.line() == 1);
+    CHECK(e.column() == 4 + 99 * 4);  // the graph is the first level, the 100th seq the 101st
+    CHECK(e.message() == "nesting deeper than 100 levels");
+  }
+  std::string graph = "g () => () { y = If (c) <then_branch = ";
+  for (int i = 0; i < 200; ++i) graph += "g () => () { y = If (c) <then_branch = ";
+  CHECK_THROWS_WITH_AS(ParseGraph(graph), doctest::Contains("nesting deeper than 100 levels"),
+                       TextParseError);
+}
