@@ -156,3 +156,22 @@ inline std::vector<double> ToDouble(const std::vector<float>& v) {
 }
 
 }  // namespace ops_math_test
+
+namespace ops_math_test {
+// Integer elements of any integer tensor, including the packed 4-bit and 2-bit types.
+inline std::vector<int64_t> IntsOf(const Tensor& t) {
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    switch (t.dtype()) {
+      case DataType::kInt8: v.push_back(t.data<int8_t>()[i]); break;
+      case DataType::kUint8: v.push_back(t.data<uint8_t>()[i]); break;
+      case DataType::kInt16: v.push_back(t.data<int16_t>()[i]); break;
+      case DataType::kUint16: v.push_back(t.data<uint16_t>()[i]); break;
+      case DataType::kInt32: v.push_back(t.data<int32_t>()[i]); break;
+      case DataType::kInt64: v.push_back(t.data<int64_t>()[i]); break;
+      default: v.push_back(onnx_light::core::PackedGet(t.dtype(), t.raw_data(), i)); break;
+    }
+  }
+  return v;
+}
+}  // namespace ops_math_test

@@ -1,0 +1,24 @@
+// ReduceSum: see ops/math/reduce.h for axes (input or attribute), keepdims and
+// noop_with_empty_axes.
+#include "ops/kernel_factory.h"
+#include "ops/math/reduce.h"
+
+namespace onnx_light::ops {
+
+class ReduceSum final : public core::runtime::KernelBase {
+ public:
+  explicit ReduceSum(const core::runtime::KernelContext&) {}
+  void Compute(core::runtime::KernelCall& call) const override {
+    math::ReduceCompute(call, attrs_, math::ReduceKind::kSum);
+  }
+
+ protected:
+  void Configure(const NodeProto& node) override { attrs_ = math::ParseReduceAttrs(node); }
+
+ private:
+  math::ReduceAttrs attrs_;
+};
+
+OL_KERNEL_FACTORY(ReduceSum)
+
+}  // namespace onnx_light::ops

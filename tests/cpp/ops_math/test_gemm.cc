@@ -1,0 +1,137 @@
+#include "core/error.h"
+#include "ops/math/gemm.h"
+#include "op_test_util.h"
+
+using namespace ops_math_test;
+using onnx_light::core::Error;
+namespace math = onnx_light::ops::math;
+
+namespace {
+
+std::vector<double> RefGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                            const std::vector<float>& a, const std::vector<float>& b, float beta,
+                            const std::vector<float>& c) {
+  std::vector<double> y(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < k; ++p)
+        s += static_cast<double>(ta ? a[p * m + i] : a[i * k + p]) *
+             (tb ? b[j * k + p] : b[p * n + j]);
+      y[i * n + j] = alpha * s + (beta != 0 ? beta * static_cast<double>(c[i * n + j]) : 0.0);
+    }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("SGEMM: the AVX2 and the portable paths both match a naive reference") {
+  const std::vector<int64_t> sizes = {1, 3, 17, 67, 129};
+  for (math::GemmPath path : {math::GemmPath::kPortable, math::GemmPath::kAvx2})
+    for (int64_t m : sizes)
+      for (int64_t n : sizes)
+        for (int64_t k : {1, 17, 129, 300})
+          for (int t = 0; t < 4; ++t) {
+            const bool ta = t & 1, tb = t & 2;
+            CAPTURE(static_cast<int>(path));
+            CAPTURE(m);
+            CAPTURE(n);
+            CAPTURE(k);
+            CAPTURE(t);
+            const std::vector<float> a = Random(m * k, -1, 1, 1), b = Random(k * n, -1, 1, 2);
+            std::vector<float> c = Random(m * n, -1, 1, 3);
+            const float alpha = 0.5f, beta = t == 3 ? 0.0f : 2.0f;
+            const std::vector<double> expected = RefGemm(ta, tb, m, n, k, alpha, a, b, beta, c);
+            if (beta == 0) std::fill(c.begin(), c.end(), std::nanf(""));  // must not be read
+            math::Sgemm(ta, tb, m, n, k, alpha, a.data(), b.data(), beta, c.data(), path);
+            CheckClose(c, expected, 1e-5, 1e-5);
+          }
+}
+
+TEST_CASE("SGEMM honours leading dimensions larger than the matrix") {
+  for (math::GemmPath path : {math::GemmPath::kPortable, math::GemmPath::kAvx2}) {
+    const int64_t m = 19, n = 21, k = 23, lda = 30, ldb = 40, ldc = 50;
+    const std::vector<float> a = Random(m * lda, -1, 1, 4), b = Random(k * ldb, -1, 1, 5);
+    std::vector<float> c(static_cast<size_t>(m * ldc), 7.0f);
+    math::GemmArgs g;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.a = a.data();
+    g.lda = lda;
+    g.b = b.data();
+    g.ldb = ldb;
+    g.c = c.data();
+    g.ldc = ldc;
+    math::Sgemm(g, path);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < ldc; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < k; ++p) s += static_cast<double>(a[i * lda + p]) * b[p * ldb + j];
+        if (j < n) {
+          CHECK(c[i * ldc + j] == doctest::Approx(s).epsilon(1e-5));
+        } else {
+          CHECK(c[i * ldc + j] == 7.0f);  // outside the matrix: untouched
+        }
+      }
+  }
+}
+
+TEST_CASE("decode-shaped GEMV (M = 1) matches the reference on both paths") {
+  for (math::GemmPath path : {math::GemmPath::kPortable, math::GemmPath::kAvx2})
+    for (int64_t n : {1, 7, 67, 1000, 4099})
+      for (int64_t k : {1, 33, 515}) {
+        const std::vector<float> a = Random(k, -1, 1, 6), b = Random(k * n, -1, 1, 7);
+        for (bool tb : {false, true}) {
+          std::vector<float> c(static_cast<size_t>(n));
+          math::Sgemm(false, tb, 1, n, k, 1.0f, a.data(), b.data(), 0.0f, c.data(), path);
+          CheckClose(c, RefGemm(false, tb, 1, n, k, 1.0f, a, b, 0.0f, c), 1e-5, 1e-5);
+        }
+      }
+}
+
+TEST_CASE("Gemm op: transA, transB, alpha, beta and broadcasting of C") {
+  const int64_t m = 17, n = 5, k = 67;
+  const std::vector<float> a = Random(m * k, -1, 1, 1), b = Random(k * n, -1, 1, 2);
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = t & 1, tb = t & 2;
+    const Shape as = ta ? Shape{k, m} : Shape{m, k}, bs = tb ? Shape{n, k} : Shape{k, n};
+    // C as [n] (row broadcast), [m, 1] (column), [] (scalar) and [m, n].
+    const std::vector<float> crow = Random(n, -1, 1, 3), ccol = Random(m, -1, 1, 4);
+    std::vector<float> c_full(static_cast<size_t>(m * n));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c_full[i * n + j] = crow[j];
+    const Tensor y = Op("Gemm", 13).Int("transA", ta).Int("transB", tb).Float("alpha", 0.25f)
+                         .Float("beta", -1.5f).Run1({F32(as, a), F32(bs, b), F32({n}, crow)});
+    CHECK(y.shape() == Shape{m, n});
+    CheckClose(y.ToFloatVector(), RefGemm(ta, tb, m, n, k, 0.25f, a, b, -1.5f, c_full), 1e-5, 1e-5);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c_full[i * n + j] = ccol[i];
+    const Tensor y2 = Op("Gemm", 13).Int("transA", ta).Int("transB", tb)
+                          .Run1({F32(as, a), F32(bs, b), F32({m, 1}, ccol)});
+    CheckClose(y2.ToFloatVector(), RefGemm(ta, tb, m, n, k, 1, a, b, 1, c_full), 1e-5, 1e-5);
+  }
+  const Tensor y3 = Op("Gemm", 13).Run1({F32({1, 2}, {1, 2}), F32({2, 1}, {3, 4}), F32({}, {10})});
+  CHECK(y3.ToFloatVector() == std::vector<float>{21});
+  const Tensor y4 = Op("Gemm", 13).Run1({F32({1, 2}, {1, 2}), F32({2, 1}, {3, 4}), std::nullopt});
+  CHECK(y4.ToFloatVector() == std::vector<float>{11});
+  const Tensor h = Op("Gemm", 13).Run1({Half(DataType::kFloat16, {1, 2}, {1, 2}),
+                                        Half(DataType::kFloat16, {2, 1}, {3, 4})});
+  CHECK(h.dtype() == DataType::kFloat16);
+  CHECK(h.ToFloatVector() == std::vector<float>{11});
+  const Tensor d = Op("Gemm", 13).Int("transB", 1).Float("alpha", 2).Run1(
+      {Tensor::FromDouble("a", {1, 2}, {1, 2}), Tensor::FromDouble("b", {1, 2}, {3, 4}),
+       Tensor::FromDouble("c", {1}, {0.5})});
+  CHECK(d.data<double>()[0] == 22.5);
+}
+
+TEST_CASE("Gemm errors name the node") {
+  CHECK_THROWS_WITH_AS(Op("Gemm", 13).Run1({RandF32({2, 3}), RandF32({2, 3})}),
+                       "Gemm node 'n_Gemm': inner dimensions differ: A has shape [2, 3] and B has "
+                       "shape [2, 3]",
+                       Error);
+  CHECK_THROWS_WITH_AS(Op("Gemm", 13).Run1({RandF32({2, 3}), RandF32({3, 4}), RandF32({3, 4})}),
+                       "Gemm node 'n_Gemm': C of shape [3, 4] does not broadcast to [2, 4]", Error);
+  CHECK_THROWS_WITH_AS(Op("Gemm", 13).Run1({RandF32({2, 3, 1}), RandF32({3, 4})}),
+                       doctest::Contains("A and B must be 2-D"), Error);
+}
