@@ -232,3 +232,46 @@ TEST_CASE("What the syntax cannot express is refused, not printed wrongly") {
   graph.mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(0);
   CHECK_THROWS_WITH_AS(PrintGraph(graph), "element type 0 of 'x' has no text form", Error);
 }
+
+TEST_CASE("A model written by the onnx package with raw-data initializers prints its values") {
+  // Built by tests/data/text_parser/generate.py with onnx.numpy_helper (raw_data tensors).
+  ModelProto model;
+  REQUIRE(model.ParseFromString(ReadData("raw_initializers.onnx")));
+  REQUIRE(model.graph().initializer(0).has_raw_data());
+  const std::string text = PrintModel(model);
+  CHECK(text ==
+        "<ir_version: 10, opset_import: [\"\" : 18]>\n"
+        "real (float[N, 2] x) => (int64[] z, float[2] h32) <\n"
+        "  float[2, 3] W = {0.0, 0.25, 0.5, 0.75, 1.0, 1.25},\n"
+        "  int64[2] B = {-1, 3},\n"
+        "  float16[2] H = {15872, 49152}\n"  // half-precision bit patterns, as upstream
+        "> {\n"
+        "  [mm] t = MatMul(x, W)\n"
+        "  y = Cast <to = 7> (t)\n"
+        "  z = Reshape <allowzero = 0> (y, B)\n"
+        "  h32 = Cast <to = 1> (H)\n"
+        "}\n");
+
+  // Everything but the storage of the initializers comes back identical.
+  const ModelProto back = ParseModel(text);
+  ModelProto expected = model;
+  expected.mutable_graph()->clear_initializer();
+  // The parser always writes a node's (empty) domain, as upstream's does.
+  for (NodeProto& node : *expected.mutable_graph()->mutable_node()) {
+    if (!node.has_domain()) node.set_domain("");
+  }
+  ModelProto actual = back;
+  actual.mutable_graph()->clear_initializer();
+  std::string report;
+  CHECK_MESSAGE(SameMessage(expected, actual, &report), report);
+  REQUIRE(back.graph().initializer_size() == 3);
+  CHECK(std::vector<float>(back.graph().initializer(0).float_data().begin(),
+                           back.graph().initializer(0).float_data().end()) ==
+        std::vector<float>{0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f});
+  CHECK(back.graph().initializer(1).int64_data(0) == -1);
+  CHECK(back.graph().initializer(2).int32_data(1) == 49152);  // -2.0 in half precision
+  for (int i = 0; i < 3; ++i) {
+    CHECK(back.graph().initializer(i).name() == model.graph().initializer(i).name());
+    CHECK(back.graph().initializer(i).data_type() == model.graph().initializer(i).data_type());
+  }
+}
