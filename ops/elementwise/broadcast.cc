@@ -9,7 +9,8 @@
 
 namespace onnx_light::ops::elementwise {
 
-Shape BroadcastShapes(const core::runtime::KernelCall& call, std::span<const Shape> shapes) {
+Shape BroadcastShapes(const core::runtime::KernelCall& call, std::span<const Shape> shapes,
+                      const std::string& what) {
   size_t rank = 0;
   for (const Shape& s : shapes) rank = std::max(rank, s.size());
   Shape out(rank, 1);
@@ -23,7 +24,7 @@ Shape BroadcastShapes(const core::runtime::KernelCall& call, std::span<const Sha
         o = v;
         continue;
       }
-      call.Fail("cannot broadcast the shapes of " + DescribeInputs(call));
+      call.Fail("cannot broadcast " + (what.empty() ? "the shapes of " + DescribeInputs(call) : what));
     }
   }
   // A dimension of 0 broadcasts only with 1 or 0: handled above since 0 != 1.

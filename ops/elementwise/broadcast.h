@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -16,8 +17,10 @@ namespace onnx_light::ops::elementwise {
 
 using core::runtime::Shape;
 
-// The broadcast shape, or a kInvalidArgument naming the node and every input's shape.
-Shape BroadcastShapes(const core::runtime::KernelCall& call, std::span<const Shape> shapes);
+// The broadcast shape, or a kInvalidArgument naming the node and every input's shape (or
+// "cannot broadcast <what>" when `what` is given).
+Shape BroadcastShapes(const core::runtime::KernelCall& call, std::span<const Shape> shapes,
+                      const std::string& what = "");
 
 inline constexpr int kMaxBroadcastInputs = 3;
 

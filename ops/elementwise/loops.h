@@ -37,17 +37,23 @@ void BinaryLoop(const BroadcastPlan& plan, const A* a, const B* b, O* o, const F
   });
 }
 
-// Broadcasts inputs `a` and `b`, allocates output 0 as `out_dtype` and fills it.
+// Broadcasts `a` and `b` into a new tensor of `out_dtype` from the call's allocator.
 template <typename A, typename B, typename O, typename F>
-void RunBinary(KernelCall& call, const Tensor& a, const Tensor& b, DataType out_dtype,
-               const F& f) {
+Tensor ComputeBinary(KernelCall& call, const Tensor& a, const Tensor& b, DataType out_dtype,
+                     const F& f) {
   const Shape shapes[] = {a.shape(), b.shape()};
   const Shape out_shape = BroadcastShapes(call, shapes);
   const BroadcastPlan plan(shapes, out_shape);
-  const A* pa = a.data<A>();
-  const B* pb = b.data<B>();
-  Tensor& out = call.AllocateOutput(0, out_dtype, out_shape);
-  BinaryLoop(plan, pa, pb, out.mutable_data<O>(), f);
+  Tensor out("", out_dtype, out_shape, call.allocator());
+  BinaryLoop(plan, a.data<A>(), b.data<B>(), out.mutable_data<O>(), f);
+  return out;
+}
+
+// Broadcasts inputs `a` and `b` into output 0 of type `out_dtype`.
+template <typename A, typename B, typename O, typename F>
+void RunBinary(KernelCall& call, const Tensor& a, const Tensor& b, DataType out_dtype,
+               const F& f) {
+  call.SetOutput(0, ComputeBinary<A, B, O>(call, a, b, out_dtype, f));
 }
 
 // o[i] = f(a[i]) for a contiguous tensor.
@@ -70,7 +76,7 @@ class SameTypeBinary : public core::runtime::KernelBase {
     const Tensor& a = call.input(0);
     const Tensor& b = call.input(1);
     CheckSameType(call, a, b);
-    DispatchType(call, a.dtype(), kAllowed, [&](auto tag) {
+    DispatchType<kAllowed>(call, a.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       Op::template Check<T>(call, b);
       RunBinary<T, T, T>(call, a, b, a.dtype(), Op{});
@@ -87,7 +93,7 @@ class CompareBinary : public core::runtime::KernelBase {
     const Tensor& a = call.input(0);
     const Tensor& b = call.input(1);
     CheckSameType(call, a, b);
-    DispatchType(call, a.dtype(), kAllowed, [&](auto tag) {
+    DispatchType<kAllowed>(call, a.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       RunBinary<T, T, bool>(call, a, b, DataType::kBool, Op{});
     });
@@ -101,7 +107,7 @@ class UnaryKernel : public core::runtime::KernelBase {
   explicit UnaryKernel(const core::runtime::KernelContext&) {}
   void Compute(KernelCall& call) const override {
     const Tensor& x = call.input(0);
-    DispatchType(call, x.dtype(), kAllowed, [&](auto tag) {
+    DispatchType<kAllowed>(call, x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* px = x.data<T>();
       if constexpr (Op::kBoolOutput) {

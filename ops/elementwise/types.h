@@ -99,27 +99,36 @@ inline bool InSet(TypeSet set, DataType t) {
                   core::DataTypeName(t) + " is not supported");
 }
 
-// Calls f(TypeTag<T>{}) for the storage type T of `t` if `t` is in `allowed`.
-template <typename F>
-decltype(auto) DispatchType(const KernelCall& call, DataType t, TypeSet allowed, F&& f,
-                            const std::string& what = "input") {
-  if (!InSet(allowed, t)) UnsupportedType(call, t, what);
+// Calls f(TypeTag<T>{}) for the storage type T of `t` if `t` is in `kAllowed` (only those
+// types are instantiated).
+template <TypeSet kAllowed, typename F>
+void DispatchType(const KernelCall& call, DataType t, F&& f, const std::string& what = "input") {
+  if (!InSet(kAllowed, t)) UnsupportedType(call, t, what);
+#define OL_DISPATCH_CASE(dt, T)                   \
+  case dt:                                        \
+    if constexpr ((kAllowed & Bit(dt)) != 0) {    \
+      f(TypeTag<T>{});                            \
+      return;                                     \
+    }                                             \
+    break;
   switch (t) {
-    case DataType::kFloat: return f(TypeTag<float>{});
-    case DataType::kDouble: return f(TypeTag<double>{});
-    case DataType::kFloat16: return f(TypeTag<Float16>{});
-    case DataType::kBFloat16: return f(TypeTag<BFloat16>{});
-    case DataType::kInt8: return f(TypeTag<int8_t>{});
-    case DataType::kInt16: return f(TypeTag<int16_t>{});
-    case DataType::kInt32: return f(TypeTag<int32_t>{});
-    case DataType::kInt64: return f(TypeTag<int64_t>{});
-    case DataType::kUint8: return f(TypeTag<uint8_t>{});
-    case DataType::kUint16: return f(TypeTag<uint16_t>{});
-    case DataType::kUint32: return f(TypeTag<uint32_t>{});
-    case DataType::kUint64: return f(TypeTag<uint64_t>{});
-    case DataType::kBool: return f(TypeTag<bool>{});
-    default: UnsupportedType(call, t, what);
+    OL_DISPATCH_CASE(DataType::kFloat, float)
+    OL_DISPATCH_CASE(DataType::kDouble, double)
+    OL_DISPATCH_CASE(DataType::kFloat16, Float16)
+    OL_DISPATCH_CASE(DataType::kBFloat16, BFloat16)
+    OL_DISPATCH_CASE(DataType::kInt8, int8_t)
+    OL_DISPATCH_CASE(DataType::kInt16, int16_t)
+    OL_DISPATCH_CASE(DataType::kInt32, int32_t)
+    OL_DISPATCH_CASE(DataType::kInt64, int64_t)
+    OL_DISPATCH_CASE(DataType::kUint8, uint8_t)
+    OL_DISPATCH_CASE(DataType::kUint16, uint16_t)
+    OL_DISPATCH_CASE(DataType::kUint32, uint32_t)
+    OL_DISPATCH_CASE(DataType::kUint64, uint64_t)
+    OL_DISPATCH_CASE(DataType::kBool, bool)
+    default: break;
   }
+#undef OL_DISPATCH_CASE
+  UnsupportedType(call, t, what);
 }
 
 // For data movement: a storage type of the element's width (std::string for STRING).

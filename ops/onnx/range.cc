@@ -1,0 +1,56 @@
+// Range: [start, start + delta, ...) up to `limit`, max(ceil((limit - start) / delta), 0)
+// elements of the inputs' type (FLOAT, DOUBLE, INT16, INT32, INT64).
+#include <cmath>
+
+#include "ops/elementwise/types.h"
+#include "ops/kernel_factory.h"
+
+namespace onnx_light::ops {
+
+class Range final : public core::runtime::KernelBase {
+ public:
+  explicit Range(const core::runtime::KernelContext&) {}
+
+  void Compute(core::runtime::KernelCall& call) const override {
+    using namespace elementwise;
+    const auto& start_t = call.input(0);
+    const auto& limit_t = call.input(1);
+    const auto& delta_t = call.input(2);
+    for (const Tensor* t : {&start_t, &limit_t, &delta_t}) {
+      if (t->numel() != 1)
+        call.Fail("start, limit and delta must be scalars: " + DescribeInputs(call));
+      if (t->dtype() != start_t.dtype())
+        call.Fail("start, limit and delta must have one type, got " +
+                  core::DataTypeName(start_t.dtype()) + " and " + core::DataTypeName(t->dtype()));
+    }
+    constexpr TypeSet kAllowed = Bit(DataType::kFloat) | Bit(DataType::kDouble) |
+                                 Bit(DataType::kInt16) | Bit(DataType::kInt32) |
+                                 Bit(DataType::kInt64);
+    DispatchType<kAllowed>(call, start_t.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T start = start_t.data<T>()[0];
+      const T limit = limit_t.data<T>()[0];
+      const T delta = delta_t.data<T>()[0];
+      if (delta == T{0}) call.Fail("delta must not be zero");
+      int64_t n;
+      if constexpr (std::is_integral_v<T>) {
+        const int64_t span = static_cast<int64_t>(limit) - static_cast<int64_t>(start);
+        const int64_t d = delta;
+        n = span / d + ((span % d != 0 && ((span < 0) == (d < 0))) ? 1 : 0);
+      } else {
+        const double count = std::ceil((static_cast<double>(limit) - static_cast<double>(start)) /
+                                       static_cast<double>(delta));
+        if (!std::isfinite(count)) call.Fail("the number of elements is not finite");
+        n = static_cast<int64_t>(count);
+      }
+      n = std::max<int64_t>(n, 0);
+      T* out = call.AllocateOutput(0, start_t.dtype(), {n}).template mutable_data<T>();
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+    });
+  }
+};
+
+OL_KERNEL_FACTORY(Range)
+
+}  // namespace onnx_light::ops
