@@ -12,6 +12,7 @@ using core::runtime::RuntimeContext;
 #define OL_OP(domain, op_type, since, Class) \
   std::unique_ptr<KernelBase> Make##Class(const NodeProto& node, RuntimeContext& ctx);
 #include "ops/op_list_attention.inc"
+#include "ops/op_list_control.inc"
 #include "ops/op_list_math.inc"
 #include "ops/op_list_sequence.inc"
 #include "ops/op_list_tensor.inc"
@@ -26,6 +27,7 @@ const KernelRegistry& BuiltinKernels() {
 #define OL_OP(domain, op_type, since, Class) \
   r.Register(domain, op_type, symbolic::Device::kCPU, &ops::Make##Class, since);
 #include "ops/op_list_attention.inc"
+#include "ops/op_list_control.inc"
 #include "ops/op_list_math.inc"
 #include "ops/op_list_sequence.inc"
 #include "ops/op_list_tensor.inc"
