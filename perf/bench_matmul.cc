@@ -1,0 +1,82 @@
+// SGEMM throughput (GFLOP/s) for square sizes, decode-shaped GEMV bandwidth (GB/s of the
+// weight streamed) and memcpy of the same bytes for comparison.
+//   ./build/perf/bench_matmul [--benchmark_filter=Gemv]
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ops/math/gemm.h"
+
+namespace math = onnx_light::ops::math;
+
+namespace {
+
+std::vector<float> RandomVector(int64_t n) {
+  std::mt19937 gen(42);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+void Sgemm(benchmark::State& state, math::GemmPath path) {
+  const int64_t n = state.range(0);
+  const std::vector<float> a = RandomVector(n * n), b = RandomVector(n * n);
+  std::vector<float> c(static_cast<size_t>(n * n));
+  for (auto _ : state) {
+    math::Sgemm(false, false, n, n, n, 1.0f, a.data(), b.data(), 0.0f, c.data(), path);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n / 1e9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_Sgemm(benchmark::State& state) { Sgemm(state, math::GemmPath::kAuto); }
+void BM_SgemmPortable(benchmark::State& state) { Sgemm(state, math::GemmPath::kPortable); }
+
+// 1 x K times K x N (trans_b = 0) or times N x K stored transposed (trans_b = 1).
+void BM_Gemv(benchmark::State& state) {
+  const int64_t k = state.range(0), n = state.range(1);
+  const bool trans_b = state.range(2) != 0;
+  const std::vector<float> a = RandomVector(k), b = RandomVector(k * n);
+  std::vector<float> c(static_cast<size_t>(n));
+  for (auto _ : state) {
+    math::Sgemm(false, trans_b, 1, n, k, 1.0f, a.data(), b.data(), 0.0f, c.data());
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(4.0 * k * n / 1e9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// memcpy of the weight's bytes: reads + writes them (twice the traffic of a GEMV read).
+void BM_Memcpy(benchmark::State& state) {
+  const int64_t k = state.range(0), n = state.range(1);
+  const std::vector<float> src = RandomVector(k * n);
+  std::vector<float> dst(src.size());
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), src.size() * sizeof(float));
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(4.0 * k * n / 1e9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace
+
+BENCHMARK(BM_Sgemm)->RangeMultiplier(2)->Range(64, 1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_SgemmPortable)->RangeMultiplier(2)->Range(64, 1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Gemv)
+    ->Args({4096, 4096, 0})
+    ->Args({4096, 4096, 1})
+    ->Args({2048, 8192, 0})
+    ->Args({2048, 8192, 1})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK(BM_Memcpy)->Args({4096, 4096})->Args({2048, 8192})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+BENCHMARK_MAIN();
