@@ -442,3 +442,38 @@ TEST_CASE("ir_version must be present") {
   model.clear_ir_version();
   CHECK(CheckError(model) == "model has no ir_version");
 }
+
+TEST_CASE("Function bodies are checked with their own scope and attribute references") {
+  const std::string call = In("x") + Out("y") +
+                           Node("Scale", "x", "y",
+                                " domain: \"local\" attribute { name: \"alpha\" type: FLOAT "
+                                "f: 2 }");
+  const std::string fn_head =
+      "functions { name: \"Scale\" domain: \"local\" input: \"a\" output: \"b\" attribute: "
+      "\"alpha\" ";
+  const std::string leaky =
+      "node { op_type: \"LeakyRelu\" input: \"a\" output: \"b\" attribute { name: \"alpha\" "
+      "type: FLOAT ref_attr_name: \"__REF__\" } } }";
+  auto with_ref = [&](const std::string& ref) {
+    std::string f = fn_head + leaky;
+    f.replace(f.find("__REF__"), 7, ref);
+    return Model(call, f);
+  };
+  CHECK_NOTHROW(CheckModel(with_ref("alpha")));
+  CHECK(Contains(CheckError(with_ref("beta")),
+                 "function 'local::Scale': node 0 (LeakyRelu) attribute 'alpha' refers to "
+                 "'beta', which the function does not declare"));
+  // A function body cannot see the caller's values.
+  CHECK(Contains(CheckError(Model(call, fn_head + "node { op_type: \"Add\" input: \"a\" input: "
+                                                  "\"x\" output: \"b\" } }")),
+                 "function 'local::Scale': node 0 (Add): input 1 'x' is not a graph input"));
+  CHECK(Contains(CheckError(Model(call, fn_head + "node { op_type: \"Relu\" input: \"a\" "
+                                                  "output: \"c\" } }")),
+                 "function 'local::Scale': output 'b' is not produced"));
+  // ref_attr_name is meaningless in a graph.
+  CHECK(Contains(CheckError(Model(In("x") + Out("y") +
+                                  Node("LeakyRelu", "x", "y",
+                                       " attribute { name: \"alpha\" type: FLOAT "
+                                       "ref_attr_name: \"alpha\" }"))),
+                 "refers to function attribute 'alpha' outside a function body"));
+}

@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -257,4 +258,31 @@ TEST_CASE("External data ranges are checked against the file size") {
   // A model from bytes has no directory to resolve external data against.
   CHECK(ErrorOf([&] { TensorFromProto(model.graph().initializer(1)); })
             .find("needs the model's directory") != std::string::npos);
+}
+
+TEST_CASE("Misaligned external tensors are copied to aligned storage, strings are refused") {
+  TempDir dir;
+  std::vector<uint8_t> bytes(2 + 8, 0);
+  const float values[2] = {1.5f, -2.f};
+  std::memcpy(bytes.data() + 2, values, 8);  // floats at offset 2: not 4-byte aligned
+  {
+    std::ofstream out(dir.path / "w.bin", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), 10);
+  }
+  ModelProto model = SmallModel();
+  AddExternal(model, "w", "w.bin", 2, 2);
+  Tensor w = TensorFromProto(model.graph().initializer(1), nullptr, dir.path.string());
+  CHECK(w.ToFloatVector() == std::vector<float>{1.5f, -2.f});
+  CHECK(reinterpret_cast<uintptr_t>(w.raw_data()) % alignof(float) == 0);
+  CHECK(MappingOf(w.raw_data()) != fs::canonical(dir.path / "w.bin").string());
+
+  TensorProto strings = model.graph().initializer(1);
+  strings.set_data_type(TensorProto::STRING);
+  try {
+    TensorFromProto(strings, nullptr, dir.path.string());
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kNotImplemented);
+    CHECK(std::string(e.what()) == "tensor 'w': external STRING data is not supported");
+  }
 }
