@@ -1,0 +1,208 @@
+#include "python/bindings/convert.h"
+
+#include <dlpack/dlpack.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <vector>
+
+#include "core/dlpack.h"
+#include "core/error.h"
+
+namespace onnx_light::python {
+
+using core::DataType;
+using core::ErrorCode;
+using core::runtime::Shape;
+using core::runtime::Tensor;
+
+namespace {
+
+std::string TypeName(py::handle obj) {
+  return py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>();
+}
+
+bool InterpreterAlive() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
+// Holds a buffer-protocol export (and so the exporting array) for as long as a tensor views
+// it. The last owner handle may die on a worker thread: the GIL is taken to release.
+struct PyBufferOwner {
+  Py_buffer view{};
+  PyBufferOwner() = default;
+  PyBufferOwner(const PyBufferOwner&) = delete;
+  PyBufferOwner& operator=(const PyBufferOwner&) = delete;
+  ~PyBufferOwner() {
+    if (view.obj == nullptr || !InterpreterAlive()) return;  // at exit: leak, never crash
+    PyGILState_STATE state = PyGILState_Ensure();
+    PyBuffer_Release(&view);
+    PyGILState_Release(state);
+  }
+};
+
+// The DataType of a PEP 3118 format string; kUndefined when unsupported. `swapped` is set
+// for a non-native byte order.
+DataType DataTypeFromFormat(std::string format, Py_ssize_t itemsize, bool* swapped) {
+  *swapped = false;
+  if (!format.empty() && (format[0] == '@' || format[0] == '=')) format.erase(0, 1);
+  if (!format.empty() && (format[0] == '<' || format[0] == '>' || format[0] == '!')) {
+    const bool little = format[0] == '<';
+    const bool native_little = PY_LITTLE_ENDIAN;
+    *swapped = little != native_little && itemsize > 1;
+    format.erase(0, 1);
+  }
+  if (format.size() != 1) return DataType::kUndefined;
+  switch (format[0]) {
+    case 'f': return DataType::kFloat;
+    case 'd': return DataType::kDouble;
+    case 'e': return DataType::kFloat16;
+    case '?': return DataType::kBool;
+    case 'b': return DataType::kInt8;
+    case 'B': return DataType::kUint8;
+    case 'h': return DataType::kInt16;
+    case 'H': return DataType::kUint16;
+    case 'i': case 'l': case 'q':
+      return itemsize == 4 ? DataType::kInt32 : itemsize == 8 ? DataType::kInt64
+                                                             : DataType::kUndefined;
+    case 'I': case 'L': case 'Q':
+      return itemsize == 4 ? DataType::kUint32 : itemsize == 8 ? DataType::kUint64
+                                                             : DataType::kUndefined;
+    default: return DataType::kUndefined;
+  }
+}
+
+Tensor FromBuffer(py::handle obj, const std::string& name) {
+  auto owner = std::make_shared<PyBufferOwner>();
+  if (PyObject_GetBuffer(obj.ptr(), &owner->view, PyBUF_RECORDS_RO) != 0) {
+    py::error_already_set err;
+    core::Throw(ErrorCode::kInvalidArgument,
+                "input '" + name + "': its buffer cannot be read without a copy (" +
+                    std::string(err.what()) + ")");
+  }
+  const Py_buffer& v = owner->view;
+  const std::string format = v.format != nullptr ? v.format : "B";
+  bool swapped = false;
+  const DataType dtype = DataTypeFromFormat(format, v.itemsize, &swapped);
+  OL_CHECK(!swapped, ErrorCode::kInvalidArgument,
+           "input '" + name + "' is byte-swapped (format '" + format +
+               "', non-native byte order); convert it to native order first "
+               "(e.g. array.astype(array.dtype.newbyteorder('=')))");
+  OL_CHECK(dtype != DataType::kUndefined, ErrorCode::kInvalidArgument,
+           "input '" + name + "' has an unsupported dtype (buffer format '" + format + "', " +
+               std::to_string(v.itemsize) + "-byte items)");
+  Shape shape(v.shape, v.shape + v.ndim);
+  if (v.ndim == 0) shape.clear();
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  // Compact row-major: dimensions of size 1 are never stepped over, so their strides do not
+  // matter; an empty array has no layout.
+  if (v.strides != nullptr && numel > 0) {
+    int64_t expected = v.itemsize;
+    for (int i = v.ndim - 1; i >= 0; --i) {
+      if (v.shape[i] != 1 && v.strides[i] != expected) {
+        core::Throw(ErrorCode::kInvalidArgument,
+                    "input '" + name + "' is noncontiguous (shape " +
+                        core::runtime::ShapeToString(shape) + ", strides in bytes " +
+                        core::runtime::ShapeToString(Shape(v.strides, v.strides + v.ndim)) +
+                        "); onnx-light does not copy inputs: pass a C-contiguous array "
+                        "(numpy.ascontiguousarray)");
+      }
+      expected *= v.shape[i];
+    }
+  }
+  OL_CHECK(reinterpret_cast<uintptr_t>(v.buf) % static_cast<uintptr_t>(v.itemsize) == 0,
+           ErrorCode::kInvalidArgument,
+           "input '" + name + "' data is not aligned to its " + std::to_string(v.itemsize) +
+               "-byte elements");
+  const void* data = v.buf;
+  return Tensor::Borrow(name, dtype, std::move(shape), data, std::move(owner));
+}
+
+// NumPy str/bytes/object arrays: strings are materialized (the one converted case).
+Tensor FromStringArray(py::handle array, const std::string& name, char kind) {
+  Shape shape = array.attr("shape").cast<Shape>();
+  py::list items = array.attr("ravel")().attr("tolist")();
+  std::vector<std::string> values;
+  values.reserve(items.size());
+  for (py::handle item : items) {
+    if (PyUnicode_Check(item.ptr())) {
+      values.push_back(item.cast<std::string>());
+    } else if (PyBytes_Check(item.ptr())) {
+      values.emplace_back(PyBytes_AS_STRING(item.ptr()), PyBytes_GET_SIZE(item.ptr()));
+    } else {
+      core::Throw(ErrorCode::kInvalidArgument,
+                  "input '" + name + "' has an unsupported dtype (" +
+                      (kind == 'O' ? std::string("object array holding ") + TypeName(item)
+                                   : std::string(1, kind)) +
+                      "); object arrays are accepted only when every element is str or bytes");
+    }
+  }
+  return Tensor::FromStrings(name, std::move(shape), std::move(values));
+}
+
+Tensor FromDLPack(py::handle obj, const std::string& name) {
+  if (py::hasattr(obj, "__dlpack_device__")) {
+    py::tuple device = obj.attr("__dlpack_device__")();
+    const int device_type = device[0].cast<int>();
+    OL_CHECK(device_type == kDLCPU, ErrorCode::kInvalidArgument,
+             "input '" + name + "' is on DLPack device type " + std::to_string(device_type) +
+                 "; only CPU tensors are accepted (no implicit device copy)");
+  }
+  py::object capsule = obj.attr("__dlpack__")();
+  PyObject* cap = capsule.ptr();
+  OL_CHECK(PyCapsule_IsValid(cap, "dltensor"), ErrorCode::kInvalidArgument,
+           "input '" + name + "': __dlpack__ did not return an unconsumed 'dltensor' capsule");
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
+  // On failure nothing was adopted: the capsule keeps its name and frees the tensor itself.
+  Tensor t = core::runtime::TensorFromDLPack(managed, name);
+  PyCapsule_SetName(cap, "used_dltensor");
+  return t;
+}
+
+}  // namespace
+
+Tensor TensorFromPython(py::handle obj, const std::string& name) {
+  if (py::isinstance<Tensor>(obj)) {
+    Tensor t = obj.cast<const Tensor&>();  // shares the owner; metadata is independent
+    t.set_name(name);
+    return t;
+  }
+  if (py::hasattr(obj, "requires_grad") && py::bool_(obj.attr("requires_grad"))) {
+    core::Throw(ErrorCode::kInvalidArgument,
+                "input '" + name + "' is a tensor that requires grad; DLPack cannot export it. "
+                "Pass tensor.detach() (it shares the same storage, no copy)");
+  }
+  if (py::hasattr(obj, "dtype") && py::hasattr(obj, "ravel") && py::hasattr(obj, "shape")) {
+    py::object kind = py::getattr(obj.attr("dtype"), "kind", py::none());
+    if (py::isinstance<py::str>(kind)) {
+      const std::string k = kind.cast<std::string>();
+      if (k == "U" || k == "S" || k == "O") return FromStringArray(obj, name, k[0]);
+    }
+  }
+  if (PyObject_CheckBuffer(obj.ptr())) return FromBuffer(obj, name);
+  if (py::hasattr(obj, "__dlpack__")) return FromDLPack(obj, name);
+  core::Throw(ErrorCode::kTypeError,
+              "input '" + name + "': expected a runtime Tensor, a NumPy array or a DLPack "
+              "producer (e.g. a CPU torch.Tensor), got " + TypeName(obj));
+}
+
+py::object TensorToPython(const Tensor& tensor) { return py::cast(tensor); }
+
+core::runtime::RuntimeValue ValueFromPython(py::handle obj, const std::string& name) {
+  return core::runtime::RuntimeValue(TensorFromPython(obj, name));
+}
+
+py::object ValueToPython(const core::runtime::RuntimeValue& value) {
+  OL_CHECK(value.is_tensor(), ErrorCode::kNotImplemented,
+           std::string("cannot return a ") +
+               core::runtime::RuntimeValue::KindName(value.kind()) +
+               " value to Python yet (only tensors)");
+  return TensorToPython(value.tensor());
+}
+
+}  // namespace onnx_light::python

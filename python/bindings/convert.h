@@ -1,0 +1,31 @@
+// Python <-> runtime value conversions shared by the bindings (sessions, state, generation).
+// Tensors cross without copying their payload: NumPy arrays through the buffer protocol and
+// DLPack producers (PyTorch, ...) through __dlpack__ are borrowed and kept alive by the
+// tensor's owner; runtime tensors go back to Python as runtime.Tensor objects sharing the
+// owner. Noncontiguous, byte-swapped or unsupported inputs raise ValueError naming the input
+// instead of being copied. String arrays are the one materialized case (std::string storage).
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "core/runtime_value.h"
+#include "core/tensor.h"
+
+namespace onnx_light::python {
+
+namespace py = pybind11;
+
+// A runtime Tensor named `name` viewing `obj` (runtime.Tensor, NumPy array or anything with
+// __dlpack__ on the CPU). Throws core::Error (ValueError/TypeError in Python).
+core::runtime::Tensor TensorFromPython(py::handle obj, const std::string& name);
+// A runtime.Tensor object sharing `tensor`'s owner.
+py::object TensorToPython(const core::runtime::Tensor& tensor);
+
+// RuntimeValue conversions. For now only tensors; structs, sequences and encoded values are
+// added by the state bindings.
+core::runtime::RuntimeValue ValueFromPython(py::handle obj, const std::string& name);
+py::object ValueToPython(const core::runtime::RuntimeValue& value);
+
+}  // namespace onnx_light::python

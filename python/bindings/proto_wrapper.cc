@@ -1,0 +1,203 @@
+#include "python/bindings/proto_wrapper.h"
+
+#include <google/protobuf/descriptor.h>
+
+#include <unordered_map>
+
+#include "core/error.h"
+
+namespace onnx_light::python {
+
+using core::ErrorCode;
+
+void MessageTree::Detach(pb::Message* element) {
+  removed_set.insert(element);
+  removed.emplace_back(element);
+}
+
+MessageRef MessageRef::Root(std::shared_ptr<pb::Message> root) {
+  MessageRef ref;
+  ref.descriptor_ = root->GetDescriptor();
+  ref.tree_ = std::make_shared<MessageTree>(std::move(root));
+  return ref;
+}
+
+MessageRef MessageRef::Sub(const pb::FieldDescriptor* field) const {
+  MessageRef ref;
+  ref.tree_ = tree_;
+  auto link = std::make_shared<MessageLink>();
+  link->parent = link_;
+  link->field = field;
+  ref.link_ = std::move(link);
+  ref.descriptor_ = field->message_type();
+  return ref;
+}
+
+MessageRef MessageRef::Element(const pb::FieldDescriptor* field, int index) const {
+  pb::Message* parent = Mutable();
+  MessageRef ref;
+  ref.tree_ = tree_;
+  auto link = std::make_shared<MessageLink>();
+  link->parent = link_;
+  link->field = field;
+  link->element = parent->GetReflection()->MutableRepeatedMessage(parent, field, index);
+  link->index_hint = index;
+  ref.link_ = std::move(link);
+  ref.descriptor_ = field->message_type();
+  return ref;
+}
+
+namespace {
+
+// Finds `link->element` in its repeated field (the hint first, then a scan).
+bool LocateElement(const pb::Message& parent, const MessageLink* link) {
+  const pb::Reflection* refl = parent.GetReflection();
+  const int n = refl->FieldSize(parent, link->field);
+  if (link->index_hint < n &&
+      &refl->GetRepeatedMessage(parent, link->field, link->index_hint) == link->element) {
+    return true;
+  }
+  for (int i = 0; i < n; ++i) {
+    if (&refl->GetRepeatedMessage(parent, link->field, i) == link->element) {
+      link->index_hint = i;
+      return true;
+    }
+  }
+  return false;
+}
+
+[[noreturn]] void ThrowStale(const MessageLink* link) {
+  core::Throw(ErrorCode::kFailedPrecondition,
+              "this " + link->field->message_type()->name() + " view refers to an element of " +
+                  link->field->full_name() +
+                  " that no longer exists (an enclosing message was cleared, copied over or "
+                  "parsed); take a new view from the field");
+}
+
+}  // namespace
+
+const pb::Message* MessageRef::Find(const MessageLink* link) const {
+  if (link == nullptr) return tree_->root.get();
+  if (link->element != nullptr && tree_->removed_set.count(link->element)) return link->element;
+  const pb::Message* parent = Find(link->parent.get());
+  if (link->element != nullptr) {
+    if (parent == nullptr || !LocateElement(*parent, link)) ThrowStale(link);
+    return link->element;
+  }
+  if (parent == nullptr) return nullptr;
+  const pb::Reflection* refl = parent->GetReflection();
+  if (!refl->HasField(*parent, link->field)) return nullptr;
+  return &refl->GetMessage(*parent, link->field);
+}
+
+pb::Message* MessageRef::Mutable(const MessageLink* link) const {
+  if (link == nullptr) return tree_->root.get();
+  if (link->element != nullptr) {
+    if (tree_->removed_set.count(link->element)) return link->element;
+    const pb::Message* parent = Find(link->parent.get());
+    if (parent == nullptr || !LocateElement(*parent, link)) ThrowStale(link);
+    return link->element;
+  }
+  pb::Message* parent = Mutable(link->parent.get());
+  return parent->GetReflection()->MutableMessage(parent, link->field);
+}
+
+const pb::Message* MessageRef::Find() const { return Find(link_.get()); }
+
+const pb::Message& MessageRef::Get() const {
+  const pb::Message* m = Find();
+  if (m != nullptr) return *m;
+  return *pb::MessageFactory::generated_factory()->GetPrototype(descriptor_);
+}
+
+pb::Message* MessageRef::Mutable() const { return Mutable(link_.get()); }
+
+// ---- class registry --------------------------------------------------------------------
+
+namespace {
+
+// Classes live as long as the interpreter: the registry holds strong references and is
+// deliberately never destroyed (no Python object may be released after finalisation).
+std::unordered_map<const pb::Descriptor*, PyObject*>& Registry() {
+  static auto* registry = new std::unordered_map<const pb::Descriptor*, PyObject*>();
+  return *registry;
+}
+
+PyObject*& BaseInit() {
+  static PyObject* base_init = nullptr;
+  return base_init;
+}
+
+}  // namespace
+
+void RegisterMessageClass(const pb::Descriptor* descriptor, py::handle cls) {
+  Registry()[descriptor] = cls.inc_ref().ptr();
+}
+
+py::handle MessageClass(const pb::Descriptor* descriptor) {
+  auto it = Registry().find(descriptor);
+  OL_CHECK(it != Registry().end(), ErrorCode::kRuntime,
+           "no Python class registered for " + descriptor->full_name());
+  return it->second;
+}
+
+void SetBaseInit(py::object base_init) { BaseInit() = base_init.release().ptr(); }
+
+void InitMessageObject(py::handle self, const MessageRef& ref) {
+  py::handle base_init = BaseInit();
+  base_init(self, RefToken{ref});
+}
+
+py::object WrapMessage(const MessageRef& ref) {
+  auto* type = reinterpret_cast<PyTypeObject*>(MessageClass(ref.descriptor()).ptr());
+  py::tuple no_args;
+  py::object obj = py::reinterpret_steal<py::object>(type->tp_new(type, no_args.ptr(), nullptr));
+  if (!obj) throw py::error_already_set();
+  InitMessageObject(obj, ref);
+  return obj;
+}
+
+py::object MessageToPython(std::shared_ptr<pb::Message> root) {
+  return WrapMessage(MessageRef::Root(std::move(root)));
+}
+
+std::shared_ptr<pb::Message> MessageFromPython(py::handle obj) {
+  if (!py::isinstance<MessageRef>(obj)) {
+    core::Throw(ErrorCode::kTypeError,
+                std::string("expected an onnx_light proto message, got ") +
+                    py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+  }
+  const MessageRef& ref = obj.cast<const MessageRef&>();
+  pb::Message* msg = ref.Mutable();
+  return std::shared_ptr<pb::Message>(ref.tree(), msg);
+}
+
+std::shared_ptr<pb::Message> ProtoFromPythonImpl(py::handle obj, const pb::Message& prototype,
+                                                 const char* what) {
+  const pb::Descriptor* desc = prototype.GetDescriptor();
+  if (py::isinstance<MessageRef>(obj)) {
+    const MessageRef& ref = obj.cast<const MessageRef&>();
+    OL_CHECK(ref.descriptor() == desc, ErrorCode::kTypeError,
+             std::string(what) + ": expected " + desc->name() + ", got " +
+                 ref.descriptor()->name());
+    return MessageFromPython(obj);
+  }
+  std::string bytes;
+  if (py::isinstance<py::bytes>(obj)) {
+    bytes = obj.cast<std::string>();
+  } else if (py::hasattr(obj, "SerializeToString") && py::hasattr(obj, "DESCRIPTOR") &&
+             py::str(obj.attr("DESCRIPTOR").attr("name")).cast<std::string>() == desc->name()) {
+    // A message of the `onnx` package: exchanged by bytes (its classes are not ours).
+    bytes = obj.attr("SerializeToString")().cast<std::string>();
+  } else {
+    core::Throw(ErrorCode::kTypeError,
+                std::string(what) + ": expected " + desc->name() + " or its serialized bytes, got " +
+                    py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+  }
+  std::shared_ptr<pb::Message> msg(prototype.New());
+  OL_CHECK(msg->ParseFromString(bytes), ErrorCode::kInvalidArgument,
+           std::string(what) + ": bytes do not parse as " + desc->name());
+  return msg;
+}
+
+}  // namespace onnx_light::python
