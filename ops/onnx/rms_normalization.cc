@@ -1,5 +1,6 @@
 // RMSNormalization (opset 23): Y = X / sqrt(mean(X^2) + epsilon) * scale over the dimensions
-// from `axis` on. Y has the type of scale (V); FLOAT16/BFLOAT16 are computed in float.
+// from `axis` on. Y has X's type (as the reference implementation and shape inference);
+// scale may be another float type. FLOAT16/BFLOAT16 are computed in float.
 #include "executor/attributes.h"
 #include "ops/kernel_factory.h"
 #include "ops/math/norm.h"
@@ -31,7 +32,7 @@ class RMSNormalization final : public core::runtime::KernelBase {
       if (!math::IsFloatType(x.dtype()))
         math::ThrowUnsupportedType(call.node(), "input 'X'", x.dtype());
       const math::ParamView<float> scale(call.node(), scale_t, l, "scale");
-      Tensor& y = call.AllocateOutput(0, scale_t.dtype(), x.shape());
+      Tensor& y = call.AllocateOutput(0, x.dtype(), x.shape());
       const math::FloatView xv(x);
       math::FloatSink yv(y);
       math::ParallelFor(l.rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(l.d, 1)),

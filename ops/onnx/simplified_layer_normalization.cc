@@ -1,5 +1,6 @@
-// SimplifiedLayerNormalization (com.microsoft): RMS normalisation as exported by onnxruntime
-// tools for Llama-style models; optional output 1 is inv_std_var (FLOAT, X.shape[:axis]+1s).
+// SimplifiedLayerNormalization: RMS normalisation as onnxruntime's tools write it for
+// Llama-style models (in the default domain, also accepted under com.microsoft). Y has the
+// scale's type; optional output 1 is inv_std_var (FLOAT, shape X.shape[:axis] + [1, ...]).
 #include <vector>
 
 #include "executor/attributes.h"
