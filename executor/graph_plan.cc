@@ -496,10 +496,8 @@ void RunPlanNode(const GraphPlan& plan, size_t index, RunFrame& frame, RuntimeCo
     event.action = RuntimeEventAction::kKernel;
     event.node_name = node.proto->name();
     event.op_type = node.proto->op_type();
-    if (auto* heap = dynamic_cast<HeapAllocator*>(&context.allocator())) {
-      event.allocated_bytes = heap->live_bytes();
-      event.peak_bytes = heap->peak_bytes();
-    }
+    event.allocated_bytes = context.allocator().live_bytes();
+    event.peak_bytes = context.allocator().peak_bytes();
     context.RecordEvent(std::move(event));
   }
   if (concurrent) {

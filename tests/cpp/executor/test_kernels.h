@@ -31,7 +31,10 @@ class CountingAllocator final : public Allocator {
  public:
   std::shared_ptr<void> Allocate(size_t bytes) override {
     auto inner = DefaultAllocator().Allocate(bytes);
-    live_ += bytes;
+    const size_t now = live_ += bytes;
+    size_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
     ++allocations_;
     void* p = inner.get();
     return std::shared_ptr<void>(p, [this, inner, bytes](void*) mutable {
@@ -41,10 +44,13 @@ class CountingAllocator final : public Allocator {
   }
   const char* name() const override { return "counting"; }
   size_t live() const { return live_.load(); }
+  size_t live_bytes() const override { return live_.load(); }
+  size_t peak_bytes() const override { return peak_.load(); }
   size_t allocations() const { return allocations_.load(); }
 
  private:
   std::atomic<size_t> live_{0};
+  std::atomic<size_t> peak_{0};
   std::atomic<size_t> allocations_{0};
 };
 
