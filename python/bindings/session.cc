@@ -1,5 +1,288 @@
+// runtime.KernelContext, runtime.default_opset, runtime.RuntimeContext (events, values,
+// Python custom kernels), runtime.RuntimeSessionOptions and runtime.RuntimeSession.
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include <climits>
+#include <memory>
+#include <string>
+
+#include "executor/runtime_context.h"
+#include "executor/runtime_session.h"
+#include "onnx_light.pb.h"
+#include "python/bindings/convert.h"
+#include "python/bindings/proto_wrapper.h"
 #include "python/bindings/registration.h"
 
 namespace onnx_light::python {
-void RegisterSession(py::module_& runtime) { (void)runtime; }
+
+using core::runtime::KernelBase;
+using core::runtime::KernelCall;
+using core::runtime::KernelContext;
+using core::runtime::OpsetMap;
+using core::runtime::RuntimeContext;
+using core::runtime::RuntimeContextOptions;
+using core::runtime::RuntimeEvent;
+using core::runtime::RuntimeEventAction;
+using core::runtime::RuntimeSession;
+using core::runtime::RuntimeSessionOptions;
+using core::runtime::RuntimeValue;
+using core::runtime::RuntimeValueMap;
+
+namespace {
+
+// A Python callable that may be dropped from any thread: released with the GIL held.
+std::shared_ptr<py::object> SharedCallable(py::object fn) {
+  return std::shared_ptr<py::object>(new py::object(std::move(fn)), [](py::object* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+}
+
+// fn(context, inputs: list) -> list of outputs, run with the GIL held.
+class PythonKernel final : public KernelBase {
+ public:
+  explicit PythonKernel(std::shared_ptr<py::object> fn) : fn_(std::move(fn)) {}
+
+  void Compute(KernelCall& call) const override {
+    py::gil_scoped_acquire gil;
+    try {
+      py::list inputs;
+      for (size_t i = 0; i < call.input_count(); ++i)
+        inputs.append(call.has_input(i) ? ValueToPython(call.input_value(i)) : py::none());
+      py::object context = py::cast(&call.context(), py::return_value_policy::reference);
+      py::object result = (*fn_)(context, inputs);
+      if (!py::isinstance<py::list>(result) && !py::isinstance<py::tuple>(result))
+        call.Fail("the Python kernel must return a list of outputs, got " +
+                  std::string(py::str(result.get_type().attr("__name__"))));
+      py::sequence outputs = result;
+      if (outputs.size() > call.output_count())
+        call.Fail("the Python kernel returned " + std::to_string(outputs.size()) +
+                  " outputs, the node has " + std::to_string(call.output_count()));
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        py::object v = outputs[i];
+        if (v.is_none()) continue;
+        const std::string name = call.node().output(static_cast<int>(i));
+        RuntimeValue value = ValueFromPython(v, name);
+        if (value.is_tensor())
+          call.SetOutput(i, std::move(value).TakeTensor());
+        else
+          call.SetOutputValue(i, std::move(value));
+      }
+    } catch (py::error_already_set& e) {
+      // Converted while the GIL is held, so the Python exception is released here.
+      core::ErrorCode code = core::ErrorCode::kRuntime;
+      if (e.matches(PyExc_ValueError)) code = core::ErrorCode::kInvalidArgument;
+      if (e.matches(PyExc_TypeError)) code = core::ErrorCode::kTypeError;
+      throw core::Error(code, e.what());
+    }
+  }
+
+ private:
+  std::shared_ptr<py::object> fn_;
+};
+
+OpsetMap OpsetsFromPython(py::handle obj) {
+  if (py::isinstance<py::bool_>(obj) || !(py::isinstance<py::int_>(obj) || py::isinstance<py::dict>(obj)))
+    throw py::type_error("KernelContext expects an opset version (int) or a dict {domain: "
+                         "version}");
+  if (py::isinstance<py::int_>(obj)) return core::runtime::default_opset(obj.cast<int64_t>());
+  OpsetMap opsets;
+  for (auto item : obj.cast<py::dict>())
+    opsets[item.first.cast<std::string>()] = item.second.cast<int64_t>();
+  return opsets;
+}
+
+size_t CapacityFromPython(py::handle obj) {
+  if (py::isinstance<py::bool_>(obj) || !py::isinstance<py::int_>(obj))
+    throw py::type_error("persistent_tensor_initial_capacity must be an int, got " +
+                         std::string(py::str(obj.get_type().attr("__name__"))));
+  if (obj.cast<py::int_>() < py::int_(0))
+    throw py::value_error("persistent_tensor_initial_capacity must be nonnegative, got " +
+                          std::string(py::str(obj)));
+  unsigned long long v = PyLong_AsUnsignedLongLong(obj.ptr());
+  if (PyErr_Occurred() || v > SIZE_MAX) {
+    PyErr_Clear();
+    throw py::value_error("persistent_tensor_initial_capacity " + std::string(py::str(obj)) +
+                          " does not fit in size_t");
+  }
+  return static_cast<size_t>(v);
+}
+
+const char* ExecutorName(RuntimeSessionOptions::ExecutorMode mode) {
+  switch (mode) {
+    case RuntimeSessionOptions::ExecutorMode::kInline: return "inline";
+    case RuntimeSessionOptions::ExecutorMode::kFlowGraph: return "flow_graph";
+    default: return "auto";
+  }
+}
+
+RuntimeSessionOptions::ExecutorMode ExecutorFromName(const std::string& name) {
+  if (name == "auto") return RuntimeSessionOptions::ExecutorMode::kAuto;
+  if (name == "inline") return RuntimeSessionOptions::ExecutorMode::kInline;
+  if (name == "flow_graph") return RuntimeSessionOptions::ExecutorMode::kFlowGraph;
+  throw py::value_error("executor must be 'auto', 'inline' or 'flow_graph', got '" + name + "'");
+}
+
+}  // namespace
+
+void RegisterSession(py::module_& runtime) {
+  runtime.def(
+      "default_opset",
+      [](int64_t version) {
+        py::dict d;
+        for (const auto& [domain, v] : core::runtime::default_opset(version)) d[py::str(domain)] = v;
+        return d;
+      },
+      py::arg("onnx_version") = 18, "The default operator sets {domain: version}.");
+
+  py::class_<KernelContext>(runtime, "KernelContext",
+                            "The operator sets in force: an ONNX opset version or a dict "
+                            "{domain: version}.")
+      .def(py::init([](py::object opsets) { return KernelContext(OpsetsFromPython(opsets)); }),
+           py::arg("opsets") = 18)
+      .def("opset", &KernelContext::opset, py::arg("domain"),
+           "The version of `domain` (0 when not imported).")
+      .def_property_readonly("opsets", [](const KernelContext& k) {
+        py::dict d;
+        for (const auto& [domain, v] : k.opsets()) d[py::str(domain)] = v;
+        return d;
+      });
+
+  py::enum_<RuntimeEventAction>(runtime, "RuntimeEventAction")
+      .value("kKernel", RuntimeEventAction::kKernel)
+      .value("kPersistentStorage", RuntimeEventAction::kPersistentStorage)
+      .value("kSubgraph", RuntimeEventAction::kSubgraph)
+      .value("kFunction", RuntimeEventAction::kFunction);
+
+  py::class_<RuntimeEvent>(runtime, "RuntimeEvent")
+      .def_readonly("action", &RuntimeEvent::action)
+      .def_readonly("node_name", &RuntimeEvent::node_name)
+      .def_readonly("op_type", &RuntimeEvent::op_type)
+      .def_readonly("allocated_bytes", &RuntimeEvent::allocated_bytes)
+      .def_readonly("peak_bytes", &RuntimeEvent::peak_bytes)
+      .def_readonly("storage_allocations", &RuntimeEvent::storage_allocations)
+      .def_readonly("storage_allocated_bytes", &RuntimeEvent::storage_allocated_bytes)
+      .def_readonly("storage_prefix_copied_bytes", &RuntimeEvent::storage_prefix_copied_bytes)
+      .def_readonly("storage_append_copied_bytes", &RuntimeEvent::storage_append_copied_bytes)
+      .def_readonly("storage_reuse_count", &RuntimeEvent::storage_reuse_count)
+      .def("__repr__", [](const RuntimeEvent& e) {
+        return std::string("RuntimeEvent(") + core::runtime::RuntimeEventActionName(e.action) +
+               ", node='" + e.node_name + "', op='" + e.op_type + "')";
+      });
+
+  py::class_<RuntimeContext, std::shared_ptr<RuntimeContext>>(
+      runtime, "RuntimeContext",
+      "Opsets, custom kernels and the event log, configured once and reused by many calls. "
+      "Each call runs in a fresh child context.")
+      .def(py::init([](const KernelContext& kernel_ctx, bool events_enabled) {
+             return std::make_shared<RuntimeContext>(
+                 kernel_ctx, RuntimeContextOptions{.events_enabled = events_enabled});
+           }),
+           py::arg("kernel_ctx") = KernelContext(18), py::kw_only(),
+           py::arg("events_enabled") = false)
+      .def_property_readonly("kernel_ctx", &RuntimeContext::kernel_ctx)
+      .def_property_readonly("events_enabled", &RuntimeContext::events_enabled)
+      .def(
+          "register_kernel",
+          [](RuntimeContext& ctx, const std::string& domain, const std::string& op_type,
+             py::function fn, int64_t since_version) {
+            auto shared = SharedCallable(std::move(fn));
+            ctx.RegisterKernelFn(
+                domain, op_type, core::symbolic::Device::kCPU,
+                [shared](const NodeProto& node, RuntimeContext&) -> std::unique_ptr<KernelBase> {
+                  auto kernel = std::make_unique<PythonKernel>(shared);
+                  kernel->set_node(node);
+                  return kernel;
+                },
+                since_version);
+          },
+          py::arg("domain"), py::arg("op_type"), py::arg("fn"), py::arg("since_version") = 1,
+          "Registers fn(context, inputs: list) -> list of outputs for domain::op_type. It runs "
+          "with the GIL held; `context` is the call's child context, valid during the call.")
+      .def(
+          "get_value",
+          [](const RuntimeContext& ctx, const std::string& name) {
+            return ValueToPython(ctx.get_value(name));
+          },
+          py::arg("name"))
+      .def(
+          "put_value",
+          [](RuntimeContext& ctx, const std::string& name, py::handle value) {
+            ctx.put_value(name, ValueFromPython(value, name));
+          },
+          py::arg("name"), py::arg("value"))
+      .def("has_value", &RuntimeContext::has_value, py::arg("name"))
+      .def("events", &RuntimeContext::events, "A snapshot of the shared event log.")
+      .def("clear_events", &RuntimeContext::ClearEvents)
+      .def("ClearEvents", &RuntimeContext::ClearEvents);
+
+  py::class_<RuntimeSessionOptions>(runtime, "RuntimeSessionOptions")
+      .def(py::init([](int intra_op_threads, py::object capacity, const std::string& executor) {
+             if (intra_op_threads < 0)
+               throw py::value_error("intra_op_threads must be >= 0, got " +
+                                     std::to_string(intra_op_threads));
+             RuntimeSessionOptions o;
+             o.intra_op_threads = intra_op_threads;
+             o.persistent_tensor_initial_capacity = CapacityFromPython(capacity);
+             o.executor = ExecutorFromName(executor);
+             return o;
+           }),
+           py::kw_only(), py::arg("intra_op_threads") = 0,
+           py::arg("persistent_tensor_initial_capacity") = 32, py::arg("executor") = "auto")
+      .def_property(
+          "intra_op_threads", [](const RuntimeSessionOptions& o) { return o.intra_op_threads; },
+          [](RuntimeSessionOptions& o, int v) {
+            if (v < 0)
+              throw py::value_error("intra_op_threads must be >= 0, got " + std::to_string(v));
+            o.intra_op_threads = v;
+          })
+      .def_property(
+          "persistent_tensor_initial_capacity",
+          [](const RuntimeSessionOptions& o) { return o.persistent_tensor_initial_capacity; },
+          [](RuntimeSessionOptions& o, py::object v) {
+            o.persistent_tensor_initial_capacity = CapacityFromPython(v);
+          })
+      .def_property(
+          "executor", [](const RuntimeSessionOptions& o) { return ExecutorName(o.executor); },
+          [](RuntimeSessionOptions& o, const std::string& v) { o.executor = ExecutorFromName(v); })
+      .def("__repr__", [](const RuntimeSessionOptions& o) {
+        return "RuntimeSessionOptions(intra_op_threads=" + std::to_string(o.intra_op_threads) +
+               ", persistent_tensor_initial_capacity=" +
+               std::to_string(o.persistent_tensor_initial_capacity) + ", executor='" +
+               ExecutorName(o.executor) + "')";
+      });
+
+  py::class_<RuntimeSession, std::shared_ptr<RuntimeSession>>(
+      runtime, "RuntimeSession",
+      "Runs a model's graph. The plan is compiled on the first run with a context and reused.")
+      .def(py::init([](py::handle model, std::optional<RuntimeSessionOptions> options) {
+             std::shared_ptr<const ModelProto> m = ProtoFromPython<ModelProto>(model, "model");
+             return std::make_shared<RuntimeSession>(std::move(m),
+                                                     options.value_or(RuntimeSessionOptions{}));
+           }),
+           py::arg("model"), py::arg("options") = py::none())
+      .def(
+          "run",
+          [](RuntimeSession& session, std::shared_ptr<RuntimeContext> context, py::dict feeds) {
+            RuntimeValueMap values;
+            for (auto item : feeds) {
+              const std::string name = py::str(item.first);
+              values[name] = ValueFromPython(item.second, name);
+            }
+            RuntimeValueMap outputs;
+            {
+              py::gil_scoped_release release;
+              outputs = session.Run(*context, std::move(values));
+            }
+            py::dict result;
+            for (auto& [name, value] : outputs) result[py::str(name)] = ValueToPython(value);
+            return result;
+          },
+          py::arg("context"), py::arg("feeds"),
+          "Runs the graph with `feeds` {input name: array/tensor} and returns {output name: "
+          "runtime.Tensor}. The GIL is released while kernels run.")
+      .def_property_readonly("options", &RuntimeSession::options);
+}
+
 }  // namespace onnx_light::python
