@@ -58,21 +58,36 @@ DataType DataTypeFromFormat(std::string format, Py_ssize_t itemsize, bool* swapp
   }
   if (format.size() != 1) return DataType::kUndefined;
   switch (format[0]) {
-    case 'f': return DataType::kFloat;
-    case 'd': return DataType::kDouble;
-    case 'e': return DataType::kFloat16;
-    case '?': return DataType::kBool;
-    case 'b': return DataType::kInt8;
-    case 'B': return DataType::kUint8;
-    case 'h': return DataType::kInt16;
-    case 'H': return DataType::kUint16;
-    case 'i': case 'l': case 'q':
-      return itemsize == 4 ? DataType::kInt32 : itemsize == 8 ? DataType::kInt64
-                                                             : DataType::kUndefined;
-    case 'I': case 'L': case 'Q':
-      return itemsize == 4 ? DataType::kUint32 : itemsize == 8 ? DataType::kUint64
-                                                             : DataType::kUndefined;
-    default: return DataType::kUndefined;
+    case 'f':
+      return DataType::kFloat;
+    case 'd':
+      return DataType::kDouble;
+    case 'e':
+      return DataType::kFloat16;
+    case '?':
+      return DataType::kBool;
+    case 'b':
+      return DataType::kInt8;
+    case 'B':
+      return DataType::kUint8;
+    case 'h':
+      return DataType::kInt16;
+    case 'H':
+      return DataType::kUint16;
+    case 'i':
+    case 'l':
+    case 'q':
+      return itemsize == 4   ? DataType::kInt32
+             : itemsize == 8 ? DataType::kInt64
+                             : DataType::kUndefined;
+    case 'I':
+    case 'L':
+    case 'Q':
+      return itemsize == 4   ? DataType::kUint32
+             : itemsize == 8 ? DataType::kUint64
+                             : DataType::kUndefined;
+    default:
+      return DataType::kUndefined;
   }
 }
 
@@ -80,9 +95,9 @@ Tensor FromBuffer(py::handle obj, const std::string& name) {
   auto owner = std::make_shared<PyBufferOwner>();
   if (PyObject_GetBuffer(obj.ptr(), &owner->view, PyBUF_RECORDS_RO) != 0) {
     py::error_already_set err;
-    core::Throw(ErrorCode::kInvalidArgument,
-                "input '" + name + "': its buffer cannot be read without a copy (" +
-                    std::string(err.what()) + ")");
+    core::Throw(ErrorCode::kInvalidArgument, "input '" + name +
+                                                 "': its buffer cannot be read without a copy (" +
+                                                 std::string(err.what()) + ")");
   }
   const Py_buffer& v = owner->view;
   const std::string format = v.format != nullptr ? v.format : "B";
@@ -174,8 +189,9 @@ Tensor TensorFromPython(py::handle obj, const std::string& name) {
   }
   if (py::hasattr(obj, "requires_grad") && py::bool_(obj.attr("requires_grad"))) {
     core::Throw(ErrorCode::kInvalidArgument,
-                "input '" + name + "' is a tensor that requires grad; DLPack cannot export it. "
-                "Pass tensor.detach() (it shares the same storage, no copy)");
+                "input '" + name +
+                    "' is a tensor that requires grad; DLPack cannot export it. "
+                    "Pass tensor.detach() (it shares the same storage, no copy)");
   }
   if (py::hasattr(obj, "dtype") && py::hasattr(obj, "ravel") && py::hasattr(obj, "shape")) {
     py::object kind = py::getattr(obj.attr("dtype"), "kind", py::none());
@@ -186,9 +202,10 @@ Tensor TensorFromPython(py::handle obj, const std::string& name) {
   }
   if (PyObject_CheckBuffer(obj.ptr())) return FromBuffer(obj, name);
   if (py::hasattr(obj, "__dlpack__")) return FromDLPack(obj, name);
-  core::Throw(ErrorCode::kTypeError,
-              "input '" + name + "': expected a runtime Tensor, a NumPy array or a DLPack "
-              "producer (e.g. a CPU torch.Tensor), got " + TypeName(obj));
+  core::Throw(ErrorCode::kTypeError, "input '" + name +
+                                         "': expected a runtime Tensor, a NumPy array or a DLPack "
+                                         "producer (e.g. a CPU torch.Tensor), got " +
+                                         TypeName(obj));
 }
 
 py::object TensorToPython(const Tensor& tensor) { return py::cast(tensor); }
@@ -199,8 +216,7 @@ core::runtime::RuntimeValue ValueFromPython(py::handle obj, const std::string& n
 
 py::object ValueToPython(const core::runtime::RuntimeValue& value) {
   OL_CHECK(value.is_tensor(), ErrorCode::kNotImplemented,
-           std::string("cannot return a ") +
-               core::runtime::RuntimeValue::KindName(value.kind()) +
+           std::string("cannot return a ") + core::runtime::RuntimeValue::KindName(value.kind()) +
                " value to Python yet (only tensors)");
   return TensorToPython(value.tensor());
 }

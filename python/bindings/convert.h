@@ -4,6 +4,10 @@
 // tensor's owner; runtime tensors go back to Python as runtime.Tensor objects sharing the
 // owner. Noncontiguous, byte-swapped or unsupported inputs raise ValueError naming the input
 // instead of being copied. String arrays are the one materialized case (std::string storage).
+//
+// Threading: the owner of a borrowed NumPy buffer takes the GIL when its last handle dies,
+// which may happen on a worker thread. Callers that wait for kernels must release the GIL
+// (py::gil_scoped_release) while they wait, as every run binding does.
 #pragma once
 
 #include <pybind11/pybind11.h>

@@ -8,9 +8,9 @@ void RegisterErrors(py::module_& m) {
   // Deliberately leaked: exception types live as long as the interpreter.
   static PyObject* cancelled = nullptr;
   py::module_ runtime = m.attr("runtime");
-  cancelled = PyErr_NewExceptionWithDoc(
-      "onnx_light.onnx_py._onnxpykernels.runtime.CancelledError",
-      "A call was cancelled through its TaskCompletion.", PyExc_RuntimeError, nullptr);
+  cancelled = PyErr_NewExceptionWithDoc("onnx_light.onnx_py._onnxpykernels.runtime.CancelledError",
+                                        "A call was cancelled through its TaskCompletion.",
+                                        PyExc_RuntimeError, nullptr);
   if (cancelled == nullptr) throw py::error_already_set();
   runtime.attr("CancelledError") = py::handle(cancelled);
   // Raised by the text parser (parser.cc), with .line and .column attributes.

@@ -66,12 +66,15 @@ void RegisterParser(py::module_& m) {
       "to_text",
       [](py::handle proto) -> std::string {
         const std::string name = MessageName(proto);
-        if (name == "ModelProto") return core::PrintModel(*ProtoFromPython<ModelProto>(proto, "proto"));
-        if (name == "GraphProto") return core::PrintGraph(*ProtoFromPython<GraphProto>(proto, "proto"));
+        if (name == "ModelProto")
+          return core::PrintModel(*ProtoFromPython<ModelProto>(proto, "proto"));
+        if (name == "GraphProto")
+          return core::PrintGraph(*ProtoFromPython<GraphProto>(proto, "proto"));
         if (name == "FunctionProto") {
           return core::PrintFunction(*ProtoFromPython<FunctionProto>(proto, "proto"));
         }
-        if (name == "NodeProto") return core::PrintNode(*ProtoFromPython<NodeProto>(proto, "proto"));
+        if (name == "NodeProto")
+          return core::PrintNode(*ProtoFromPython<NodeProto>(proto, "proto"));
         core::Throw(core::ErrorCode::kTypeError,
                     "to_text expects a ModelProto, GraphProto, FunctionProto or NodeProto, got " +
                         py::str(py::type::handle_of(proto).attr("__name__")).cast<std::string>());

@@ -105,7 +105,8 @@ std::string ToStringValue(const FD* f, py::handle v) {
     if (!b) throw py::error_already_set();
     return std::string(PyBytes_AS_STRING(b.ptr()), PyBytes_GET_SIZE(b.ptr()));
   }
-  if (PyBytes_Check(v.ptr())) return std::string(PyBytes_AS_STRING(v.ptr()), PyBytes_GET_SIZE(v.ptr()));
+  if (PyBytes_Check(v.ptr()))
+    return std::string(PyBytes_AS_STRING(v.ptr()), PyBytes_GET_SIZE(v.ptr()));
   if (PyByteArray_Check(v.ptr())) {
     return std::string(PyByteArray_AS_STRING(v.ptr()), PyByteArray_GET_SIZE(v.ptr()));
   }
@@ -123,8 +124,8 @@ int ToEnum(const FD* f, py::handle v) {
   }
   int number = ToInteger<int32_t>(f, v);
   OL_CHECK(e->FindValueByNumber(number) != nullptr, ErrorCode::kInvalidArgument,
-           "field " + f->full_name() + ": unknown enum value " + std::to_string(number) +
-               " for " + e->full_name());
+           "field " + f->full_name() + ": unknown enum value " + std::to_string(number) + " for " +
+               e->full_name());
   return number;
 }
 
@@ -133,27 +134,45 @@ enum class Store { kSet, kSetRepeated, kAdd };
 // Converts `v` for field `f` and stores it (singular, element `index`, or appended).
 void StoreScalar(pb::Message* m, const FD* f, py::handle v, Store op, int index = 0) {
   const pb::Reflection* r = m->GetReflection();
-#define OL_STORE(Type, value)                         \
-  do {                                                \
-    auto x = (value);                                 \
-    if (op == Store::kSet) {                          \
-      r->Set##Type(m, f, std::move(x));               \
-    } else if (op == Store::kSetRepeated) {           \
+#define OL_STORE(Type, value)                          \
+  do {                                                 \
+    auto x = (value);                                  \
+    if (op == Store::kSet) {                           \
+      r->Set##Type(m, f, std::move(x));                \
+    } else if (op == Store::kSetRepeated) {            \
       r->SetRepeated##Type(m, f, index, std::move(x)); \
-    } else {                                          \
-      r->Add##Type(m, f, std::move(x));               \
-    }                                                 \
+    } else {                                           \
+      r->Add##Type(m, f, std::move(x));                \
+    }                                                  \
   } while (0)
   switch (f->cpp_type()) {
-    case FD::CPPTYPE_INT32: OL_STORE(Int32, ToInteger<int32_t>(f, v)); break;
-    case FD::CPPTYPE_INT64: OL_STORE(Int64, ToInteger<int64_t>(f, v)); break;
-    case FD::CPPTYPE_UINT32: OL_STORE(UInt32, ToInteger<uint32_t>(f, v)); break;
-    case FD::CPPTYPE_UINT64: OL_STORE(UInt64, ToInteger<uint64_t>(f, v)); break;
-    case FD::CPPTYPE_DOUBLE: OL_STORE(Double, ToDouble(f, v)); break;
-    case FD::CPPTYPE_FLOAT: OL_STORE(Float, static_cast<float>(ToDouble(f, v))); break;
-    case FD::CPPTYPE_BOOL: OL_STORE(Bool, ToBool(f, v)); break;
-    case FD::CPPTYPE_ENUM: OL_STORE(EnumValue, ToEnum(f, v)); break;
-    case FD::CPPTYPE_STRING: OL_STORE(String, ToStringValue(f, v)); break;
+    case FD::CPPTYPE_INT32:
+      OL_STORE(Int32, ToInteger<int32_t>(f, v));
+      break;
+    case FD::CPPTYPE_INT64:
+      OL_STORE(Int64, ToInteger<int64_t>(f, v));
+      break;
+    case FD::CPPTYPE_UINT32:
+      OL_STORE(UInt32, ToInteger<uint32_t>(f, v));
+      break;
+    case FD::CPPTYPE_UINT64:
+      OL_STORE(UInt64, ToInteger<uint64_t>(f, v));
+      break;
+    case FD::CPPTYPE_DOUBLE:
+      OL_STORE(Double, ToDouble(f, v));
+      break;
+    case FD::CPPTYPE_FLOAT:
+      OL_STORE(Float, static_cast<float>(ToDouble(f, v)));
+      break;
+    case FD::CPPTYPE_BOOL:
+      OL_STORE(Bool, ToBool(f, v));
+      break;
+    case FD::CPPTYPE_ENUM:
+      OL_STORE(EnumValue, ToEnum(f, v));
+      break;
+    case FD::CPPTYPE_STRING:
+      OL_STORE(String, ToStringValue(f, v));
+      break;
     case FD::CPPTYPE_MESSAGE:
       Throw(ErrorCode::kRuntime, "StoreScalar called for message field " + f->full_name());
   }
@@ -165,25 +184,34 @@ py::object ScalarToPython(const pb::Message& m, const FD* f, int index) {
   const pb::Reflection* r = m.GetReflection();
 #define OL_GET(Type) (index < 0 ? r->Get##Type(m, f) : r->GetRepeated##Type(m, f, index))
   switch (f->cpp_type()) {
-    case FD::CPPTYPE_INT32: return py::int_(OL_GET(Int32));
-    case FD::CPPTYPE_INT64: return py::int_(OL_GET(Int64));
-    case FD::CPPTYPE_UINT32: return py::int_(OL_GET(UInt32));
-    case FD::CPPTYPE_UINT64: return py::int_(OL_GET(UInt64));
-    case FD::CPPTYPE_DOUBLE: return py::float_(OL_GET(Double));
-    case FD::CPPTYPE_FLOAT: return py::float_(OL_GET(Float));
-    case FD::CPPTYPE_BOOL: return py::bool_(OL_GET(Bool));
-    case FD::CPPTYPE_ENUM: return py::int_(OL_GET(EnumValue));
+    case FD::CPPTYPE_INT32:
+      return py::int_(OL_GET(Int32));
+    case FD::CPPTYPE_INT64:
+      return py::int_(OL_GET(Int64));
+    case FD::CPPTYPE_UINT32:
+      return py::int_(OL_GET(UInt32));
+    case FD::CPPTYPE_UINT64:
+      return py::int_(OL_GET(UInt64));
+    case FD::CPPTYPE_DOUBLE:
+      return py::float_(OL_GET(Double));
+    case FD::CPPTYPE_FLOAT:
+      return py::float_(OL_GET(Float));
+    case FD::CPPTYPE_BOOL:
+      return py::bool_(OL_GET(Bool));
+    case FD::CPPTYPE_ENUM:
+      return py::int_(OL_GET(EnumValue));
     case FD::CPPTYPE_STRING: {
       std::string scratch;
       const std::string& s = index < 0 ? r->GetStringReference(m, f, &scratch)
                                        : r->GetRepeatedStringReference(m, f, index, &scratch);
       if (f->type() == FD::TYPE_BYTES) return py::bytes(s);
-      PyObject* u = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()),
-                                         "surrogateescape");
+      PyObject* u =
+          PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape");
       if (u == nullptr) throw py::error_already_set();
       return py::reinterpret_steal<py::object>(u);
     }
-    case FD::CPPTYPE_MESSAGE: break;
+    case FD::CPPTYPE_MESSAGE:
+      break;
   }
 #undef OL_GET
   Throw(ErrorCode::kRuntime, "ScalarToPython called for message field " + f->full_name());
@@ -229,8 +257,7 @@ void CopyInto(pb::Message* dst, py::handle src) {
 
 // A new heap message of `d` holding a copy of `src`.
 std::unique_ptr<pb::Message> NewCopy(const pb::Descriptor* d, py::handle src) {
-  std::unique_ptr<pb::Message> m(
-      pb::MessageFactory::generated_factory()->GetPrototype(d)->New());
+  std::unique_ptr<pb::Message> m(pb::MessageFactory::generated_factory()->GetPrototype(d)->New());
   CopyInto(m.get(), src);
   return m;
 }
@@ -316,7 +343,8 @@ struct RepeatedRef {
     pb::Message* m = owner.Mutable();
     const pb::Reflection* r = m->GetReflection();
     const int n = r->FieldSize(*m, field);
-    int64_t target = index < 0 ? std::max<int64_t>(0, index + n - 1) : std::min<int64_t>(index, n - 1);
+    int64_t target =
+        index < 0 ? std::max<int64_t>(0, index + n - 1) : std::min<int64_t>(index, n - 1);
     for (int i = n - 1; i > target; --i) r->SwapElements(m, field, i, i - 1);
   }
   void Clear() const {
@@ -538,8 +566,8 @@ py::object MakeClass(py::handle meta, py::handle base, const pb::Descriptor* d,
 }  // namespace
 
 void RegisterProto(py::module_& m) {
-  py::module_ proto = m.def_submodule(
-      "proto", "Message classes of onnx_light.proto backed by the C++ messages");
+  py::module_ proto =
+      m.def_submodule("proto", "Message classes of onnx_light.proto backed by the C++ messages");
 
   py::class_<RefToken>(proto, "_RefToken");
 
@@ -547,10 +575,12 @@ void RegisterProto(py::module_& m) {
       .def_property_readonly("name", [](const FieldDesc& s) { return s.f->name(); })
       .def_property_readonly("full_name", [](const FieldDesc& s) { return s.f->full_name(); })
       .def_property_readonly("number", [](const FieldDesc& s) { return s.f->number(); })
-      .def_property_readonly("type", [](const FieldDesc& s) { return static_cast<int>(s.f->type()); })
+      .def_property_readonly("type",
+                             [](const FieldDesc& s) { return static_cast<int>(s.f->type()); })
       .def_property_readonly("cpp_type",
                              [](const FieldDesc& s) { return static_cast<int>(s.f->cpp_type()); })
-      .def_property_readonly("label", [](const FieldDesc& s) { return static_cast<int>(s.f->label()); })
+      .def_property_readonly("label",
+                             [](const FieldDesc& s) { return static_cast<int>(s.f->label()); })
       .def_property_readonly("has_presence", [](const FieldDesc& s) { return s.f->has_presence(); })
       .def_property_readonly("message_type",
                              [](const FieldDesc& s) -> py::object {
@@ -570,7 +600,8 @@ void RegisterProto(py::module_& m) {
                              })
       .def("__eq__", [](const FieldDesc& a, const FieldDesc& b) { return a.f == b.f; })
       .def("__hash__", [](const FieldDesc& s) { return std::hash<const void*>()(s.f); })
-      .def("__repr__", [](const FieldDesc& s) { return "<FieldDescriptor " + s.f->full_name() + ">"; })
+      .def("__repr__",
+           [](const FieldDesc& s) { return "<FieldDescriptor " + s.f->full_name() + ">"; })
       .def_property_readonly_static("LABEL_OPTIONAL", [](py::object) { return 1; })
       .def_property_readonly_static("LABEL_REQUIRED", [](py::object) { return 2; })
       .def_property_readonly_static("LABEL_REPEATED", [](py::object) { return 3; })
@@ -621,7 +652,8 @@ void RegisterProto(py::module_& m) {
                              [](const MessageDesc& s) { return MessageClass(s.d); })
       .def("__eq__", [](const MessageDesc& a, const MessageDesc& b) { return a.d == b.d; })
       .def("__hash__", [](const MessageDesc& s) { return std::hash<const void*>()(s.d); })
-      .def("__repr__", [](const MessageDesc& s) { return "<Descriptor " + s.d->full_name() + ">"; });
+      .def("__repr__",
+           [](const MessageDesc& s) { return "<Descriptor " + s.d->full_name() + ">"; });
 
   py::class_<EnumType>(proto, "EnumTypeWrapper")
       .def("Name",
@@ -667,7 +699,8 @@ void RegisterProto(py::module_& m) {
            })
       .def_property_readonly("name", [](const EnumType& s) { return s.e->name(); })
       .def_property_readonly("full_name", [](const EnumType& s) { return s.e->full_name(); })
-      .def("__repr__", [](const EnumType& s) { return "<EnumTypeWrapper " + s.e->full_name() + ">"; });
+      .def("__repr__",
+           [](const EnumType& s) { return "<EnumTypeWrapper " + s.e->full_name() + ">"; });
 
   py::class_<RepeatedScalar>(proto, "RepeatedScalarContainer")
       .def("__len__", &RepeatedScalar::Size)
@@ -693,11 +726,10 @@ void RegisterProto(py::module_& m) {
       .def("__delitem__",
            [](const RepeatedScalar& s, const py::slice& sl) { s.Remove(s.SliceIndices(sl)); })
       .def("__iter__", [](const RepeatedScalar& s) { return py::iter(s.ToList()); })
-      .def("__contains__", [](const RepeatedScalar& s, py::handle v) { return s.ToList().contains(v); })
-      .def("append",
-           [](const RepeatedScalar& s, py::handle v) {
-             StoreScalar(s.owner.Mutable(), s.field, v, Store::kAdd);
-           })
+      .def("__contains__",
+           [](const RepeatedScalar& s, py::handle v) { return s.ToList().contains(v); })
+      .def("append", [](const RepeatedScalar& s,
+                        py::handle v) { StoreScalar(s.owner.Mutable(), s.field, v, Store::kAdd); })
       .def("extend", &RepeatedScalar::Extend)
       .def("MergeFrom", &RepeatedScalar::Extend)
       .def("insert",
@@ -766,17 +798,15 @@ void RegisterProto(py::module_& m) {
       .def("__iter__", [](const RepeatedComposite& s) { return py::iter(s.ToList()); })
       .def("add",
            [](const RepeatedComposite& s, py::kwargs kwargs) {
-             std::unique_ptr<pb::Message> element(
-                 pb::MessageFactory::generated_factory()->GetPrototype(s.field->message_type())->New());
+             std::unique_ptr<pb::Message> element(pb::MessageFactory::generated_factory()
+                                                      ->GetPrototype(s.field->message_type())
+                                                      ->New());
              InitFromKwargs(element.get(), kwargs);
              pb::Message* m = s.owner.Mutable();
              m->GetReflection()->AddAllocatedMessage(m, s.field, element.release());
              return s.Item(s.Size() - 1);
            })
-      .def("append",
-           [](const RepeatedComposite& s, py::handle v) {
-             s.Extend(py::make_tuple(v));
-           })
+      .def("append", [](const RepeatedComposite& s, py::handle v) { s.Extend(py::make_tuple(v)); })
       .def("extend", &RepeatedComposite::Extend)
       .def("MergeFrom", &RepeatedComposite::Extend)
       .def("insert",
@@ -809,22 +839,22 @@ void RegisterProto(py::module_& m) {
              throw py::value_error("list.remove(x): x not in list");
            })
       .def("clear", &RepeatedComposite::Clear)
-      .def("__eq__",
-           [](const RepeatedComposite& s, py::handle other) -> py::object {
-             if (!py::isinstance<py::sequence>(other) &&
-                 !py::isinstance<RepeatedComposite>(other)) {
-               return py::reinterpret_borrow<py::object>(Py_NotImplemented);
-             }
-             return py::bool_(s.ToList().equal(AsList(other)));
-           })
-      .def("__ne__",
-           [](const RepeatedComposite& s, py::handle other) -> py::object {
-             if (!py::isinstance<py::sequence>(other) &&
-                 !py::isinstance<RepeatedComposite>(other)) {
-               return py::reinterpret_borrow<py::object>(Py_NotImplemented);
-             }
-             return py::bool_(!s.ToList().equal(AsList(other)));
-           })
+      .def(
+          "__eq__",
+          [](const RepeatedComposite& s, py::handle other) -> py::object {
+            if (!py::isinstance<py::sequence>(other) && !py::isinstance<RepeatedComposite>(other)) {
+              return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+            }
+            return py::bool_(s.ToList().equal(AsList(other)));
+          })
+      .def(
+          "__ne__",
+          [](const RepeatedComposite& s, py::handle other) -> py::object {
+            if (!py::isinstance<py::sequence>(other) && !py::isinstance<RepeatedComposite>(other)) {
+              return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+            }
+            return py::bool_(!s.ToList().equal(AsList(other)));
+          })
       .def("__repr__", [](const RepeatedComposite& s) { return py::repr(s.ToList()); })
       .attr("__hash__") = py::none();
 
@@ -841,8 +871,7 @@ void RegisterProto(py::module_& m) {
              }
              const FD* f = d->FindFieldByName(name);
              OL_CHECK(f != nullptr && !f->is_repeated(), ErrorCode::kInvalidArgument,
-                      "Protocol message " + d->name() + " has no singular \"" + name +
-                          "\" field.");
+                      "Protocol message " + d->name() + " has no singular \"" + name + "\" field.");
              const pb::Message* m = self.Find();
              return m != nullptr && m->GetReflection()->HasField(*m, f);
            })
@@ -875,7 +904,8 @@ void RegisterProto(py::module_& m) {
              pb::Message* m = self.Mutable();
              m->GetReflection()->MutableUnknownFields(m)->Clear();
            })
-      .def("CopyFrom", [](const MessageRef& self, py::handle other) { CopyInto(self.Mutable(), other); })
+      .def("CopyFrom",
+           [](const MessageRef& self, py::handle other) { CopyInto(self.Mutable(), other); })
       .def("MergeFrom",
            [](const MessageRef& self, py::handle other) {
              std::unique_ptr<pb::Message> tmp = NewCopy(self.descriptor(), other);
@@ -883,19 +913,23 @@ void RegisterProto(py::module_& m) {
            })
       .def(
           "SerializeToString",
-          [](const MessageRef& self, bool deterministic) { return Serialize(self.Get(), deterministic); },
+          [](const MessageRef& self, bool deterministic) {
+            return Serialize(self.Get(), deterministic);
+          },
           py::kw_only(), py::arg("deterministic") = false)
       .def(
           "SerializePartialToString",
-          [](const MessageRef& self, bool deterministic) { return Serialize(self.Get(), deterministic); },
+          [](const MessageRef& self, bool deterministic) {
+            return Serialize(self.Get(), deterministic);
+          },
           py::kw_only(), py::arg("deterministic") = false)
       .def("ParseFromString",
            [](const MessageRef& self, py::handle data) {
              std::string bytes = ReadBuffer(data);
              std::unique_ptr<pb::Message> tmp(self.Get().New());
-             OL_CHECK(tmp->ParseFromString(bytes), ErrorCode::kInvalidArgument,
-                      "Error parsing message: the bytes are not a valid " +
-                          self.descriptor()->name());
+             OL_CHECK(
+                 tmp->ParseFromString(bytes), ErrorCode::kInvalidArgument,
+                 "Error parsing message: the bytes are not a valid " + self.descriptor()->name());
              pb::Message* m = self.Mutable();
              m->GetReflection()->Swap(m, tmp.get());
              return bytes.size();
@@ -904,9 +938,9 @@ void RegisterProto(py::module_& m) {
            [](const MessageRef& self, py::handle data) {
              std::string bytes = ReadBuffer(data);
              std::unique_ptr<pb::Message> tmp(self.Get().New());
-             OL_CHECK(tmp->ParseFromString(bytes), ErrorCode::kInvalidArgument,
-                      "Error parsing message: the bytes are not a valid " +
-                          self.descriptor()->name());
+             OL_CHECK(
+                 tmp->ParseFromString(bytes), ErrorCode::kInvalidArgument,
+                 "Error parsing message: the bytes are not a valid " + self.descriptor()->name());
              self.Mutable()->MergeFrom(*tmp);
              return bytes.size();
            })
@@ -920,7 +954,8 @@ void RegisterProto(py::module_& m) {
              std::vector<const FD*> fields;
              m.GetReflection()->ListFields(m, &fields);
              py::list out;
-             for (const FD* f : fields) out.append(py::make_tuple(FieldDesc{f}, FieldValue(self, f)));
+             for (const FD* f : fields)
+               out.append(py::make_tuple(FieldDesc{f}, FieldValue(self, f)));
              return out;
            })
       .def("__eq__",
@@ -955,9 +990,10 @@ void RegisterProto(py::module_& m) {
                  py::make_tuple(py::type::handle_of(self).attr("__qualname__"),
                                 Serialize(self.cast<const MessageRef&>().Get(), false)));
            })
-      .def("_cpp_address",
-           [](const MessageRef& self) { return reinterpret_cast<uintptr_t>(self.Find()); },
-           "Address of the C++ message (0 while unset): lets tests prove the runtime shares it.")
+      .def(
+          "_cpp_address",
+          [](const MessageRef& self) { return reinterpret_cast<uintptr_t>(self.Find()); },
+          "Address of the C++ message (0 while unset): lets tests prove the runtime shares it.")
       .attr("__hash__") = py::none();
   SetBaseInit(base.attr("__init__"));
 

@@ -177,9 +177,9 @@ std::shared_ptr<pb::Message> ProtoFromPythonImpl(py::handle obj, const pb::Messa
   const pb::Descriptor* desc = prototype.GetDescriptor();
   if (py::isinstance<MessageRef>(obj)) {
     const MessageRef& ref = obj.cast<const MessageRef&>();
-    OL_CHECK(ref.descriptor() == desc, ErrorCode::kTypeError,
-             std::string(what) + ": expected " + desc->name() + ", got " +
-                 ref.descriptor()->name());
+    OL_CHECK(
+        ref.descriptor() == desc, ErrorCode::kTypeError,
+        std::string(what) + ": expected " + desc->name() + ", got " + ref.descriptor()->name());
     return MessageFromPython(obj);
   }
   std::string bytes;
@@ -191,7 +191,8 @@ std::shared_ptr<pb::Message> ProtoFromPythonImpl(py::handle obj, const pb::Messa
     bytes = obj.attr("SerializeToString")().cast<std::string>();
   } else {
     core::Throw(ErrorCode::kTypeError,
-                std::string(what) + ": expected " + desc->name() + " or its serialized bytes, got " +
+                std::string(what) + ": expected " + desc->name() +
+                    " or its serialized bytes, got " +
                     py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
   }
   std::shared_ptr<pb::Message> msg(prototype.New());

@@ -29,8 +29,7 @@ namespace pb = google::protobuf;
 
 // The root message and the detached elements removed from its repeated fields.
 struct MessageTree {
-  explicit MessageTree(std::shared_ptr<pb::Message> root_message)
-      : root(std::move(root_message)) {}
+  explicit MessageTree(std::shared_ptr<pb::Message> root_message) : root(std::move(root_message)) {}
   std::shared_ptr<pb::Message> root;
   std::vector<std::unique_ptr<pb::Message>> removed;
   std::unordered_set<const pb::Message*> removed_set;

@@ -1,12 +1,13 @@
 // runtime.Tensor: a runtime tensor seen from Python. Built from NumPy arrays or DLPack
 // producers without copying (convert.cc); exported through __dlpack__ and the buffer protocol
 // (read-only) sharing the same owner, so NumPy/PyTorch views of it are zero-copy too.
+#include "core/tensor.h"
+
 #include <dlpack/dlpack.h>
 #include <pybind11/stl.h>
 
 #include "core/dlpack.h"
 #include "core/error.h"
-#include "core/tensor.h"
 #include "python/bindings/convert.h"
 #include "python/bindings/registration.h"
 
@@ -27,27 +28,42 @@ void DeleteCapsule(PyObject* capsule) {
 // PEP 3118 format of the elements; BFLOAT16 is exposed as its uint16 bits.
 const char* BufferFormat(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat: return "f";
-    case DataType::kDouble: return "d";
-    case DataType::kFloat16: return "e";
-    case DataType::kBFloat16: return "H";
-    case DataType::kBool: return "?";
-    case DataType::kInt8: return "b";
-    case DataType::kUint8: return "B";
-    case DataType::kInt16: return "h";
-    case DataType::kUint16: return "H";
-    case DataType::kInt32: return "i";
-    case DataType::kUint32: return "I";
-    case DataType::kInt64: return "q";
-    case DataType::kUint64: return "Q";
-    default: return nullptr;
+    case DataType::kFloat:
+      return "f";
+    case DataType::kDouble:
+      return "d";
+    case DataType::kFloat16:
+      return "e";
+    case DataType::kBFloat16:
+      return "H";
+    case DataType::kBool:
+      return "?";
+    case DataType::kInt8:
+      return "b";
+    case DataType::kUint8:
+      return "B";
+    case DataType::kInt16:
+      return "h";
+    case DataType::kUint16:
+      return "H";
+    case DataType::kInt32:
+      return "i";
+    case DataType::kUint32:
+      return "I";
+    case DataType::kInt64:
+      return "q";
+    case DataType::kUint64:
+      return "Q";
+    default:
+      return nullptr;
   }
 }
 
 py::object NumpyDtype(DataType dtype) {
   py::module_ np = py::module_::import("numpy");
   if (dtype == DataType::kString) return np.attr("dtype")("O");
-  if (dtype == DataType::kBFloat16) return np.attr("dtype")(py::module_::import("ml_dtypes").attr("bfloat16"));
+  if (dtype == DataType::kBFloat16)
+    return np.attr("dtype")(py::module_::import("ml_dtypes").attr("bfloat16"));
   const char* format = BufferFormat(dtype);
   OL_CHECK(format != nullptr, ErrorCode::kNotImplemented,
            core::DataTypeName(dtype) + " tensors have no NumPy dtype");
@@ -98,9 +114,9 @@ void RegisterTensor(py::module_& runtime) {
       .def_property_readonly("shape",
                              [](const Tensor& t) { return py::tuple(py::cast(t.shape())); })
       .def_property_readonly("dtype", [](const Tensor& t) { return NumpyDtype(t.dtype()); })
-      .def_property_readonly("data_type",
-                             [](const Tensor& t) { return static_cast<int>(t.dtype()); },
-                             "TensorProto.DataType of the elements")
+      .def_property_readonly(
+          "data_type", [](const Tensor& t) { return static_cast<int>(t.dtype()); },
+          "TensorProto.DataType of the elements")
       .def_property_readonly(
           "data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()); })
       .def_property_readonly("nbytes", [](const Tensor& t) { return t.nbytes(); })
@@ -114,14 +130,16 @@ void RegisterTensor(py::module_& runtime) {
             (void)stream;       // CPU only: there is no stream to synchronise
             (void)max_version;  // the unversioned capsule is always acceptable to consumers
             if (!copy.is_none() && py::bool_(copy)) {
-              throw py::buffer_error("onnx-light tensors export without copying; copy=True "
-                                     "is not supported");
+              throw py::buffer_error(
+                  "onnx-light tensors export without copying; copy=True "
+                  "is not supported");
             }
             if (!dl_device.is_none()) {
               py::tuple device = py::reinterpret_borrow<py::tuple>(dl_device);
               if (device[0].cast<int>() != kDLCPU) {
-                throw py::buffer_error("onnx-light tensors live on the CPU; cannot export to "
-                                       "another device");
+                throw py::buffer_error(
+                    "onnx-light tensors live on the CPU; cannot export to "
+                    "another device");
               }
             }
             DLManagedTensor* managed = core::runtime::TensorToDLPack(t);
