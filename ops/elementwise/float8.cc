@@ -71,8 +71,10 @@ uint8_t FloatToFloat8(core::DataType type, float value, bool saturate) {
   const Format& f = FormatOf(type);
   const auto& table = Table(type);
   const uint8_t sign = std::signbit(value) ? 0x80 : 0x00;
-  // FNUZ has one NaN (0x80); the others keep the sign (0x7F / 0xFF), as ml_dtypes does.
-  const uint8_t nan_code = f.fnuz ? 0x80 : static_cast<uint8_t>(sign | 0x7F);
+  // FNUZ has one NaN (0x80); the others keep the sign (E4M3FN 0x7F, E5M2 0x7E), as
+  // ml_dtypes does.
+  const uint8_t nan_code =
+      f.fnuz ? 0x80 : static_cast<uint8_t>(sign | (f.has_inf ? 0x7E : 0x7F));
   if (std::isnan(value)) return nan_code;
   const float a = std::fabs(value);
   auto overflow = [&]() -> uint8_t {
@@ -80,7 +82,8 @@ uint8_t FloatToFloat8(core::DataType type, float value, bool saturate) {
     if (f.has_inf) return static_cast<uint8_t>(sign | 0x7C);
     return nan_code;
   };
-  if (std::isinf(a)) return f.fnuz ? nan_code : overflow();
+  // Saturation clips infinities to the largest value (the reference clips before casting).
+  if (std::isinf(a)) return saturate || !f.fnuz ? overflow() : nan_code;
   // Largest code whose value is <= a (codes 0..max_code increase monotonically).
   int lo = 0, hi = f.max_code;
   while (lo < hi) {

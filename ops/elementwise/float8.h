@@ -11,8 +11,8 @@ namespace onnx_light::ops::elementwise {
 bool IsFloat8(core::DataType type);
 // `type` must satisfy IsFloat8.
 float Float8ToFloat(core::DataType type, uint8_t code);
-// saturate: out-of-range values (and infinities, except for the FNUZ types whose infinities
-// become NaN) clamp to the largest finite value; otherwise they become Inf (E5M2) or NaN.
+// saturate: out-of-range values and infinities clamp to the largest finite value (as the
+// ONNX reference's saturate_cast); otherwise they become Inf (E5M2) or NaN.
 uint8_t FloatToFloat8(core::DataType type, float value, bool saturate);
 
 }  // namespace onnx_light::ops::elementwise

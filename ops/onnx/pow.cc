@@ -29,6 +29,12 @@ struct FloatPowOp {
     return std::pow(a, e);
   }
 };
+struct SquareOp {
+  template <typename C>
+  C operator()(C a, C) const {
+    return a * a;
+  }
+};
 struct MixedPowOp {
   template <typename C>
   C operator()(C a, double e) const {
@@ -54,6 +60,9 @@ class Pow final : public core::runtime::KernelBase {
           for (int64_t i = 0; i < b.numel(); ++i)
             if (e[i] < 0) call.Fail("integer base to a negative integer exponent");
           RunBinary<T, T, T>(call, a, b, a.dtype(), IntPowOp{});
+        } else if (b.numel() == 1 && Load(b.data<T>()[0]) == 2) {
+          // x ** 2 (RMSNorm, variance) as one multiply: the correctly rounded square.
+          RunBinary<T, T, T>(call, a, b, a.dtype(), SquareOp{});
         } else {
           RunBinary<T, T, T>(call, a, b, a.dtype(), FloatPowOp{});
         }

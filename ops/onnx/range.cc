@@ -1,5 +1,5 @@
 // Range: [start, start + delta, ...) up to `limit`, max(ceil((limit - start) / delta), 0)
-// elements of the inputs' type (FLOAT, DOUBLE, INT16, INT32, INT64).
+// elements of the inputs' type (FLOAT, DOUBLE, FLOAT16, BFLOAT16, INT16, INT32, INT64).
 #include <cmath>
 
 #include "ops/elementwise/types.h"
@@ -23,17 +23,17 @@ class Range final : public core::runtime::KernelBase {
         call.Fail("start, limit and delta must have one type, got " +
                   core::DataTypeName(start_t.dtype()) + " and " + core::DataTypeName(t->dtype()));
     }
-    constexpr TypeSet kAllowed = Bit(DataType::kFloat) | Bit(DataType::kDouble) |
-                                 Bit(DataType::kInt16) | Bit(DataType::kInt32) |
+    constexpr TypeSet kAllowed = kFloatTypes | Bit(DataType::kInt16) | Bit(DataType::kInt32) |
                                  Bit(DataType::kInt64);
     DispatchType<kAllowed>(call, start_t.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      const T start = start_t.data<T>()[0];
-      const T limit = limit_t.data<T>()[0];
-      const T delta = delta_t.data<T>()[0];
-      if (delta == T{0}) call.Fail("delta must not be zero");
+      using C = elementwise::Compute<T>;  // float for FLOAT16/BFLOAT16
+      const C start = Load(start_t.data<T>()[0]);
+      const C limit = Load(limit_t.data<T>()[0]);
+      const C delta = Load(delta_t.data<T>()[0]);
+      if (delta == C{0}) call.Fail("delta must not be zero");
       int64_t n;
-      if constexpr (std::is_integral_v<T>) {
+      if constexpr (std::is_integral_v<C>) {
         const int64_t span = static_cast<int64_t>(limit) - static_cast<int64_t>(start);
         const int64_t d = delta;
         n = span / d + ((span % d != 0 && ((span < 0) == (d < 0))) ? 1 : 0);
@@ -46,7 +46,7 @@ class Range final : public core::runtime::KernelBase {
       n = std::max<int64_t>(n, 0);
       T* out = call.AllocateOutput(0, start_t.dtype(), {n}).template mutable_data<T>();
       for (int64_t i = 0; i < n; ++i)
-        out[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+        out[i] = Store<T>(static_cast<C>(start + static_cast<C>(i) * delta));
     });
   }
 };

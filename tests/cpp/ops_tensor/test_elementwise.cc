@@ -122,4 +122,8 @@ TEST_CASE("Pow handles same-type, mixed-type and integer exponents") {
   CHECK(Values<int32_t>(Op("Pow").Run1({I32({2}, {4, 2}), F({2}, {0.5f, 3})})) ==
         std::vector<int32_t>{2, 8});
   CHECK(Op("Pow").Run1({Half({1}, {3}), Half({1}, {2})}).ToFloatVector() == std::vector<float>{9});
+  CHECK(Values<float>(Op("Pow").Run1({F({3}, {-1.5f, 0.1f, 3}), F({1}, {2})})) ==
+        std::vector<float>{2.25f, 0.1f * 0.1f, 9});
+  CHECK(ErrorOf([] { Op("Pow").Run1({I64({1}, {2}), I64({1}, {-1})}); }) ==
+        "Pow node 'n': integer base to a negative integer exponent");
 }

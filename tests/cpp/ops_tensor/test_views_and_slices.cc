@@ -49,6 +49,8 @@ TEST_CASE("Range computes ceil((limit - start) / delta) elements") {
   CHECK(Values<float>(Op("Range").Run1({F({}, {0}), F({}, {1}), F({}, {0.25f})})) ==
         std::vector<float>{0, 0.25f, 0.5f, 0.75f});
   CHECK(Op("Range").Run1({I32({}, {5}), I32({}, {1}), I32({}, {1})}).shape() == Shape{0});
+  CHECK(Op("Range").Run1({Half({}, {1}), Half({}, {5}), Half({}, {2})}).ToFloatVector() ==
+        std::vector<float>{1, 3});
   CHECK(ErrorOf([] { Op("Range").Run1({I64({}, {0}), I64({}, {1}), I64({}, {0})}); }) ==
         "Range node 'n': delta must not be zero");
 }
@@ -182,4 +184,14 @@ TEST_CASE("Cast to float8 rounds to nearest even and saturates unless told not t
                             .Run1({F({3}, {61440, 57344, -1000})})) == std::vector<uint8_t>{124, 123, 228});
   CHECK(Values<uint8_t>(Op("Cast").Int("to", static_cast<int>(DataType::kFloat8E4M3FNUZ)).Int("saturate", 0)
                             .Run1({F({3}, {-0.f, 250, 2 * tiny})})) == std::vector<uint8_t>{0, 128, 2});
+  // NaN and infinities (codes from the ONNX backend test data).
+  Tensor special = F({3}, {NAN, INFINITY, -INFINITY});
+  CHECK(Values<uint8_t>(Op("Cast").Int("to", static_cast<int>(DataType::kFloat8E5M2)).Run1({special})) ==
+        std::vector<uint8_t>{126, 123, 251});
+  CHECK(Values<uint8_t>(Op("Cast").Int("to", static_cast<int>(DataType::kFloat8E4M3FNUZ)).Run1({special})) ==
+        std::vector<uint8_t>{128, 127, 255});
+  CHECK(Values<uint8_t>(Op("Cast").Int("to", static_cast<int>(DataType::kFloat8E4M3FNUZ)).Int("saturate", 0)
+                            .Run1({special})) == std::vector<uint8_t>{128, 128, 128});
+  CHECK(Values<uint8_t>(Op("Cast").Int("to", static_cast<int>(DataType::kFloat8E5M2)).Int("saturate", 0)
+                            .Run1({special})) == std::vector<uint8_t>{126, 124, 252});
 }
