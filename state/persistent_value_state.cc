@@ -1,0 +1,397 @@
+#include "state/persistent_value_state.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "core/error.h"
+#include "executor/graph_plan.h"
+#include "onnx_light.pb.h"
+
+namespace onnx_light::core::runtime {
+
+// The published state: one value per binding (bindings() order), read-only views. Replaced
+// as a whole by Publish; never modified after construction.
+struct PersistentValueState::Retained {
+  std::shared_ptr<const std::vector<std::string>> names;  // bound input names
+  std::vector<RuntimeValue> values;
+};
+
+// Per-plan bookkeeping, computed once per kernel configuration (context): which plan
+// inputs/outputs the bindings use, and a reusable frame (calls never overlap).
+struct PersistentValueState::PlanState {
+  const GraphPlan* plan = nullptr;
+  std::unique_ptr<RunFrame> frame;
+  BoundSlots slots;
+  std::vector<int> binding_of_input;  // per plan input: binding index or -1
+};
+
+class PersistentValueState::CallGuard {
+ public:
+  CallGuard(PersistentValueState& state, const char* operation) : state_(state) {
+    if (state_.busy_.exchange(true, std::memory_order_acq_rel))
+      Throw(ErrorCode::kFailedPrecondition,
+            std::string("PersistentValueState.") + operation +
+                ": another run, reset or close of the same state is in progress (calls on "
+                "one state must not overlap; use one state per request)");
+  }
+  ~CallGuard() { state_.busy_.store(false, std::memory_order_release); }
+  CallGuard(const CallGuard&) = delete;
+  CallGuard& operator=(const CallGuard&) = delete;
+
+ private:
+  PersistentValueState& state_;
+};
+
+namespace {
+
+std::string Quoted(const std::vector<std::string>& names) {
+  if (names.empty()) return "none";
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
+  return out;
+}
+
+const ValueInfoProto* FindValueInfo(
+    const google::protobuf::RepeatedPtrField<ValueInfoProto>& infos, const std::string& name) {
+  for (const auto& vi : infos)
+    if (vi.name() == name) return &vi;
+  return nullptr;
+}
+
+// Persistent declarations belong to the root graph only.
+void RejectNestedBindings(const GraphProto& graph, bool root) {
+  if (!root && graph.persistent_bindings_size() > 0)
+    Throw(ErrorCode::kInvalidModel,
+          "graph '" + graph.name() +
+              "': persistent_bindings inside control-flow subgraphs are not supported; "
+              "declare them on the root graph");
+  for (const auto& node : graph.node())
+    for (const auto& attr : node.attribute()) {
+      if (attr.has_g()) RejectNestedBindings(attr.g(), false);
+      for (const auto& g : attr.graphs()) RejectNestedBindings(g, false);
+    }
+}
+
+// An input and the output that feeds it must declare the same kind of value; where both
+// give a concrete size it must agree.
+void CheckBindingTypes(const std::string& where, const TypeProto& in, const TypeProto& out,
+                       const ValueValidator& validator) {
+  if (in.value_case() != out.value_case())
+    Throw(ErrorCode::kInvalidModel, where + ": the input and output declare different kinds");
+  if (in.has_tensor_type()) {
+    const auto& a = in.tensor_type();
+    const auto& b = out.tensor_type();
+    if (a.elem_type() != 0 && b.elem_type() != 0 && a.elem_type() != b.elem_type())
+      Throw(ErrorCode::kInvalidModel,
+            where + ": input element type " +
+                DataTypeName(static_cast<DataType>(a.elem_type())) + " differs from output " +
+                DataTypeName(static_cast<DataType>(b.elem_type())));
+    if (a.has_shape() && b.has_shape()) {
+      if (a.shape().dim_size() != b.shape().dim_size())
+        Throw(ErrorCode::kInvalidModel, where + ": input and output ranks differ");
+      for (int i = 0; i < a.shape().dim_size(); ++i) {
+        const auto& x = a.shape().dim(i);
+        const auto& y = b.shape().dim(i);
+        if (x.has_dim_value() && y.has_dim_value() && x.dim_value() != y.dim_value())
+          Throw(ErrorCode::kInvalidModel,
+                where + ": input and output dimension " + std::to_string(i) + " differ (" +
+                    std::to_string(x.dim_value()) + " vs " + std::to_string(y.dim_value()) + ")");
+      }
+    }
+  } else if (in.has_sequence_type()) {
+    CheckBindingTypes(where, in.sequence_type().elem_type(), out.sequence_type().elem_type(),
+                      validator);
+  } else if (in.has_struct_type()) {
+    const StructTypeProto& a = validator.ResolveStruct(where, in.struct_type());
+    const StructTypeProto& b = validator.ResolveStruct(where, out.struct_type());
+    if (&a == &b) return;
+    if (a.field_size() != b.field_size())
+      Throw(ErrorCode::kInvalidModel, where + ": input and output structs differ in fields");
+    for (int i = 0; i < a.field_size(); ++i) {
+      if (a.field(i).name() != b.field(i).name())
+        Throw(ErrorCode::kInvalidModel,
+              where + ": input field '" + a.field(i).name() + "' differs from output field '" +
+                  b.field(i).name() + "'");
+      CheckBindingTypes(where + "." + a.field(i).name(), a.field(i).type(), b.field(i).type(),
+                        validator);
+    }
+  }
+}
+
+}  // namespace
+
+PersistentValueState::PersistentValueState(const ModelProto& model, RuntimeValueMap initial,
+                                           RuntimeSessionOptions options)
+    // Non-owning handle: the caller keeps the model alive (reference constructor contract).
+    : PersistentValueState(std::shared_ptr<const ModelProto>(std::shared_ptr<const void>(), &model),
+                           std::move(initial), std::move(options)) {}
+
+PersistentValueState::PersistentValueState(std::shared_ptr<const ModelProto> model,
+                                           RuntimeValueMap initial,
+                                           RuntimeSessionOptions options)
+    : model_(std::move(model)), options_(std::move(options)) {
+  OL_CHECK(model_ != nullptr, ErrorCode::kInvalidArgument, "PersistentValueState: null model");
+  session_ = std::make_unique<RuntimeSession>(model_, options_);
+  validator_ = std::make_unique<ValueValidator>(*model_);
+  Initialize(std::move(initial));
+}
+
+PersistentValueState::~PersistentValueState() = default;
+
+void PersistentValueState::Initialize(RuntimeValueMap initial) {
+  const GraphProto& graph = model_->graph();
+  RejectNestedBindings(graph, true);
+  std::set<std::string> inputs_seen, outputs_seen;
+  for (const auto& b : graph.persistent_bindings()) {
+    const std::string where =
+        "persistent binding '" + b.input_name() + "' <- '" + b.output_name() + "'";
+    if (!inputs_seen.insert(b.input_name()).second)
+      Throw(ErrorCode::kInvalidModel,
+            where + ": input '" + b.input_name() + "' is bound more than once");
+    if (!outputs_seen.insert(b.output_name()).second)
+      Throw(ErrorCode::kInvalidModel,
+            where + ": output '" + b.output_name() + "' is bound more than once");
+    const ValueInfoProto* in = FindValueInfo(graph.input(), b.input_name());
+    if (in == nullptr)
+      Throw(ErrorCode::kInvalidModel,
+            where + ": the graph has no input named '" + b.input_name() + "'");
+    const ValueInfoProto* out = FindValueInfo(graph.output(), b.output_name());
+    if (out == nullptr)
+      Throw(ErrorCode::kInvalidModel,
+            where + ": the graph has no output named '" + b.output_name() + "'");
+    if (!in->has_type() || !out->has_type())
+      Throw(ErrorCode::kInvalidModel, where + ": bound inputs and outputs must declare a type");
+    validator_->CheckPersistentDeclaration(b.input_name(), in->type());
+    validator_->CheckPersistentDeclaration(b.output_name(), out->type());
+    CheckBindingTypes(where, in->type(), out->type(), *validator_);
+    bindings_.push_back(Binding{b.input_name(), b.output_name(), &in->type(), &out->type()});
+  }
+  retained_ = BuildRetained(std::move(initial));
+}
+
+std::shared_ptr<const PersistentValueState::Retained> PersistentValueState::BuildRetained(
+    RuntimeValueMap initial) const {
+  auto names = std::make_shared<std::vector<std::string>>();
+  for (const auto& b : bindings_) names->push_back(b.input_name);
+  auto next = std::make_shared<Retained>();
+  next->values.resize(bindings_.size());
+  for (auto& [name, value] : initial) {
+    auto it = std::find(names->begin(), names->end(), name);
+    if (it == names->end()) {
+      if (FindValueInfo(model_->graph().input(), name) != nullptr)
+        Throw(ErrorCode::kInvalidArgument,
+              "initial value '" + name +
+                  "' names a graph input that is not persistent; pass it in each call's feeds "
+                  "(persistent inputs: " + Quoted(*names) + ")");
+      Throw(ErrorCode::kInvalidArgument,
+            "unknown initial value name '" + name + "'; the persistent inputs are " +
+                Quoted(*names));
+    }
+    next->values[static_cast<size_t>(it - names->begin())] = std::move(value);
+  }
+  for (size_t b = 0; b < bindings_.size(); ++b) {
+    RuntimeValue& value = next->values[b];
+    if (value.empty())
+      Throw(ErrorCode::kInvalidArgument,
+            "missing initial value for persistent input '" + bindings_[b].input_name +
+                "' (every feedback destination needs initial contents)");
+    validator_->ValidatePersistent(bindings_[b].input_name, value, *bindings_[b].input_type);
+    value = value.BorrowView();  // sealed: retained payloads are read only
+  }
+  next->names = std::move(names);
+  return next;
+}
+
+void PersistentValueState::EnsureOpen(const char* operation) const {
+  if (closed())
+    Throw(ErrorCode::kFailedPrecondition,
+          std::string("PersistentValueState.") + operation + ": the state is closed");
+}
+
+void PersistentValueState::KeepContext(const RuntimeContext& context) {
+  const void* id = context.config_id();
+  if (std::find(context_ids_.begin(), context_ids_.end(), id) != context_ids_.end()) return;
+  context_ids_.push_back(id);
+  contexts_.push_back(context.config_keepalive());
+}
+
+PersistentValueState::PlanState& PersistentValueState::PlanFor(RuntimeContext& context) {
+  const GraphPlan& plan = session_->plan(context);
+  for (auto& p : plans_)
+    if (p->plan == &plan) return *p;
+  auto ps = std::make_unique<PlanState>();
+  ps->plan = &plan;
+  ps->frame = std::make_unique<RunFrame>(plan);
+  ps->binding_of_input.assign(plan.inputs().size(), -1);
+  for (size_t b = 0; b < bindings_.size(); ++b) {
+    const int in = plan.FindInput(bindings_[b].input_name);
+    int out = -1;
+    for (size_t o = 0; o < plan.outputs().size(); ++o)
+      if (plan.outputs()[o].name == bindings_[b].output_name) out = static_cast<int>(o);
+    OL_CHECK(in >= 0 && out >= 0, ErrorCode::kInvalidModel,
+             "persistent binding '" + bindings_[b].input_name + "' <- '" +
+                 bindings_[b].output_name + "' does not match the compiled plan");
+    ps->slots.input_index.push_back(in);
+    ps->slots.output_index.push_back(out);
+    ps->binding_of_input[static_cast<size_t>(in)] = static_cast<int>(b);
+  }
+  plans_.push_back(std::move(ps));
+  return *plans_.back();
+}
+
+void PersistentValueState::Publish(std::shared_ptr<const Retained> next) {
+  std::shared_ptr<const Retained> old;
+  {
+    std::lock_guard<std::mutex> lock(retained_mutex_);
+    old = std::exchange(retained_, std::move(next));
+  }
+  // `old` (possibly the last owner of large payloads) is released outside the lock.
+}
+
+RuntimeValueMap PersistentValueState::Run(RuntimeContext& context, RuntimeValueMap feeds,
+                                          TaskCompletion* completion) {
+  CallGuard guard(*this, "run");
+  EnsureOpen("run");
+  if (completion != nullptr) completion->Attach();
+  KeepContext(context);
+  PlanState& ps = PlanFor(context);
+  const GraphPlan& plan = *ps.plan;
+  RunFrame& frame = *ps.frame;
+  // The reused frame is cleared on every exit: no feed or intermediate outlives the call.
+  struct ClearFrame {
+    RunFrame& frame;
+    ~ClearFrame() { frame.Reset(); }
+  } clear_frame{frame};
+
+  std::vector<std::string> unknown;
+  for (auto& [name, value] : feeds) {
+    const int index = plan.FindInput(name);
+    if (index < 0) {
+      unknown.push_back(name);
+      continue;
+    }
+    if (ps.binding_of_input[static_cast<size_t>(index)] >= 0)
+      Throw(ErrorCode::kInvalidArgument,
+            "feed '" + name +
+                "' would override a retained persistent input; current feeds must not "
+                "override retained inputs (use reset() to replace the state)");
+    RuntimeSession::CheckFeed(plan, static_cast<size_t>(index), value);
+    if (!value.is_tensor()) validator_->CheckEncodedReferences(name, value);
+    frame.Set(plan.inputs()[static_cast<size_t>(index)].slot, std::move(value));
+  }
+  if (!unknown.empty()) {
+    std::sort(unknown.begin(), unknown.end());
+    Throw(ErrorCode::kInvalidArgument,
+          "unknown feed name(s) " + Quoted(unknown) + "; the feeds are " + Quoted(feed_names()));
+  }
+
+  std::shared_ptr<const Retained> current;
+  {
+    std::lock_guard<std::mutex> lock(retained_mutex_);
+    current = retained_;
+  }
+  // Forwarding: the frame gets owner handles of the retained values (no payload copy).
+  for (size_t b = 0; b < bindings_.size(); ++b)
+    frame.Set(plan.inputs()[static_cast<size_t>(ps.slots.input_index[b])].slot,
+              current->values[b]);
+
+  RunOptions run_options;
+  run_options.cancel_requested = completion ? &completion->cancel_flag() : nullptr;
+  session_->Execute(context, frame, run_options);
+
+  RuntimeValueMap outputs;
+  outputs.reserve(plan.outputs().size());
+  for (size_t o = 0; o < plan.outputs().size(); ++o)
+    outputs[plan.outputs()[o].name] = frame.TakeOutput(o);
+
+  auto next = std::make_shared<Retained>();
+  next->names = current->names;
+  next->values.resize(bindings_.size());
+  for (size_t b = 0; b < bindings_.size(); ++b) {
+    const Binding& binding = bindings_[b];
+    auto it = outputs.find(binding.output_name);
+    const RuntimeValue empty;
+    const RuntimeValue& produced = it == outputs.end() ? empty : it->second;
+    validator_->ValidatePersistent(binding.output_name, produced, *binding.output_type);
+    if (binding.input_type != binding.output_type)
+      validator_->ValidatePersistent(binding.input_name, produced, *binding.input_type);
+    // Retained and returned handles share one owner; both are read-only views.
+    next->values[b] = produced.BorrowView();
+    it->second = next->values[b];
+  }
+
+  if (completion != nullptr && !completion->TryBeginPublication())
+    Throw(ErrorCode::kCancelled,
+          "call cancelled before publication (" + completion->reason() +
+              "); the previous state is unchanged");
+  Publish(std::move(next));
+  return outputs;
+}
+
+void PersistentValueState::Reset(RuntimeValueMap initial) {
+  CallGuard guard(*this, "reset");
+  EnsureOpen("reset");
+  Publish(BuildRetained(std::move(initial)));
+}
+
+void PersistentValueState::Close() {
+  CallGuard guard(*this, "close");
+  if (closed()) return;
+  closed_.store(true, std::memory_order_release);
+  Publish(nullptr);
+  plans_.clear();
+  session_.reset();
+  validator_.reset();
+  bindings_.clear();
+  contexts_.clear();
+  context_ids_.clear();
+  model_.reset();
+}
+
+RuntimeValueMap PersistentValueState::Values() const {
+  std::shared_ptr<const Retained> current;
+  {
+    std::lock_guard<std::mutex> lock(retained_mutex_);
+    current = retained_;
+  }
+  if (current == nullptr)
+    Throw(ErrorCode::kFailedPrecondition, "PersistentValueState.values: the state is closed");
+  RuntimeValueMap out;
+  out.reserve(current->values.size());
+  for (size_t b = 0; b < current->values.size(); ++b)
+    out.emplace((*current->names)[b], current->values[b].BorrowView());
+  return out;
+}
+
+const ModelProto& PersistentValueState::model() const {
+  EnsureOpen("model");
+  return *model_;
+}
+
+const std::shared_ptr<const ModelProto>& PersistentValueState::model_ptr() const {
+  EnsureOpen("model");
+  return model_;
+}
+
+const ValueValidator& PersistentValueState::validator() const {
+  EnsureOpen("validator");
+  return *validator_;
+}
+
+std::vector<std::string> PersistentValueState::feed_names() const {
+  EnsureOpen("feed_names");
+  std::set<std::string> defaults;
+  for (const auto& init : model_->graph().initializer()) defaults.insert(init.name());
+  std::vector<std::string> names;
+  for (const auto& in : model_->graph().input()) {
+    bool bound = false;
+    for (const auto& b : bindings_) bound |= b.input_name == in.name();
+    if (!bound && !defaults.count(in.name())) names.push_back(in.name());
+  }
+  return names;
+}
+
+size_t PersistentValueState::retained_context_count() const { return contexts_.size(); }
+
+}  // namespace onnx_light::core::runtime

@@ -1,0 +1,119 @@
+// PersistentValueState: one request's feedback state (spec "Persistent input/output
+// feedback", "Lifecycle and validation"). The graph declares whole input <- whole output
+// bindings (GraphProto.persistent_bindings); each Run feeds the retained values to the bound
+// inputs, runs the model through the ordinary RuntimeSession plan, validates the bound
+// outputs against their declarations and publishes them together in one owner swap.
+//
+// Ownership: retained values are owner handles. Retention, forwarding into the next call,
+// publication, Values(), Reset and Close share or drop owners; no payload byte is copied.
+// Retained tensors are sealed (read only); callers and kernels must not write a payload
+// that is shared or retained.
+//
+// Atomicity: anything that throws before the swap (a kernel error, an invalid output, a
+// cancellation that wins the TaskCompletion race) leaves the previous state intact.
+//
+// Threading: Run, Reset and Close on one state must not overlap; an overlap is detected and
+// raises kFailedPrecondition. Values() may be read from any thread. Independent states are
+// independent. The model is never serialized, cloned or hashed.
+//
+// Seam for the append-capacity issue: bindings() gives, per binding, the plan's input and
+// output indices (BoundSlots), which is where PersistentTensor/AppendLease will attach.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/runtime_value.h"
+#include "executor/runtime_context.h"
+#include "executor/runtime_session.h"
+#include "state/task_completion.h"
+#include "state/value_validation.h"
+
+namespace onnx_light {
+class ModelProto;
+class TypeProto;
+}  // namespace onnx_light
+
+namespace onnx_light::core::runtime {
+
+class PersistentValueState {
+ public:
+  struct Binding {
+    std::string input_name;
+    std::string output_name;
+    const TypeProto* input_type = nullptr;   // the graph input's declaration
+    const TypeProto* output_type = nullptr;  // the graph output's declaration
+  };
+
+  // The model must outlive the state (and any returned views of its initializer storage).
+  PersistentValueState(const ModelProto& model, RuntimeValueMap initial,
+                       RuntimeSessionOptions options = {});
+  // Keeps the model alive, also inside returned initializer views.
+  PersistentValueState(std::shared_ptr<const ModelProto> model, RuntimeValueMap initial,
+                       RuntimeSessionOptions options = {});
+  ~PersistentValueState();
+  PersistentValueState(const PersistentValueState&) = delete;
+  PersistentValueState& operator=(const PersistentValueState&) = delete;
+
+  // One call: `feeds` supplies every non-persistent input (never a bound one). Returns all
+  // graph outputs by name. `completion` (optional, single use) can cancel the call from
+  // another thread; a cancelled or failed call publishes nothing.
+  RuntimeValueMap Run(RuntimeContext& context, RuntimeValueMap feeds,
+                      TaskCompletion* completion = nullptr);
+  // Replaces the retained values (omitted bound inputs: paged-cache defaults).
+  void Reset(RuntimeValueMap initial);
+  // Releases the retained values, the plan and the model. Later calls raise.
+  void Close();
+
+  // The retained values by bound input name: shared read-only views.
+  RuntimeValueMap Values() const;
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+
+  const ModelProto& model() const;  // throws kFailedPrecondition after Close
+  const std::shared_ptr<const ModelProto>& model_ptr() const;
+  const RuntimeSessionOptions& options() const { return options_; }
+  const std::vector<Binding>& bindings() const { return bindings_; }
+  const ValueValidator& validator() const;
+  // Graph input names that must come from current feeds (no default, not bound).
+  std::vector<std::string> feed_names() const;
+  // How many distinct caller contexts the state keeps alive.
+  size_t retained_context_count() const;
+
+  // The plan's input/output index of every binding, in bindings() order.
+  struct BoundSlots {
+    std::vector<int> input_index;
+    std::vector<int> output_index;
+  };
+
+ private:
+  struct Retained;
+  struct PlanState;
+  class CallGuard;
+
+  void Initialize(RuntimeValueMap initial);
+  std::shared_ptr<const Retained> BuildRetained(RuntimeValueMap initial) const;
+  PlanState& PlanFor(RuntimeContext& context);
+  void KeepContext(const RuntimeContext& context);
+  void Publish(std::shared_ptr<const Retained> next);
+  void EnsureOpen(const char* operation) const;
+
+  std::shared_ptr<const ModelProto> model_;
+  RuntimeSessionOptions options_;
+  std::unique_ptr<RuntimeSession> session_;
+  std::unique_ptr<ValueValidator> validator_;
+  std::vector<Binding> bindings_;
+
+  mutable std::mutex retained_mutex_;  // guards only the retained_ handle swap/read
+  std::shared_ptr<const Retained> retained_;
+
+  std::atomic<bool> busy_{false};
+  std::atomic<bool> closed_{false};
+  std::vector<std::unique_ptr<PlanState>> plans_;          // guarded by busy_
+  std::vector<std::shared_ptr<const void>> contexts_;      // caller configurations kept alive
+  std::vector<const void*> context_ids_;
+};
+
+}  // namespace onnx_light::core::runtime
