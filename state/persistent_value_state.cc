@@ -4,6 +4,7 @@
 #include <set>
 #include <utility>
 
+#include "core/checker.h"
 #include "core/error.h"
 #include "executor/graph_plan.h"
 #include "onnx_light.pb.h"
@@ -141,6 +142,9 @@ PersistentValueState::~PersistentValueState() = default;
 
 void PersistentValueState::Initialize(RuntimeValueMap initial) {
   const GraphProto& graph = model_->graph();
+  // The shared binding rules (single value-use, names, supported types); the checks below
+  // resolve the declarations the state itself needs and name the binding at fault.
+  CheckPersistentBindings(graph, model_.get());
   RejectNestedBindings(graph, true);
   std::set<std::string> inputs_seen, outputs_seen;
   for (const auto& b : graph.persistent_bindings()) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/model_io.h"
 #include "core/text_parser.h"
 #include "state/persistent_value_state.h"
 #include "state_kernels.h"
@@ -311,11 +312,11 @@ TEST_CASE("Binding declarations are checked: duplicates, dangling names, types, 
   auto dup_input = ChainModel(1);
   Bind(*dup_input, "past", "present");
   ExpectError([&] { PersistentValueState(dup_input, {{"past", F2("past", 0, 0)}}); },
-              ErrorCode::kInvalidModel, {"'past'", "more than once"});
+              ErrorCode::kInvalidModel, {"duplicate binding input name 'past'"});
   auto dangling = ChainModel(1);
   Bind(*dangling, "past2", "present2");
   ExpectError([&] { PersistentValueState(dangling, {{"past", F2("past", 0, 0)}}); },
-              ErrorCode::kInvalidModel, {"no input named 'past2'"});
+              ErrorCode::kInvalidModel, {"unknown input name 'past2'"});
   auto strings = Parse(
       "<ir_version: 10, opset_import: [\"\" : 18]>\n"
       "g (string[1] past) => (string[1] present) { present = Identity(past) }");
@@ -327,7 +328,14 @@ TEST_CASE("Binding declarations are checked: duplicates, dangling names, types, 
       "g (float[2] past) => (float[3] present) { present = Identity(past) }");
   Bind(*mismatch, "past", "present");
   ExpectError([&] { PersistentValueState(mismatch, {{"past", F2("past", 0, 0)}}); },
-              ErrorCode::kInvalidModel, {"'past' <- 'present'", "dimension 0"});
+              ErrorCode::kInvalidModel, {"'past' <- output 'present'", "dimension 0"});
+  auto twice = Parse(
+      "<ir_version: 10, opset_import: [\"\" : 18, \"test\" : 1]>\n"
+      "g (float[2] past) => (float[2] present) { t = test.Step(past)\n"
+      "present = test.Step(t, past) }");
+  Bind(*twice, "past", "present");
+  ExpectError([&] { PersistentValueState(twice, {{"past", F2("past", 0, 0)}}); },
+              ErrorCode::kInvalidModel, {"'past'", "2"});
   auto nested = ChainModel(1);
   auto* node = nested->mutable_graph()->add_node();
   node->set_op_type("If");
@@ -338,7 +346,7 @@ TEST_CASE("Binding declarations are checked: duplicates, dangling names, types, 
   inner->set_input_name("a");
   inner->set_output_name("b");
   ExpectError([&] { PersistentValueState(nested, {{"past", F2("past", 0, 0)}}); },
-              ErrorCode::kInvalidModel, {"'then'", "subgraphs"});
+              ErrorCode::kInvalidModel, {"'then'", "only allowed in the root graph"});
 }
 
 TEST_CASE("The state keeps the model and the supplied contexts alive") {
@@ -365,6 +373,19 @@ TEST_CASE("The state keeps the model and the supplied contexts alive") {
   CHECK(Read(state->Values().at("past")) == std::vector<float>{3.f, 3.f});
   state->Close();
   CHECK(weak_model.expired());
+}
+
+TEST_CASE("Construction, runs, reset and close never serialize the model") {
+  auto model = ChainModel(3);
+  StepProbe probe;
+  RuntimeContext context;
+  RegisterStateKernels(context, probe);
+  const uint64_t before = ModelSerializationCount();
+  PersistentValueState state(model, {{"past", F2("past", 0, 0)}});
+  for (int i = 0; i < 5; ++i) state.Run(context, {{"delta", F2("d", 1, 1)}});
+  state.Reset({{"past", F2("past", 0, 0)}});
+  state.Close();
+  CHECK(ModelSerializationCount() == before);
 }
 
 TEST_CASE("Options are copied at construction") {
