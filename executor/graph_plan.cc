@@ -1,5 +1,8 @@
 #include "executor/graph_plan.h"
 
+#include "core/checker.h"
+#include "core/model_io.h"
+
 #include <algorithm>
 #include <queue>
 #include <unordered_set>
@@ -94,6 +97,10 @@ std::unique_ptr<GraphPlan> GraphPlan::BuildModel(std::shared_ptr<const ModelProt
   scope.opsets = context.kernel_ctx().opsets();
   for (const auto& o : model->opset_import())
     scope.opsets[NormalDomain(o.domain())] = o.version();
+  scope.base_dir = core::ModelBaseDir(*model);
+  // The spec: graph-plan construction enforces the persistent-binding rules too.
+  if (model->graph().persistent_bindings_size() > 0)
+    core::CheckPersistentBindings(model->graph(), model.get());
   scope.owner = std::move(model);
   const auto* m = static_cast<const ModelProto*>(scope.model);
   return Build(m->graph(), context, scope);
@@ -146,7 +153,7 @@ std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeCont
     p.constants_[static_cast<size_t>(slot)] = p.constant_storage_.back().get();
   };
   for (const auto& t : graph.initializer())
-    add_initializer(t.name(), RuntimeValue(TensorFromProto(t, scope.owner)));
+    add_initializer(t.name(), RuntimeValue(TensorFromProto(t, scope.owner, scope.base_dir)));
   for (const auto& e : graph.encoded_initializer())
     add_initializer(e.name(), RuntimeValue::Encoded(std::shared_ptr<const EncodedValueProto>(
                                   scope.owner, &e)));

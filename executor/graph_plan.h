@@ -39,6 +39,7 @@ struct PlanBuildScope {
   const ModelProto* model = nullptr;  // model-local functions; may be null
   OpsetMap opsets;                    // the model's opset_import over the context's
   int depth = 0;                      // nesting of sub-plans (bounded against recursion)
+  std::string base_dir;               // where external initializer data lives (model file's dir)
 };
 // Non-null only inside GraphPlan::Build (on the building thread).
 const PlanBuildScope* CurrentPlanBuildScope();

@@ -13,4 +13,5 @@ PYBIND11_MODULE(_onnxpykernels, m) {
   onnx_light::python::RegisterTensor(runtime);
   onnx_light::python::RegisterSession(runtime);
   onnx_light::python::RegisterState(runtime);
+  onnx_light::python::RegisterKernelList(runtime);
 }

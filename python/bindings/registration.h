@@ -11,4 +11,5 @@ void RegisterParser(py::module_& m);   // parser.cc: text format parse/print, lo
 void RegisterTensor(py::module_& runtime);   // tensor.cc: Tensor, DLPack, NumPy
 void RegisterSession(py::module_& runtime);  // session.cc: contexts, sessions, custom kernels
 void RegisterState(py::module_& runtime);    // state.cc: PersistentValueState, TaskCompletion
+void RegisterKernelList(py::module_& runtime);  // kernels.cc: runtime.builtin_kernels()
 }  // namespace onnx_light::python

@@ -1,9 +1,12 @@
-"""A tiny Llama-style decoder (RMSNorm, SiLU MLP, multi-head attention with a KV cache), with
-random weights from a fixed seed, written with plain ONNX operators (opset 18).
+"""A tiny Llama-style decoder (RMSNorm, SiLU MLP, causal multi-head ONNX Attention with a KV
+cache), with random weights from a fixed seed, written with standard ONNX operators
+(opset 23).
 
-The graph takes ONE new token per call and feeds its KV cache back through
+Each call takes any number of new tokens (input_ids/position_ids [batch, seq]): the prompt in
+one call, then one token per call. The KV cache is fed back through
 ``graph.persistent_bindings`` (past_key_i <- present_key_i, past_value_i <- present_value_i),
-so the runtime keeps the cache between calls. Prompts are fed one token per call.
+so the runtime keeps it between calls; Attention's bottom-right causal alignment makes the
+same graph right for both prompt and decode steps.
 
 ``build_tiny_decoder(proto)`` works with any module exposing the ONNX message classes:
 ``onnx_light.onnx`` (the default) or the ``onnx`` package itself (for onnxruntime).
@@ -103,15 +106,15 @@ def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig
     model.producer_name = "onnx-light tiny decoder"
     opset = model.opset_import.add()
     opset.domain = ""
-    opset.version = 18
+    opset.version = 23
     graph = model.graph
     graph.name = "tiny_decoder"
     g = _Graph(proto, graph)
 
     FLOAT, INT64 = 1, 7
-    graph.input.append(_value_info(proto, "input_ids", INT64, ["batch", 1]))
-    graph.input.append(_value_info(proto, "position_ids", INT64, ["batch", 1]))
-    graph.output.append(_value_info(proto, "logits", FLOAT, ["batch", 1, c.vocab_size]))
+    graph.input.append(_value_info(proto, "input_ids", INT64, ["batch", "seq"]))
+    graph.input.append(_value_info(proto, "position_ids", INT64, ["batch", "seq"]))
+    graph.output.append(_value_info(proto, "logits", FLOAT, ["batch", "seq", c.vocab_size]))
     cache_dims = ["batch", c.num_heads, "past", c.head_size]
     present_dims = ["batch", c.num_heads, "total", c.head_size]
     for i in range(c.num_layers):
@@ -127,7 +130,6 @@ def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig
     eps = g.init("rms_eps", np.array(c.rms_eps, np.float32))
     split_heads = g.init("split_heads", np.array([0, 0, c.num_heads, c.head_size], np.int64))
     merge_heads = g.init("merge_heads", np.array([0, 0, c.hidden_size], np.int64))
-    scale = g.init("attn_scale", np.array(1.0 / np.sqrt(c.head_size), np.float32))
 
     def rms_norm(x: str, name: str) -> str:
         gain = g.init(f"{name}_gain", (1.0 + 0.1 * rng.standard_normal(c.hidden_size)).astype(np.float32))
@@ -136,7 +138,7 @@ def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig
         rms = g.node("Sqrt", [g.node("Add", [ms, eps])])
         return g.node("Mul", [g.node("Div", [x, rms]), gain])
 
-    def heads(x: str) -> str:  # [b, 1, hidden] -> [b, heads, 1, head]
+    def heads(x: str) -> str:  # [b, s, hidden] -> [b, heads, s, head]
         return g.node("Transpose", [g.node("Reshape", [x, split_heads])], perm=[0, 2, 1, 3])
 
     embed = weight(c.vocab_size, c.hidden_size, scale=1.0)
@@ -149,11 +151,9 @@ def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig
         q = heads(g.node("MatMul", [n, g.init(f"l{i}_wq", weight(c.hidden_size, c.hidden_size))]))
         k = heads(g.node("MatMul", [n, g.init(f"l{i}_wk", weight(c.hidden_size, c.hidden_size))]))
         v = heads(g.node("MatMul", [n, g.init(f"l{i}_wv", weight(c.hidden_size, c.hidden_size))]))
-        keys = g.node("Concat", [f"past_key_{i}", k], [f"present_key_{i}"], axis=2)
-        values = g.node("Concat", [f"past_value_{i}", v], [f"present_value_{i}"], axis=2)
-        scores = g.node("Mul", [g.node("MatMul", [q, g.node("Transpose", [keys], perm=[0, 1, 3, 2])]), scale])
-        probs = g.node("Softmax", [scores], axis=-1)
-        attn = g.node("Transpose", [g.node("MatMul", [probs, values])], perm=[0, 2, 1, 3])
+        attn = g.node("Attention", [q, k, v, "", f"past_key_{i}", f"past_value_{i}"],
+                      [f"attn_{i}", f"present_key_{i}", f"present_value_{i}"], is_causal=1)
+        attn = g.node("Transpose", [attn], perm=[0, 2, 1, 3])
         attn = g.node("MatMul", [g.node("Reshape", [attn, merge_heads]),
                                  g.init(f"l{i}_wo", weight(c.hidden_size, c.hidden_size))])
         h = g.node("Add", [h, attn])
@@ -166,7 +166,7 @@ def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig
     # The head is the embedding shifted by one token (plus noise), so the untrained model
     # still "continues" its input: token t most likely predicts t + 1, perturbed by the
     # attention and MLP paths. That makes the demo's output recognisable and checkable.
-    head = np.roll(embed, 1, axis=0).T.copy()
+    head = 0.35 * np.roll(embed, 1, axis=0).T
     head += weight(c.hidden_size, c.vocab_size, scale=0.5)
     g.node("MatMul", [n, g.init("lm_head", head.astype(np.float32))], ["logits"])
     return model

@@ -1,0 +1,88 @@
+"""Runs the onnx package's backend node tests for every operator onnx-light registers.
+
+tests/python/conformance_expected_failures.txt names each in-scope test that does not pass
+yet, with the reason. The run fails when an unlisted test fails, and ALSO when a listed test
+passes (remove it from the list: the list only shrinks). Regenerate reasons with
+    python tests/python/test_onnx_conformance.py --write-expected
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import conformance
+from onnx_light import onnx as ol_onnx
+from onnx_light.onnx_py._onnxpykernels import runtime
+
+REGISTERED = {(d, op) for d, op in runtime.builtin_kernels()}
+
+
+def in_scope_tests() -> list[str]:
+    tests = []
+    for test in conformance.all_tests():
+        _, model, _ = conformance.load_case(test)
+        if conformance.model_ops(model) <= REGISTERED:
+            tests.append(test)
+    return tests
+
+
+IN_SCOPE = in_scope_tests()
+EXPECTED = conformance.load_expected_failures()
+
+
+def run_case(test: str) -> None:
+    raw, model, cases = conformance.load_case(test)
+    ours = ol_onnx.ModelProto.FromString(raw)
+    opset = {o.domain: o.version for o in model.opset_import}
+    context = runtime.RuntimeContext(runtime.KernelContext(opset))
+    session = runtime.RuntimeSession(ours)
+    for feeds, expected in cases:
+        outputs = session.run(context, feeds)
+        for name, want in expected.items():
+            got = outputs[name]
+            got = [np.from_dlpack(t) for t in got] if isinstance(got, list) else np.from_dlpack(got)
+            conformance.assert_close(name, want, got)
+
+
+def test_the_expected_failure_list_names_only_in_scope_tests():
+    stale = sorted(set(EXPECTED) - set(IN_SCOPE))
+    assert not stale, f"listed tests that are no longer in scope or no longer exist: {stale}"
+
+
+def test_a_meaningful_share_of_the_backend_suite_is_in_scope():
+    assert len(IN_SCOPE) >= 100, f"only {len(IN_SCOPE)} backend node tests are in scope"
+
+
+@pytest.mark.parametrize("test", IN_SCOPE)
+def test_backend_node(test):
+    if test in EXPECTED:
+        try:
+            run_case(test)
+        except Exception:  # noqa: BLE001  -- still failing, as listed
+            return
+        pytest.fail(f"{test} now passes: remove it from conformance_expected_failures.txt")
+    run_case(test)
+
+
+def write_expected() -> None:
+    lines = ["# In-scope ONNX backend node tests that do not pass yet: `test_name reason`.",
+             "# The conformance run fails when one of these starts passing (remove it) or an",
+             "# unlisted test fails. Regenerate: python tests/python/test_onnx_conformance.py --write-expected"]
+    failures = 0
+    for test in IN_SCOPE:
+        try:
+            run_case(test)
+        except Exception as exc:  # noqa: BLE001
+            failures += 1
+            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            lines.append(f"{test} {reason[:200]}")
+    with open(conformance.EXPECTED_FAILURES, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"{len(IN_SCOPE)} in scope, {failures} listed as failing")
+
+
+if __name__ == "__main__":
+    if "--write-expected" in sys.argv:
+        write_expected()
