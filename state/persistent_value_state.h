@@ -63,6 +63,12 @@ class PersistentValueState {
   // another thread; a cancelled or failed call publishes nothing.
   RuntimeValueMap Run(RuntimeContext& context, RuntimeValueMap feeds,
                       TaskCompletion* completion = nullptr);
+  // Run for asio services: `co_await state.AsyncRun(context, feeds, asio::use_awaitable)`,
+  // callbacks or asio::use_future; completes with void(std::exception_ptr, RuntimeValueMap).
+  // Defined in state/async_state.h (include it to use this; asio stays out of this header).
+  template <typename CompletionToken>
+  auto AsyncRun(RuntimeContext& context, RuntimeValueMap feeds, CompletionToken&& token,
+                TaskCompletion* completion = nullptr);
   // Replaces the retained values (omitted bound inputs: paged-cache defaults).
   void Reset(RuntimeValueMap initial);
   // Releases the retained values, the plan and the model. Later calls raise.

@@ -14,4 +14,5 @@ PYBIND11_MODULE(_onnxpykernels, m) {
   onnx_light::python::RegisterSession(runtime);
   onnx_light::python::RegisterState(runtime);
   onnx_light::python::RegisterKernelList(runtime);
+  onnx_light::python::RegisterGeneration(runtime);
 }

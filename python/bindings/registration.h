@@ -12,4 +12,5 @@ void RegisterTensor(py::module_& runtime);   // tensor.cc: Tensor, DLPack, NumPy
 void RegisterSession(py::module_& runtime);  // session.cc: contexts, sessions, custom kernels
 void RegisterState(py::module_& runtime);    // state.cc: PersistentValueState, TaskCompletion
 void RegisterKernelList(py::module_& runtime);  // kernels.cc: runtime.builtin_kernels()
+void RegisterGeneration(py::module_& runtime);  // generation.cc: GenerationOptions, generate
 }  // namespace onnx_light::python

@@ -1,0 +1,267 @@
+#include "state/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "onnx_light.pb.h"
+#include "state/persistent_value_state.h"
+#include "state/task_completion.h"
+
+namespace onnx_light::core::runtime {
+
+namespace {
+
+bool Declares(const GraphProto& graph, const std::string& name) {
+  for (const auto& input : graph.input())
+    if (input.name() == name) return true;
+  return false;
+}
+
+// Row `b`'s logits for the last position, as floats.
+std::vector<float> LastLogits(const Tensor& logits, int64_t b, const std::string& name) {
+  OL_CHECK(logits.rank() == 2 || logits.rank() == 3, ErrorCode::kInvalidArgument,
+           "logits output '" + name + "' must be [batch, sequence, vocabulary] or "
+           "[batch, vocabulary], got " + ShapeToString(logits.shape()));
+  const int64_t vocab = logits.dim(-1);
+  const int64_t seq = logits.rank() == 3 ? logits.dim(1) : 1;
+  OL_CHECK(seq > 0 && vocab > 0, ErrorCode::kInvalidArgument,
+           "logits output '" + name + "' is empty: " + ShapeToString(logits.shape()));
+  const int64_t start = (b * seq + seq - 1) * vocab;
+  std::vector<float> row(static_cast<size_t>(vocab));
+  for (int64_t v = 0; v < vocab; ++v) {
+    const int64_t i = start + v;
+    switch (logits.dtype()) {
+      case DataType::kFloat: row[static_cast<size_t>(v)] = logits.data<float>()[i]; break;
+      case DataType::kDouble:
+        row[static_cast<size_t>(v)] = static_cast<float>(logits.data<double>()[i]);
+        break;
+      case DataType::kFloat16: row[static_cast<size_t>(v)] = HalfToFloat(logits.data<uint16_t>()[i]); break;
+      case DataType::kBFloat16:
+        row[static_cast<size_t>(v)] = BFloat16ToFloat(logits.data<uint16_t>()[i]);
+        break;
+      default:
+        Throw(ErrorCode::kInvalidArgument, "logits output '" + name +
+                                               "' must be FLOAT, DOUBLE, FLOAT16 or BFLOAT16, got " +
+                                               DataTypeName(logits.dtype()));
+    }
+  }
+  return row;
+}
+
+Tensor Int64Tensor(const std::string& name, int64_t rows, int64_t cols,
+                   const std::function<int64_t(int64_t, int64_t)>& at) {
+  std::vector<int64_t> v(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) v[static_cast<size_t>(r * cols + c)] = at(r, c);
+  return Tensor::FromInt64(name, {rows, cols}, std::move(v));
+}
+
+// One model call. A coroutine so that the loop reads as one co_await per token; the run
+// itself is synchronous here (AsyncRun offers the asio form).
+Task<RuntimeValueMap> RunStep(PersistentValueState* state, RuntimeSession* session,
+                              RuntimeContext& context, RuntimeValueMap feeds) {
+  if (state != nullptr) co_return state->Run(context, std::move(feeds));
+  co_return session->Run(context, std::move(feeds));
+}
+
+}  // namespace
+
+Task<Tensor> GenerateTask(std::shared_ptr<const ModelProto> model, RuntimeContext& context,
+                          RuntimeValueMap feeds, GenerationOptions options,
+                          RuntimeSessionOptions session_options, TokenCallback on_token,
+                          const TaskCompletion* cancel, GenerationStats* stats) {
+  OL_CHECK(model != nullptr, ErrorCode::kInvalidArgument, "generate: model is null");
+  OL_CHECK(options.max_new_tokens >= 0, ErrorCode::kInvalidArgument,
+           "max_new_tokens must be >= 0, got " + std::to_string(options.max_new_tokens));
+  SamplingOptions sampling;
+  sampling.temperature = options.temperature;
+  sampling.top_k = options.top_k;
+  sampling.top_p = options.top_p;
+  sampling.repetition_penalty = options.repetition_penalty;
+  sampling.seed = options.seed;
+  Sampler sampler(sampling);  // validates the sampling options
+  const GraphProto& graph = model->graph();
+
+  // The prompt.
+  auto ids_it = feeds.find(options.input_ids_name);
+  OL_CHECK(ids_it != feeds.end(), ErrorCode::kInvalidArgument,
+           "generate: feeds must contain the token input '" + options.input_ids_name + "'");
+  OL_CHECK(ids_it->second.is_tensor() && ids_it->second.tensor().dtype() == DataType::kInt64 &&
+               ids_it->second.tensor().rank() == 2 && ids_it->second.tensor().dim(1) > 0,
+           ErrorCode::kInvalidArgument,
+           "generate: '" + options.input_ids_name + "' must be a non-empty INT64 [batch, prompt] tensor");
+  const Tensor prompt = ids_it->second.tensor();
+  const int64_t batch = prompt.dim(0), prompt_len = prompt.dim(1);
+  feeds.erase(ids_it);
+
+  // Attention mask: supplied (left padding allowed) or created when declared.
+  const bool declares_mask = Declares(graph, options.attention_mask_name);
+  const bool declares_positions = Declares(graph, options.position_ids_name);
+  std::vector<std::vector<int64_t>> mask(static_cast<size_t>(batch),
+                                         std::vector<int64_t>(static_cast<size_t>(prompt_len), 1));
+  if (auto it = feeds.find(options.attention_mask_name); it != feeds.end()) {
+    const Tensor& m = it->second.tensor();
+    OL_CHECK(m.dtype() == DataType::kInt64 && m.shape() == Shape({batch, prompt_len}),
+             ErrorCode::kInvalidArgument,
+             "generate: '" + options.attention_mask_name + "' must be INT64 [" +
+                 std::to_string(batch) + ", " + std::to_string(prompt_len) + "]");
+    for (int64_t b = 0; b < batch; ++b) {
+      bool seen_one = false;
+      for (int64_t t = 0; t < prompt_len; ++t) {
+        const int64_t v = m.data<int64_t>()[b * prompt_len + t];
+        OL_CHECK(v == 0 || v == 1, ErrorCode::kInvalidArgument,
+                 "generate: attention mask values must be 0 or 1");
+        OL_CHECK(!(seen_one && v == 0), ErrorCode::kInvalidArgument,
+                 "generate: prompts must be unpadded or left-padded (row " + std::to_string(b) +
+                     " of '" + options.attention_mask_name + "' has padding after a token)");
+        seen_one = seen_one || v == 1;
+        mask[static_cast<size_t>(b)][static_cast<size_t>(t)] = v;
+      }
+      OL_CHECK(seen_one, ErrorCode::kInvalidArgument,
+               "generate: row " + std::to_string(b) + " of the prompt is all padding");
+    }
+    feeds.erase(it);
+  }
+  // Positions: supplied for the prompt, or counted over the mask (padding gets 1, as
+  // transformers does); each new token continues from the row's last position.
+  std::vector<std::vector<int64_t>> positions(static_cast<size_t>(batch));
+  if (auto it = feeds.find(options.position_ids_name); it != feeds.end()) {
+    const Tensor& p = it->second.tensor();
+    OL_CHECK(p.dtype() == DataType::kInt64 && p.shape() == Shape({batch, prompt_len}),
+             ErrorCode::kInvalidArgument,
+             "generate: '" + options.position_ids_name + "' must be INT64 [batch, prompt]");
+    for (int64_t b = 0; b < batch; ++b)
+      positions[static_cast<size_t>(b)].assign(p.data<int64_t>() + b * prompt_len,
+                                               p.data<int64_t>() + (b + 1) * prompt_len);
+    feeds.erase(it);
+  } else {
+    for (int64_t b = 0; b < batch; ++b) {
+      int64_t count = 0;
+      for (int64_t t = 0; t < prompt_len; ++t) {
+        const int64_t m = mask[static_cast<size_t>(b)][static_cast<size_t>(t)];
+        count += m;
+        positions[static_cast<size_t>(b)].push_back(m ? count - 1 : 1);
+      }
+    }
+  }
+
+  // Bound inputs become the state's initial values; everything else stays fixed.
+  std::unordered_set<std::string> bound;
+  for (const auto& b : graph.persistent_bindings()) bound.insert(b.input_name());
+  RuntimeValueMap initial;
+  for (auto it = feeds.begin(); it != feeds.end();) {
+    if (bound.count(it->first)) {
+      const RuntimeValue& v = it->second;
+      const bool empty = (v.is_tensor() && v.tensor().numel() == 0) ||
+                         (v.is_sequence() && v.elements().empty()) || v.is_struct();
+      OL_CHECK(empty, ErrorCode::kInvalidArgument,
+               "generate: initial cache '" + it->first +
+                   "' must represent an empty prefix (a zero-length dimension), got " +
+                   (v.is_tensor() ? ShapeToString(v.tensor().shape()) : std::string("a non-empty value")));
+      initial.emplace(it->first, it->second);
+      it = feeds.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  const RuntimeValueMap fixed = std::move(feeds);
+
+  std::unique_ptr<PersistentValueState> state;
+  std::unique_ptr<RuntimeSession> session;
+  if (!bound.empty()) {
+    state = std::make_unique<PersistentValueState>(model, std::move(initial), session_options);
+  } else {
+    session = std::make_unique<RuntimeSession>(model, session_options);
+  }
+  if (stats) stats->used_persistent_state = state != nullptr;
+
+  const int64_t pad = options.pad_token_id ? *options.pad_token_id
+                                           : options.eos_token_id.value_or(0);
+  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b)
+    rows[static_cast<size_t>(b)].assign(prompt.data<int64_t>() + b * prompt_len,
+                                        prompt.data<int64_t>() + (b + 1) * prompt_len);
+  std::vector<bool> finished(static_cast<size_t>(batch), false);
+  auto is_stop = [&](int64_t token) {
+    return (options.eos_token_id && token == *options.eos_token_id) ||
+           std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), token) !=
+               options.stop_token_ids.end();
+  };
+
+  int64_t generated = 0;
+  for (int64_t step = 0; step < options.max_new_tokens; ++step) {
+    if (cancel != nullptr && cancel->cancelled()) break;
+    const int64_t length = prompt_len + step;       // tokens known so far
+    const bool incremental = state != nullptr && step > 0;
+    const int64_t fed = incremental ? 1 : length;   // tokens fed this call
+    RuntimeValueMap call = fixed;                   // shares owners; no payload copy
+    call.emplace(options.input_ids_name,
+                 RuntimeValue(Int64Tensor(options.input_ids_name, batch, fed, [&](int64_t b, int64_t t) {
+                   return rows[static_cast<size_t>(b)][static_cast<size_t>(length - fed + t)];
+                 })));
+    if (declares_mask)
+      call.emplace(options.attention_mask_name,
+                   RuntimeValue(Int64Tensor(options.attention_mask_name, batch, length,
+                                            [&](int64_t b, int64_t t) {
+                                              return mask[static_cast<size_t>(b)][static_cast<size_t>(t)];
+                                            })));
+    if (declares_positions)
+      call.emplace(options.position_ids_name,
+                   RuntimeValue(Int64Tensor(options.position_ids_name, batch, fed, [&](int64_t b, int64_t t) {
+                     return positions[static_cast<size_t>(b)][static_cast<size_t>(length - fed + t)];
+                   })));
+
+    const auto start = std::chrono::steady_clock::now();
+    RuntimeValueMap outputs = co_await RunStep(state.get(), session.get(), context, std::move(call));
+    if (stats) {
+      stats->steps = step + 1;
+      stats->step_ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now() - start).count());
+    }
+    auto logits_it = outputs.find(options.logits_name);
+    OL_CHECK(logits_it != outputs.end() && logits_it->second.is_tensor(),
+             ErrorCode::kInvalidArgument,
+             "generate: the model has no tensor output '" + options.logits_name + "'");
+    const Tensor& logits = logits_it->second.tensor();
+    OL_CHECK(logits.dim(0) == batch, ErrorCode::kInvalidArgument,
+             "generate: logits batch " + std::to_string(logits.dim(0)) + " != " + std::to_string(batch));
+
+    std::vector<int64_t> chosen(static_cast<size_t>(batch), pad);
+    for (int64_t b = 0; b < batch; ++b) {
+      auto& row = rows[static_cast<size_t>(b)];
+      if (!finished[static_cast<size_t>(b)]) {
+        const std::vector<float> l = LastLogits(logits, b, options.logits_name);
+        chosen[static_cast<size_t>(b)] = sampler.Next(l, row);
+        if (is_stop(chosen[static_cast<size_t>(b)])) finished[static_cast<size_t>(b)] = true;
+      }
+      row.push_back(chosen[static_cast<size_t>(b)]);
+      mask[static_cast<size_t>(b)].push_back(1);
+      positions[static_cast<size_t>(b)].push_back(positions[static_cast<size_t>(b)].back() + 1);
+    }
+    ++generated;
+    if (on_token && !on_token(step, chosen)) break;
+    if (std::all_of(finished.begin(), finished.end(), [](bool f) { return f; })) break;
+  }
+
+  co_return Int64Tensor(options.input_ids_name, batch, prompt_len + generated,
+                        [&](int64_t b, int64_t t) { return rows[static_cast<size_t>(b)][static_cast<size_t>(t)]; });
+}
+
+Tensor Generate(std::shared_ptr<const ModelProto> model, RuntimeContext& context,
+                RuntimeValueMap feeds, const GenerationOptions& options,
+                RuntimeSessionOptions session_options, TokenCallback on_token,
+                const TaskCompletion* cancel, GenerationStats* stats) {
+  return SyncWait(GenerateTask(std::move(model), context, std::move(feeds), options,
+                               session_options, std::move(on_token), cancel, stats));
+}
+
+Tensor Generate(const ModelProto& model, RuntimeContext& context, RuntimeValueMap feeds,
+                const GenerationOptions& options, RuntimeSessionOptions session_options) {
+  // Non-owning alias: the caller keeps the model alive for the call.
+  std::shared_ptr<const ModelProto> alias(std::shared_ptr<const ModelProto>(), &model);
+  return Generate(std::move(alias), context, std::move(feeds), options, session_options);
+}
+
+}  // namespace onnx_light::core::runtime

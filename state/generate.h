@@ -1,0 +1,76 @@
+// Autoregressive generation (spec "Autoregressive generation").
+//
+// Models with persistent_bindings run through a PersistentValueState: the prompt is
+// evaluated once, then each step feeds one new token; the caches stay in the state (bound
+// inputs' initial values come from the feeds, or from paged_cache_initializer defaults).
+// Models without bindings run through a RuntimeSession on the full growing prefix; no cache
+// is guessed from names. Each call owns fresh state; the model and the caller's feeds are
+// never modified.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/runtime_value.h"
+#include "executor/runtime_context.h"
+#include "executor/runtime_session.h"
+#include "executor/task.h"
+#include "state/sampling.h"
+
+namespace onnx_light {
+class ModelProto;
+}
+
+namespace onnx_light::core::runtime {
+
+class TaskCompletion;
+
+struct GenerationOptions {
+  int64_t max_new_tokens = 32;
+  float temperature = 0.0f;  // 0: greedy
+  std::optional<uint64_t> seed;
+  std::optional<int64_t> eos_token_id;
+  std::optional<int64_t> pad_token_id;  // defaults to eos_token_id (or 0 without EOS)
+  int64_t top_k = 0;
+  float top_p = 1.0f;
+  float repetition_penalty = 1.0f;
+  std::vector<int64_t> stop_token_ids;  // like EOS: a row that emits one is finished
+  std::string input_ids_name = "input_ids";
+  std::string logits_name = "logits";
+  std::string attention_mask_name = "attention_mask";
+  std::string position_ids_name = "position_ids";
+};
+
+// Called after every step with the step index and the tokens just chosen (one per row,
+// pad for finished rows). Return false to stop early: the result then holds the tokens
+// published so far.
+using TokenCallback = std::function<bool(int64_t step, const std::vector<int64_t>& tokens)>;
+
+struct GenerationStats {
+  int64_t steps = 0;
+  std::vector<int64_t> step_ns;  // wall time of each model call
+  bool used_persistent_state = false;
+};
+
+// The generation loop as a coroutine: each model call is one co_await. `cancel` (optional)
+// is checked between tokens: when cancelled the loop stops and returns the tokens so far.
+Task<Tensor> GenerateTask(std::shared_ptr<const ModelProto> model, RuntimeContext& context,
+                          RuntimeValueMap feeds, GenerationOptions options,
+                          RuntimeSessionOptions session_options = {},
+                          TokenCallback on_token = nullptr, const TaskCompletion* cancel = nullptr,
+                          GenerationStats* stats = nullptr);
+
+// Returns an INT64 [batch, prompt_length + generated_length] tensor including the prompt.
+Tensor Generate(std::shared_ptr<const ModelProto> model, RuntimeContext& context,
+                RuntimeValueMap feeds, const GenerationOptions& options,
+                RuntimeSessionOptions session_options = {}, TokenCallback on_token = nullptr,
+                const TaskCompletion* cancel = nullptr, GenerationStats* stats = nullptr);
+// The model must outlive the call.
+Tensor Generate(const ModelProto& model, RuntimeContext& context, RuntimeValueMap feeds,
+                const GenerationOptions& options, RuntimeSessionOptions session_options = {});
+
+}  // namespace onnx_light::core::runtime
