@@ -41,7 +41,8 @@ async def run_async(state, context, feeds, completion=None):
         raise
 
 
-runtime.PersistentValueState.run_async = run_async
+if hasattr(runtime, "PersistentValueState"):  # the state binding may be built without
+    runtime.PersistentValueState.run_async = run_async
 
 
 async def generate_stream(model, context, feeds, options=None, session_options=None):
