@@ -1,15 +1,153 @@
 // runtime.TaskCompletion and runtime.PersistentValueState.
 #include <memory>
 #include <string>
+#include <vector>
 
+#include <pybind11/stl.h>
+
+#include "core/error.h"
+#include "executor/runtime_context.h"
+#include "executor/runtime_session.h"
+#include "onnx_light.pb.h"
+#include "python/bindings/proto_wrapper.h"
 #include "python/bindings/registration.h"
+#include "python/bindings/state_convert.h"
+#include "state/persistent_value_state.h"
 #include "state/task_completion.h"
 
 namespace onnx_light::python {
 
+using core::runtime::PersistentValueState;
+using core::runtime::RuntimeContext;
+using core::runtime::RuntimeSessionOptions;
+using core::runtime::RuntimeValueMap;
 using core::runtime::TaskCompletion;
 
+namespace {
+
+// The Python object: the native state, the model object it was built from and every context
+// it ran with (kept alive so cached kernel and allocator references stay valid).
+class PyState {
+ public:
+  PyState(py::object model, py::object initial, py::object options)
+      : model_object_(model),
+        model_(ProtoFromPython<ModelProto>(model, "model")),
+        converter_(model_) {
+    RuntimeSessionOptions session_options;
+    if (!options.is_none()) session_options = options.cast<RuntimeSessionOptions>();
+    RuntimeValueMap values = ConvertInitial(initial);
+    py::gil_scoped_release release;
+    state_ = std::make_unique<PersistentValueState>(model_, std::move(values), session_options);
+  }
+
+  py::dict Run(py::object context_object, py::object feeds, py::object completion_object) {
+    RuntimeContext& context = context_object.cast<RuntimeContext&>();
+    std::shared_ptr<TaskCompletion> completion;
+    if (!completion_object.is_none())
+      completion = completion_object.cast<std::shared_ptr<TaskCompletion>>();
+    RuntimeValueMap values = converter_.MapFromPython(feeds, "feeds", [&](const std::string& n) {
+      return DeclaredInput(n);
+    });
+    bool known = false;
+    for (const auto& c : contexts_) known |= c.is(context_object);
+    if (!known) contexts_.push_back(context_object);
+    RuntimeValueMap outputs;
+    {
+      py::gil_scoped_release release;
+      outputs = State().Run(context, std::move(values), completion.get());
+    }
+    return ToDict(outputs);
+  }
+
+  void Reset(py::object initial) {
+    RuntimeValueMap values = ConvertInitial(initial);
+    py::gil_scoped_release release;
+    State().Reset(std::move(values));
+  }
+
+  void Close() {
+    if (state_ == nullptr) return;
+    {
+      py::gil_scoped_release release;
+      state_->Close();
+    }
+    contexts_.clear();
+  }
+
+  py::dict Values() const { return ToDict(State().Values()); }
+  bool closed() const { return state_ == nullptr || state_->closed(); }
+  py::object model() const {
+    State().model();  // raises after close
+    return model_object_;
+  }
+
+ private:
+  PersistentValueState& State() const {
+    if (state_ == nullptr)
+      core::Throw(core::ErrorCode::kFailedPrecondition, "PersistentValueState: not initialized");
+    return *state_;
+  }
+  const TypeProto* DeclaredInput(const std::string& name) const {
+    for (const auto& in : model_->graph().input())
+      if (in.name() == name) return in.has_type() ? &in.type() : nullptr;
+    return nullptr;
+  }
+  RuntimeValueMap ConvertInitial(py::object initial) const {
+    return converter_.MapFromPython(initial, "initial", [&](const std::string& n) {
+      return DeclaredInput(n);
+    });
+  }
+  static py::dict ToDict(const RuntimeValueMap& values) {
+    py::dict d;
+    for (const auto& [name, value] : values) d[py::str(name)] = StateValueToPython(value);
+    return d;
+  }
+
+  py::object model_object_;
+  std::shared_ptr<const ModelProto> model_;
+  StateConverter converter_;
+  std::unique_ptr<PersistentValueState> state_;
+  std::vector<py::object> contexts_;
+};
+
+// The spec's example needs runtime.RuntimeContext, KernelContext, default_opset and
+// RuntimeSessionOptions. session.cc (registered before this file) owns them; these minimal
+// definitions apply only while it does not define them, so that both never clash.
+void RegisterSessionTypesIfMissing(py::module_& runtime) {
+  using core::runtime::KernelContext;
+  using core::runtime::OpsetMap;
+  if (!py::hasattr(runtime, "default_opset"))
+    runtime.def("default_opset", &core::runtime::default_opset, py::arg("onnx_version") = 18);
+  if (!py::hasattr(runtime, "KernelContext"))
+    py::class_<KernelContext>(runtime, "KernelContext")
+        .def(py::init<OpsetMap>(), py::arg("opsets"))
+        .def(py::init<int64_t>(), py::arg("onnx_version") = 18)
+        .def("opset", &KernelContext::opset);
+  if (!py::hasattr(runtime, "RuntimeContext"))
+    py::class_<RuntimeContext>(runtime, "RuntimeContext")
+        .def(py::init([](const KernelContext& kernel_ctx, bool events_enabled) {
+               core::runtime::RuntimeContextOptions options;
+               options.events_enabled = events_enabled;
+               return std::make_unique<RuntimeContext>(kernel_ctx, options);
+             }),
+             py::arg("kernel_context") = KernelContext(18), py::kw_only(),
+             py::arg("events_enabled") = false);
+  if (!py::hasattr(runtime, "RuntimeSessionOptions"))
+    py::class_<RuntimeSessionOptions>(runtime, "RuntimeSessionOptions")
+        .def(py::init([](size_t capacity) {
+               RuntimeSessionOptions o;
+               o.persistent_tensor_initial_capacity = capacity;
+               return o;
+             }),
+             py::kw_only(), py::arg("persistent_tensor_initial_capacity") = 32)
+        .def_readwrite("persistent_tensor_initial_capacity",
+                       &RuntimeSessionOptions::persistent_tensor_initial_capacity);
+}
+
+}  // namespace
+
 void RegisterState(py::module_& runtime) {
+  RegisterSessionTypesIfMissing(runtime);
   py::class_<TaskCompletion, std::shared_ptr<TaskCompletion>>(
       runtime, "TaskCompletion",
       "Single-use cancellation token of one PersistentValueState.run call. cancel() may be "
@@ -29,6 +167,21 @@ void RegisterState(py::module_& runtime) {
         return std::string("TaskCompletion(") +
                core::runtime::TaskCompletionStateName(c.state()) + ")";
       });
+
+  py::class_<PyState>(runtime, "PersistentValueState",
+                      "One request's feedback state: outputs named by "
+                      "model.graph.persistent_bindings feed their inputs on the next run.")
+      .def(py::init<py::object, py::object, py::object>(), py::arg("model"),
+           py::arg("initial") = py::none(), py::arg("options") = py::none())
+      .def("run", &PyState::Run, py::arg("context"), py::arg("feeds") = py::none(),
+           py::arg("completion") = py::none(),
+           "Runs one call; returns every graph output by name. The GIL is released.")
+      .def("reset", &PyState::Reset, py::arg("initial") = py::none())
+      .def("close", &PyState::Close)
+      .def_property_readonly("values", &PyState::Values,
+                             "The retained values: shared read-only views.")
+      .def_property_readonly("closed", &PyState::closed)
+      .def_property_readonly("model", &PyState::model);
 }
 
 }  // namespace onnx_light::python

@@ -1,0 +1,161 @@
+#include "python/bindings/state_convert.h"
+
+#include <vector>
+
+#include "core/error.h"
+#include "onnx_light.pb.h"
+#include "python/bindings/convert.h"
+#include "python/bindings/proto_wrapper.h"
+
+namespace onnx_light::python {
+
+using core::ErrorCode;
+using core::runtime::ParameterCatalogue;
+using core::runtime::RuntimeSequence;
+using core::runtime::RuntimeValue;
+using core::runtime::RuntimeValueMap;
+
+namespace {
+
+std::string TypeName(py::handle obj) { return py::str(py::type::of(obj).attr("__name__")); }
+
+const StructTypeProto* ResolveStruct(const ModelProto& model, const StructTypeProto& type) {
+  const StructTypeProto* current = &type;
+  for (int depth = 0; !current->type_ref().empty() && depth < 64; ++depth) {
+    const StructTypeProto* next = nullptr;
+    for (const auto& s : model.struct_types())
+      if (s.name() == current->type_ref()) next = &s;
+    if (next == nullptr) return nullptr;
+    current = next;
+  }
+  return current;
+}
+
+bool IsMessage(py::handle obj, const pb::Descriptor* descriptor) {
+  py::handle cls = MessageClass(descriptor);
+  return cls && py::isinstance(obj, cls);
+}
+
+}  // namespace
+
+std::shared_ptr<const ParameterCatalogue> StateConverter::Catalogue() const {
+  auto catalogue = std::make_shared<ParameterCatalogue>();
+  for (const auto& p : model_->shared_parameters())
+    // Aliasing handles: the entries live in (and keep alive) the model, nothing is copied.
+    catalogue->entries[p.name()] = std::shared_ptr<const AffineLayoutProto>(model_, &p);
+  return catalogue;
+}
+
+RuntimeValue StateConverter::FromPython(py::handle obj, const std::string& path,
+                                        const TypeProto* declared,
+                                        std::shared_ptr<const ParameterCatalogue>& catalogue) const {
+  if (py::isinstance<py::dict>(obj)) {
+    const StructTypeProto* s = nullptr;
+    if (declared != nullptr && declared->has_struct_type())
+      s = ResolveStruct(*model_, declared->struct_type());
+    std::vector<RuntimeValue::Field> fields;
+    for (auto item : py::reinterpret_borrow<py::dict>(obj)) {
+      if (!py::isinstance<py::str>(item.first))
+        core::Throw(ErrorCode::kTypeError,
+                    "'" + path + "': struct field names must be strings, got " +
+                        TypeName(item.first));
+      const std::string name = item.first.cast<std::string>();
+      const TypeProto* field_type = nullptr;
+      if (s != nullptr && s->field_size() > 0) {
+        for (const auto& f : s->field())
+          if (f.name() == name) field_type = &f.type();
+        if (field_type == nullptr)
+          core::Throw(ErrorCode::kInvalidArgument,
+                      "'" + path + "': unknown field '" + name + "' for struct '" + s->name() + "'");
+      }
+      fields.emplace_back(name, FromPython(item.second, path + "." + name, field_type, catalogue));
+    }
+    if (s != nullptr)
+      for (const auto& f : s->field()) {
+        bool present = false;
+        for (const auto& [name, value] : fields) present |= name == f.name();
+        if (!present)
+          core::Throw(ErrorCode::kInvalidArgument,
+                      "'" + path + "': missing field '" + f.name() +
+                          "' (nested dictionaries are complete values, not partial feeds)");
+      }
+    return RuntimeValue::Struct(s != nullptr ? s->name() : std::string(), std::move(fields));
+  }
+  if (py::isinstance<py::list>(obj)) {
+    const TypeProto* elem = nullptr;
+    std::shared_ptr<const TypeProto> elem_handle;
+    if (declared != nullptr && declared->has_sequence_type()) {
+      elem = &declared->sequence_type().elem_type();
+      elem_handle = std::shared_ptr<const TypeProto>(model_, elem);
+    }
+    std::vector<RuntimeValue> values;
+    size_t i = 0;
+    for (auto item : py::reinterpret_borrow<py::list>(obj))
+      values.push_back(FromPython(item, path + "[" + std::to_string(i++) + "]", elem, catalogue));
+    return RuntimeValue::Sequence(RuntimeSequence::FromValues(std::move(values)),
+                                  std::move(elem_handle));
+  }
+  if (IsMessage(obj, EncodedValueProto::descriptor())) {
+    auto encoded = ProtoFromPython<EncodedValueProto>(obj, path.c_str());
+    if (!encoded->parameter_ref().empty()) {
+      if (catalogue == nullptr) catalogue = Catalogue();
+      if (!catalogue->entries.count(encoded->parameter_ref()))
+        core::Throw(ErrorCode::kInvalidArgument,
+                    "'" + path + "': parameter_ref '" + encoded->parameter_ref() +
+                        "' names no shared parameter of the state's model");
+    }
+    return RuntimeValue::Encoded(std::move(encoded), catalogue);
+  }
+  if (py::isinstance<py::tuple>(obj) ||
+      (!PyObject_CheckBuffer(obj.ptr()) && !py::hasattr(obj, "__dlpack__") &&
+       py::hasattr(obj, "__iter__") && !py::isinstance<py::str>(obj)))
+    core::Throw(ErrorCode::kTypeError,
+                "'" + path + "': a " + TypeName(obj) +
+                    " is not a sequence input; pass a list (tuples and other iterables are "
+                    "not converted)");
+  return RuntimeValue(TensorFromPython(obj, path));
+}
+
+RuntimeValueMap StateConverter::MapFromPython(
+    py::handle dict, const char* what,
+    const std::function<const TypeProto*(const std::string&)>& declared_of) const {
+  if (dict.is_none()) return {};
+  if (!py::isinstance<py::dict>(dict))
+    core::Throw(ErrorCode::kTypeError,
+                std::string(what) + " must be a dict of graph input names, got " + TypeName(dict));
+  RuntimeValueMap out;
+  std::shared_ptr<const ParameterCatalogue> catalogue;  // one per dictionary
+  for (auto item : py::reinterpret_borrow<py::dict>(dict)) {
+    if (!py::isinstance<py::str>(item.first))
+      core::Throw(ErrorCode::kTypeError, std::string(what) + " keys must be strings");
+    const std::string name = item.first.cast<std::string>();
+    out[name] = FromPython(item.second, name, declared_of(name), catalogue);
+  }
+  return out;
+}
+
+py::object StateValueToPython(const RuntimeValue& value) {
+  switch (value.kind()) {
+    case RuntimeValue::Kind::kTensor:
+      return TensorToPython(value.tensor());
+    case RuntimeValue::Kind::kStruct: {
+      py::dict d;
+      for (const auto& [name, field] : value.fields()) d[py::str(name)] = StateValueToPython(field);
+      return d;
+    }
+    case RuntimeValue::Kind::kSequence: {
+      py::list l;
+      const RuntimeSequence& seq = value.elements();
+      for (size_t i = 0; i < seq.size(); ++i) l.append(StateValueToPython(seq[i]));
+      return l;
+    }
+    case RuntimeValue::Kind::kEncoded:
+      // Shared, not copied: the payload is read only like every retained value.
+      return MessageToPython(std::const_pointer_cast<EncodedValueProto>(value.encoded_ptr()));
+    case RuntimeValue::Kind::kEmpty:
+      break;
+  }
+  return py::none();
+}
+
+}  // namespace onnx_light::python
