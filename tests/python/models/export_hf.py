@@ -53,7 +53,7 @@ class _LogitsOnly:
 def export(model, path: str) -> None:
     import torch
 
-    ids = torch.randint(0, 128, (1, 8), dtype=torch.int64)
+    ids = torch.randint(0, 128, (2, 8), dtype=torch.int64)  # batch 2: keep batch dynamic
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(_LogitsOnly(model), (ids,), path, input_names=["input_ids"],
