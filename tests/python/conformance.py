@@ -72,6 +72,10 @@ def _read_value(path: str, type_proto):
     return numpy_helper.to_array(tensor)
 
 
+def load_model(test: str) -> onnx.ModelProto:
+    return onnx.load(os.path.join(NODE_DATA, test, "model.onnx"))
+
+
 def load_case(test: str):
     """(model bytes, onnx model, [(inputs dict, expected outputs dict)])."""
     folder = os.path.join(NODE_DATA, test)
