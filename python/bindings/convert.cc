@@ -199,6 +199,24 @@ Tensor TensorFromPython(py::handle obj, const std::string& name) {
       const std::string k = kind.cast<std::string>();
       if (k == "U" || k == "S" || k == "O") return FromStringArray(obj, name, k[0]);
     }
+    // ml_dtypes arrays (bfloat16, float8: what onnx.numpy_helper returns) have no buffer
+    // format: read their bytes through a same-size unsigned view (zero copy) and retype.
+    py::object dtype_name = py::getattr(obj.attr("dtype"), "name", py::none());
+    if (py::isinstance<py::str>(dtype_name) && py::hasattr(obj, "view")) {
+      static const std::pair<const char*, std::pair<DataType, const char*>> kBitTypes[] = {
+          {"bfloat16", {DataType::kBFloat16, "uint16"}},
+          {"float8_e4m3fn", {DataType::kFloat8E4M3FN, "uint8"}},
+          {"float8_e4m3fnuz", {DataType::kFloat8E4M3FNUZ, "uint8"}},
+          {"float8_e5m2", {DataType::kFloat8E5M2, "uint8"}},
+          {"float8_e5m2fnuz", {DataType::kFloat8E5M2FNUZ, "uint8"}},
+      };
+      const std::string dn = dtype_name.cast<std::string>();
+      for (const auto& [label, target] : kBitTypes) {
+        if (dn != label) continue;
+        Tensor bits = FromBuffer(obj.attr("view")(target.second), name);
+        return Tensor::Borrow(name, target.first, bits.shape(), bits.raw_data(), bits.owner());
+      }
+    }
   }
   if (PyObject_CheckBuffer(obj.ptr())) return FromBuffer(obj, name);
   if (py::hasattr(obj, "__dlpack__")) return FromDLPack(obj, name);

@@ -41,8 +41,13 @@ def run_case(test: str) -> None:
         outputs = session.run(context, feeds)
         for name, want in expected.items():
             got = outputs[name]
-            got = [np.from_dlpack(t) for t in got] if isinstance(got, list) else np.from_dlpack(got)
+            got = [_array(t) for t in got] if isinstance(got, list) else _array(got)
             conformance.assert_close(name, want, got)
+
+
+def _array(tensor):
+    """A NumPy view of a runtime tensor (numpy() also covers bfloat16 via ml_dtypes)."""
+    return tensor.numpy() if hasattr(tensor, "numpy") else np.from_dlpack(tensor)
 
 
 def test_the_expected_failure_list_names_only_in_scope_tests():
