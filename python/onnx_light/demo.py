@@ -19,11 +19,11 @@ import numpy as np
 
 from onnx_light.models.tiny_decoder import TinyDecoderConfig, build_tiny_decoder, empty_cache
 
-FIRST_CHAR = 32  # token t <-> chr(32 + t): the 96 printable ASCII characters
+FIRST_CHAR = 32  # token t <-> chr(32 + t): the 95 printable ASCII characters
 
 
 def encode(text: str) -> list[int]:
-    bad = sorted({ch for ch in text if not 32 <= ord(ch) < 128})
+    bad = sorted({ch for ch in text if not 32 <= ord(ch) < 127})
     if bad:
         raise SystemExit(f"error: the prompt has characters outside printable ASCII: {bad!r}")
     if not text:

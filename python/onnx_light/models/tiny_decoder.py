@@ -20,7 +20,7 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True)
 class TinyDecoderConfig:
-    vocab_size: int = 96
+    vocab_size: int = 95  # the printable ASCII characters (demo)
     hidden_size: int = 64
     num_heads: int = 4
     num_layers: int = 2
