@@ -41,8 +41,7 @@ async def run_async(state, context, feeds, completion=None):
         raise
 
 
-if hasattr(runtime, "PersistentValueState"):  # the state binding may be built without
-    runtime.PersistentValueState.run_async = run_async
+runtime.PersistentValueState.run_async = run_async
 
 
 async def generate_stream(model, context, feeds, options=None, session_options=None):
