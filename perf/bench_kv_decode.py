@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import sys
 import time
 
@@ -155,6 +156,7 @@ def measure(heads, cached, head_size, steps, warmup, tolerance, opsets):
         "onnxruntime": OnnxRuntime(heads, head_size, initial),
     }
     times = {k: [] for k in decoders}
+    page_faults = {k: [] for k in decoders}  # minor faults: fresh pages touched per step
     copied = {k: [] for k in decoders if k != "onnxruntime"}
     allocations = {k: [] for k in copied}
     have_events = True
@@ -165,10 +167,13 @@ def measure(heads, cached, head_size, steps, warmup, tolerance, opsets):
         order = list(decoders)
         order = order[i % 3:] + order[:i % 3]  # nobody always runs first after the feeds
         for name in order:
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             ns, ys[name], counters = decoders[name].step(feeds)
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
             if i < warmup:
                 continue
             times[name].append(ns)
+            page_faults[name].append(faults)
             if counters is not None:
                 have_events &= counters["storage_events"] > 0
                 copied[name].append(counters["storage_prefix_copied_bytes"] +
@@ -191,6 +196,7 @@ def measure(heads, cached, head_size, steps, warmup, tolerance, opsets):
     for name in decoders:
         row[f"{name}_ns"] = float(np.min(times[name]))
         row[f"{name}_median_ns"] = float(np.median(times[name]))
+        row[f"{name}_minor_page_faults_per_token"] = float(np.mean(page_faults[name]))
     for name in copied:
         row[f"{name}_copied_bytes_per_token"] = float(np.mean(copied[name]))
         row[f"{name}_allocations_per_token"] = float(np.mean(allocations[name]))
@@ -246,7 +252,7 @@ def main(argv=None) -> int:
         for cached in args.cached:
             # Keep the default run short on 2 cores: fewer steps for big caches.
             volume = heads * cached
-            steps = args.steps or (24 if volume <= 8192 else 12 if volume <= 32768 else 6)
+            steps = args.steps or (48 if volume <= 8192 else 32 if volume <= 32768 else 16)
             rows.append(measure(heads, cached, args.head_size, steps, args.warmup,
                                 args.tolerance, opsets))
             print(f"  measured H={heads} L={cached} ({time.perf_counter() - started:.0f} s)",

@@ -2,16 +2,25 @@
 same graph whose bound outputs are fed back by hand (using model.graph.persistent_bindings
 only), on the spec's one-node Add graph and on a 24-node chain. Same process, same run.
 
-    PYTHONPATH=python .venv/bin/python perf/bench_state_step.py
+    PYTHONPATH=. python perf/bench_state_step.py
 """
 from __future__ import annotations
 
+import os
+import sys
 import time
 
-import numpy as np
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# From a source checkout, use this checkout's build (python/onnx_light, where CMake puts the
+# extension) before any installed copy; otherwise the installed package.
+_BUILT = os.path.join(REPO, "python", "onnx_light", "onnx_py")
+if os.path.isdir(_BUILT) and any(f.startswith("_onnxpykernels") for f in os.listdir(_BUILT)):
+    sys.path.insert(0, os.path.join(REPO, "python"))
 
-from onnx_light.onnx_lib import parser
-from onnx_light.onnx_py._onnxpykernels import runtime
+import numpy as np  # noqa: E402
+
+from onnx_light.onnx_lib import parser  # noqa: E402
+from onnx_light.onnx_py._onnxpykernels import runtime  # noqa: E402
 
 
 def add_model():
@@ -37,22 +46,26 @@ def bind(model):
     return model
 
 
-def median_ns(step, n=20000) -> float:
-    for _ in range(200):
-        step()
-    samples = np.empty(n)
-    for i in range(n):
-        t0 = time.perf_counter_ns()
-        step()
-        samples[i] = time.perf_counter_ns() - t0
-    return float(np.median(samples))
+def interleaved_medians(steps, n=20000, block=500) -> list:
+    """Median ns per call of each step function, timed in alternating blocks of `block`
+    calls so that load changes on a shared machine hit every side alike."""
+    for step in steps:
+        for _ in range(200):
+            step()
+    samples = [[] for _ in steps]
+    for _ in range(n // block):
+        for step, out in zip(steps, samples):
+            for _ in range(block):
+                t0 = time.perf_counter_ns()
+                step()
+                out.append(time.perf_counter_ns() - t0)
+    return [float(np.median(s)) for s in samples]
 
 
 def measure(name, model):
     context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
     delta = np.ones(2, np.float32)
     state = runtime.PersistentValueState(model, initial={"past": np.zeros(2, np.float32)})
-    stateful = median_ns(lambda: state.run(context, {"delta": delta}))
 
     session = runtime.RuntimeSession(model)
     pairs = [(b.input_name, b.output_name) for b in model.graph.persistent_bindings]
@@ -63,7 +76,8 @@ def measure(name, model):
         for inp, outp in pairs:
             fed[inp] = out[outp]
 
-    stateless = median_ns(stateless_step)
+    stateful, stateless = interleaved_medians(
+        [lambda: state.run(context, {"delta": delta}), stateless_step])
     print(f"{name:>12}: state.run {stateful / 1e3:6.2f} us | stateless run + feedback "
           f"{stateless / 1e3:6.2f} us | ratio {stateful / stateless:.2f}")
 

@@ -2,7 +2,7 @@
 per-call overhead on a one-node graph, MatMul GFLOP/s, decode-shaped MatMul GB/s against
 memcpy bandwidth, and the flow-graph executor against the inline one on a wide graph.
 
-    PYTHONPATH=python .venv/bin/python perf/bench_vs_onnxruntime.py [--json OUT]
+    PYTHONPATH=. python perf/bench_vs_onnxruntime.py [--json OUT]
 
 Ratios are measured side by side in this run (shared machines are noisy: compare within a
 run, not across runs). Medians of repeated timed calls.
@@ -11,15 +11,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 
-import numpy as np
-import onnx
-import onnxruntime as ort
-from onnx import TensorProto, helper
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# From a source checkout, use this checkout's build (python/onnx_light, where CMake puts the
+# extension) before any installed copy; otherwise the installed package.
+_BUILT = os.path.join(REPO, "python", "onnx_light", "onnx_py")
+if os.path.isdir(_BUILT) and any(f.startswith("_onnxpykernels") for f in os.listdir(_BUILT)):
+    sys.path.insert(0, os.path.join(REPO, "python"))
 
-from onnx_light import onnx as ol
-from onnx_light.onnx_py._onnxpykernels import runtime
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+
+from onnx_light import onnx as ol  # noqa: E402
+from onnx_light.onnx_py._onnxpykernels import runtime  # noqa: E402
 
 
 def median_ns(fn, repeat: int) -> float:
