@@ -30,6 +30,8 @@ namespace onnx_light::core::runtime {
 struct RunOptions {
   // Checked between nodes; when it reads true the run stops with Error(kCancelled).
   const std::atomic<bool>* cancel_requested = nullptr;
+  // Attached to the run's child context by RuntimeSession::Execute (state runs only).
+  PersistentAppendHook* append_hook = nullptr;
 };
 
 // What sub-plan builders (control-flow kernels, function calls) need from the plan being

@@ -66,6 +66,11 @@ class KernelCall {
   size_t output_count() const { return outputs_.size(); }
   // False for an output whose name is empty or that no one consumes.
   bool output_wanted(size_t i) const { return i < outputs_.size() && outputs_[i] != nullptr; }
+  // The frame slot output i is written to (null when unwanted): lets the context match a
+  // node to a persistent binding by identity.
+  const RuntimeValue* output_slot(size_t i) const {
+    return output_wanted(i) ? outputs_[i] : nullptr;
+  }
   // Allocates output i (named after the node's output) and returns it for writing.
   Tensor& AllocateOutput(size_t i, DataType dtype, Shape shape);
   void SetOutput(size_t i, Tensor tensor);

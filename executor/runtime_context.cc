@@ -1,5 +1,7 @@
 #include "executor/runtime_context.h"
 
+#include "executor/attributes.h"
+
 namespace onnx_light::core::runtime {
 
 const char* RuntimeEventActionName(RuntimeEventAction action) {
@@ -60,6 +62,23 @@ void RuntimeContext::put_value(const std::string& name, RuntimeValue value) {
     }
   }
   values_[name] = std::move(value);
+}
+
+std::optional<AppendReservation> RuntimeContext::ReservePersistentAppend(
+    const KernelCall& call, const Shape& desired, int64_t axis, size_t input,
+    size_t output) const {
+  if (append_hook_ == nullptr || !call.has_input(input) || !call.output_wanted(output))
+    return std::nullopt;
+  return append_hook_->Reserve(*this, call, &call.input_value(input), call.output_slot(output),
+                               desired, axis);
+}
+
+Tensor RuntimeContext::CommitPersistentAppend(const KernelCall& call,
+                                              AppendReservation reservation,
+                                              size_t initialized_bytes) const {
+  OL_CHECK(append_hook_ != nullptr, ErrorCode::kFailedPrecondition,
+           NodeLabel(call.node()) + ": CommitPersistentAppend without a reservation hook");
+  return append_hook_->Commit(call, std::move(reservation), initialized_bytes);
 }
 
 void RuntimeContext::RecordEvent(RuntimeEvent event) const {

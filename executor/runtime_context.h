@@ -17,6 +17,7 @@
 
 #include "executor/kernel.h"
 #include "executor/kernel_registry.h"
+#include "executor/persistent_append.h"
 
 namespace onnx_light::core::runtime {
 
@@ -103,6 +104,24 @@ class RuntimeContext {
   std::vector<RuntimeEvent> events() const;
   void ClearEvents() const;
 
+  // Append reservations (spec "Contiguous CPU Attention feedback"). `input` and `output`
+  // are the calling node's input/output positions; the reservation is granted only when they
+  // are the exact bound root-graph input and output of the running state and its lease
+  // accepts `desired` (the full result shape) growing along `axis`. Without a hook (plain
+  // sessions, function and subgraph contexts) it returns no reservation at once.
+  std::optional<AppendReservation> ReservePersistentAppend(const KernelCall& call,
+                                                           const Shape& desired, int64_t axis,
+                                                           size_t input, size_t output) const;
+  // Checks the initialized byte count, seals the candidate and returns an ordinary
+  // read-only view of it. This does not publish anything: the state validates and
+  // publishes all outputs together after the run.
+  Tensor CommitPersistentAppend(const KernelCall& call, AppendReservation reservation,
+                                size_t initialized_bytes) const;
+  // Attached by PersistentValueState to the child context of its run; never inherited by
+  // MakeChild.
+  void set_persistent_append_hook(PersistentAppendHook* hook) { append_hook_ = hook; }
+  bool has_persistent_append_hook() const { return append_hook_ != nullptr; }
+
  private:
   struct Config {
     KernelContext kernel_ctx;
@@ -122,6 +141,7 @@ class RuntimeContext {
   ValueScope* scope_ = nullptr;
   const std::atomic<bool>* cancel_ = nullptr;
   bool is_child_ = false;
+  PersistentAppendHook* append_hook_ = nullptr;
   RuntimeValueMap values_;
 };
 

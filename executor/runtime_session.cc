@@ -104,6 +104,7 @@ void RuntimeSession::Execute(RuntimeContext& context, RunFrame& frame,
   // The spec's fresh child context: shares configuration, allocator and events, and sees
   // only this run's frame.
   RuntimeContext child = context.MakeChild(&frame, options.cancel_requested);
+  child.set_persistent_append_hook(options.append_hook);
   const RunOptions run_options{child.cancel_requested()};
   if (executor_for(plan) == RuntimeSessionOptions::ExecutorMode::kInline) {
     impl_->arena.execute([&] { ExecuteInline(plan, frame, child, run_options); });

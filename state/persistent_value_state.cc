@@ -6,16 +6,21 @@
 
 #include "core/checker.h"
 #include "core/error.h"
+#include "executor/attributes.h"
 #include "executor/graph_plan.h"
+#include "state/persistent_tensor.h"
 #include "onnx_light.pb.h"
 
 namespace onnx_light::core::runtime {
 
 // The published state: one value per binding (bindings() order), read-only views. Replaced
-// as a whole by Publish; never modified after construction.
+// as a whole by Publish; never modified after construction. `capacity` is the certified
+// append capacity of each tensor leaf (PersistentTensor): set only for buffers an append
+// reservation allocated and the run returned unchanged; imported values have none.
 struct PersistentValueState::Retained {
   std::shared_ptr<const std::vector<std::string>> names;  // bound input names
   std::vector<RuntimeValue> values;
+  std::vector<PersistentTensor::Capacity> capacity;
 };
 
 // Per-plan bookkeeping, computed once per kernel configuration (context): which plan
@@ -45,6 +50,38 @@ class PersistentValueState::CallGuard {
 };
 
 namespace {
+
+// The append leases of one run, matched to kernels by the exact frame slots of each bound
+// input/output pair (so intermediates, unmatched pairs and sub-contexts never match).
+class StateAppendHook final : public PersistentAppendHook {
+ public:
+  struct Entry {
+    const RuntimeValue* input;
+    const RuntimeValue* output;
+    PersistentTensor::AppendLease lease;
+  };
+  std::vector<Entry> entries;
+
+  std::optional<AppendReservation> Reserve(const RuntimeContext& context,
+                                           const KernelCall& call, const RuntimeValue* input,
+                                           const RuntimeValue* output, const Shape& desired,
+                                           int64_t axis) override {
+    for (size_t i = 0; i < entries.size(); ++i) {
+      Entry& e = entries[i];
+      if (e.input != input || e.output != output) continue;
+      return e.lease.Reserve(context, call, input->tensor(), desired, axis, i);
+    }
+    return std::nullopt;
+  }
+
+  Tensor Commit(const KernelCall& call, AppendReservation reservation,
+                size_t initialized_bytes) override {
+    OL_CHECK(reservation.lease() < entries.size(), ErrorCode::kInvalidArgument,
+             NodeLabel(call.node()) + ": the append reservation belongs to another run");
+    Entry& e = entries[reservation.lease()];
+    return e.lease.Commit(call, std::move(reservation), initialized_bytes);
+  }
+};
 
 std::string Quoted(const std::vector<std::string>& names) {
   if (names.empty()) return "none";
@@ -203,6 +240,7 @@ std::shared_ptr<const PersistentValueState::Retained> PersistentValueState::Buil
     validator_->ValidatePersistent(bindings_[b].input_name, value, *bindings_[b].input_type);
     value = value.BorrowView();  // sealed: retained payloads are read only
   }
+  next->capacity.resize(bindings_.size());
   next->names = std::move(names);
   return next;
 }
@@ -295,6 +333,24 @@ RuntimeValueMap PersistentValueState::Run(RuntimeContext& context, RuntimeValueM
     std::lock_guard<std::mutex> lock(retained_mutex_);
     current = retained_;
   }
+  // Append leases for tensor bindings. Ownership is checked before the frame gets its
+  // invocation-local alias: only a tensor the state alone holds may be appended in place.
+  StateAppendHook hook;
+  std::vector<int> entry_of_binding(bindings_.size(), -1);
+  hook.entries.reserve(bindings_.size());
+  for (size_t b = 0; b < bindings_.size(); ++b) {
+    const RuntimeValue& value = current->values[b];
+    if (!value.is_tensor()) continue;
+    entry_of_binding[b] = static_cast<int>(hook.entries.size());
+    const int in_slot = plan.inputs()[static_cast<size_t>(ps.slots.input_index[b])].slot;
+    const int out_slot = plan.outputs()[static_cast<size_t>(ps.slots.output_index[b])].slot;
+    hook.entries.push_back(StateAppendHook::Entry{
+        &frame.mutable_slot(in_slot), &frame.mutable_slot(out_slot),
+        PersistentTensor::AppendLease(bindings_[b].input_name, &value, current->capacity[b],
+                                      value.tensor().owner_use_count() == 1,
+                                      options_.persistent_tensor_initial_capacity)});
+  }
+
   // Forwarding: the frame gets owner handles of the retained values (no payload copy).
   for (size_t b = 0; b < bindings_.size(); ++b)
     frame.Set(plan.inputs()[static_cast<size_t>(ps.slots.input_index[b])].slot,
@@ -302,6 +358,7 @@ RuntimeValueMap PersistentValueState::Run(RuntimeContext& context, RuntimeValueM
 
   RunOptions run_options;
   run_options.cancel_requested = completion ? &completion->cancel_flag() : nullptr;
+  run_options.append_hook = hook.entries.empty() ? nullptr : &hook;
   session_->Execute(context, frame, run_options);
 
   RuntimeValueMap outputs;
@@ -312,6 +369,7 @@ RuntimeValueMap PersistentValueState::Run(RuntimeContext& context, RuntimeValueM
   auto next = std::make_shared<Retained>();
   next->names = current->names;
   next->values.resize(bindings_.size());
+  next->capacity.resize(bindings_.size());
   for (size_t b = 0; b < bindings_.size(); ++b) {
     const Binding& binding = bindings_[b];
     auto it = outputs.find(binding.output_name);
@@ -323,6 +381,11 @@ RuntimeValueMap PersistentValueState::Run(RuntimeContext& context, RuntimeValueM
     // Retained and returned handles share one owner; both are read-only views.
     next->values[b] = produced.BorrowView();
     it->second = next->values[b];
+    // Capacity travels only with the exact candidate the kernel committed.
+    if (entry_of_binding[b] >= 0)
+      next->capacity[b] = hook.entries[static_cast<size_t>(entry_of_binding[b])]
+                              .lease.PublishableCapacity(next->values[b])
+                              .value_or(PersistentTensor::Capacity{});
   }
 
   if (completion != nullptr && !completion->TryBeginPublication())

@@ -16,8 +16,11 @@
 // raises kFailedPrecondition. Values() may be read from any thread. Independent states are
 // independent. The model is never serialized, cloned or hashed.
 //
-// Seam for the append-capacity issue: bindings() gives, per binding, the plan's input and
-// output indices (BoundSlots), which is where PersistentTensor/AppendLease will attach.
+// Append capacity (state/persistent_tensor.h): each run hands one AppendLease per tensor
+// binding to the run's child context (never to function or subgraph contexts); a kernel
+// that directly consumes and produces the bound pair may append in place. Certified
+// capacity is retained with the published value only when the run returned the kernel's
+// committed candidate unchanged.
 #pragma once
 
 #include <atomic>

@@ -1,5 +1,12 @@
 // Concat: joins inputs along `axis` (negative counts from the end). Inputs must share
 // dtype, rank and every other dimension; zero-length inputs are allowed.
+//
+// The exporters' KV-cache pattern `present = Concat(past, new)` with past <- present bound
+// in a PersistentValueState uses the state's append reservation: the result buffer already
+// holds the past, and only the later inputs are copied (spec "Contiguous CPU Attention
+// feedback"; the reservation declines layouts it cannot append in place).
+#include <cstring>
+
 #include "ops/elementwise/copy.h"
 #include "ops/kernel_factory.h"
 
@@ -43,6 +50,7 @@ class Concat final : public core::runtime::KernelBase {
     int64_t outer = 1, inner = 1;
     for (int64_t d = 0; d < axis; ++d) outer *= out_shape[static_cast<size_t>(d)];
     for (int64_t d = axis + 1; d < rank; ++d) inner *= out_shape[static_cast<size_t>(d)];
+    if (TryAppend(call, inputs, out_shape, axis)) return;
     const int64_t out_row = out_shape[static_cast<size_t>(axis)] * inner;
     elementwise::DispatchByWidth(call, first.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -63,6 +71,34 @@ class Concat final : public core::runtime::KernelBase {
   }
 
  private:
+  // Appends inputs[1..] after the bound past in its reserved buffer; false when no
+  // reservation is granted (then the ordinary concatenation runs).
+  static bool TryAppend(KernelCall& call, const std::vector<const Tensor*>& inputs,
+                        const Shape& out_shape, int64_t axis) {
+    if (!call.has_context() || !call.has_input(0) || inputs[0] != &call.input(0)) return false;
+    const auto& context = call.context();
+    auto reservation = context.ReservePersistentAppend(call, out_shape, axis, 0, 0);
+    if (!reservation) return false;
+    // Every dimension before the axis is 1: each later input is a run of whole rows.
+    std::byte* out = reservation->writable_bytes().data();
+    size_t written = 0;
+    for (size_t i = 1; i < inputs.size(); ++i) {
+      const size_t n = inputs[i]->nbytes();
+      if (n > 0) std::memcpy(out + written, inputs[i]->raw_data(), n);
+      written += n;
+    }
+    call.SetOutput(0, context.CommitPersistentAppend(call, std::move(*reservation), written));
+    if (context.events_enabled()) {
+      core::runtime::RuntimeEvent event;
+      event.action = core::runtime::RuntimeEventAction::kPersistentStorage;
+      event.node_name = call.node().name();
+      event.op_type = call.node().op_type();
+      event.storage_append_copied_bytes = written;
+      context.RecordEvent(std::move(event));
+    }
+    return true;
+  }
+
   int64_t axis_ = 0;
 };
 

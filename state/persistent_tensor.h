@@ -1,0 +1,107 @@
+// PersistentTensor: a retained tensor plus the append capacity the runtime certified for it
+// (spec "Contiguous CPU Attention feedback"). It composes an ordinary Tensor; it does not
+// inherit from it, so copies and views of the tensor never carry capacity or write access.
+//
+// AppendLease: one run's permission to append to one bound tensor, handed to the kernel
+// that directly consumes the bound input and produces the bound output (through
+// RuntimeContext::ReservePersistentAppend). Move-only, one Reserve attempt per lease.
+//
+// Layout: a reservation is granted when every dimension before the append axis is 1 and the
+// rows after it are non-empty (for Attention K/V: [1, 1, length, head_size]). The buffer then
+// holds `capacity` rows; the tensor's shape and byte extent cover the valid rows only.
+// Appending within capacity writes only the new rows in place; otherwise a new buffer of
+// geometrically grown capacity is allocated and the valid prefix is copied once.
+//
+// Reuse is conservative: only buffers this class allocated are ever written, and only while
+// the state is the sole holder of the retained tensor when the run starts (no live previous
+// output, Values() view or other state shares it). Imported tensors (NumPy, DLPack, Reset,
+// returned outputs) carry no certificate: their first append allocates a new buffer.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "core/runtime_value.h"
+#include "core/tensor.h"
+#include "executor/persistent_append.h"
+
+namespace onnx_light::core::runtime {
+
+class KernelCall;
+class RuntimeContext;
+
+class PersistentTensor {
+ public:
+  // What the runtime certified about the buffer of a tensor it allocated for appends.
+  struct Capacity {
+    const void* base = nullptr;  // start of the certified buffer (its owner's pointer)
+    size_t capacity = 0;         // rows along the append axis
+    size_t row_bytes = 0;        // bytes of one row (product of the dims after the axis)
+    DataType dtype = DataType::kUndefined;
+    bool valid() const { return base != nullptr && capacity > 0; }
+  };
+
+  PersistentTensor() = default;
+  // An imported tensor: retained bytes, no certified capacity.
+  explicit PersistentTensor(Tensor view) : view_(std::move(view)) {}
+  PersistentTensor(Tensor view, Capacity capacity)
+      : view_(std::move(view)), capacity_(capacity) {}
+
+  const Tensor& view() const { return view_; }
+  const Capacity& capacity() const { return capacity_; }
+  // True when `tensor` is exactly this candidate: same owner, pointer, type, shape and
+  // logical byte extent (the condition for publishing its capacity).
+  bool Matches(const Tensor& tensor) const;
+
+  class AppendLease;  // defined below, once PersistentTensor is complete
+
+ private:
+  Tensor view_;
+  Capacity capacity_;
+};
+
+class PersistentTensor::AppendLease {
+ public:
+  // `retained` (owned by the caller for the whole run) is the bound input's retained
+  // value; `capacity` its certificate; `exclusive` whether the state was its only holder
+  // when the run started. `initial_capacity` 0 declines every reservation.
+  AppendLease(std::string binding, const RuntimeValue* retained, Capacity capacity,
+              bool exclusive, size_t initial_capacity);
+  AppendLease(AppendLease&& other) noexcept;
+  AppendLease& operator=(AppendLease&&) = delete;
+  AppendLease(const AppendLease&) = delete;
+  AppendLease& operator=(const AppendLease&) = delete;
+
+  // The one attempt of this lease. `input` is the tensor the kernel reads as the past;
+  // `desired` the full result shape growing along `axis`. Returns no reservation for
+  // disabled capacity or an unsupported layout; throws kFailedPrecondition on a second
+  // attempt. Records a kPersistentStorage event (allocation, prefix copy or reuse) when
+  // the context's events are enabled. `lease_index` is echoed in the reservation.
+  std::optional<AppendReservation> Reserve(const RuntimeContext& context,
+                                           const KernelCall& call, const Tensor& input,
+                                           const Shape& desired, int64_t axis,
+                                           size_t lease_index);
+  // Checks the initialized byte count and records the sealed candidate.
+  Tensor Commit(const KernelCall& call, AppendReservation reservation,
+                size_t initialized_bytes);
+
+  bool attempted() const { return attempted_.load(std::memory_order_acquire); }
+  // The committed candidate, when the kernel committed one.
+  const std::optional<PersistentTensor>& committed() const { return committed_; }
+  // The capacity to publish with `produced`, when it is still the committed candidate.
+  std::optional<Capacity> PublishableCapacity(const RuntimeValue& produced) const;
+
+ private:
+  std::string binding_;
+  const RuntimeValue* retained_ = nullptr;
+  Capacity capacity_;
+  bool exclusive_ = false;
+  size_t initial_capacity_ = 0;
+  std::atomic<bool> attempted_{false};
+  std::optional<Capacity> pending_;
+  std::optional<PersistentTensor> committed_;
+};
+
+}  // namespace onnx_light::core::runtime
