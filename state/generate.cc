@@ -192,6 +192,7 @@ Task<Tensor> GenerateTask(std::shared_ptr<const ModelProto> model, RuntimeContex
 
   int64_t generated = 0;
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
+    if (step > 0 && options.step_gate) co_await options.step_gate(step);
     if (cancel != nullptr && cancel->cancelled()) break;
     const int64_t length = prompt_len + step;       // tokens known so far
     const bool incremental = state != nullptr && step > 0;

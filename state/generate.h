@@ -43,6 +43,9 @@ struct GenerationOptions {
   std::string logits_name = "logits";
   std::string attention_mask_name = "attention_mask";
   std::string position_ids_name = "position_ids";
+  // Awaited before every model call after the first when set: a scheduler suspends the
+  // generation here and resumes it later (possibly on another thread) to interleave requests.
+  std::function<Task<void>(int64_t step)> step_gate;
 };
 
 // Called after every step with the step index and the tokens just chosen (one per row,

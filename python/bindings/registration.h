@@ -13,4 +13,5 @@ void RegisterSession(py::module_& runtime);  // session.cc: contexts, sessions, 
 void RegisterState(py::module_& runtime);    // state.cc: PersistentValueState, TaskCompletion
 void RegisterKernelList(py::module_& runtime);  // kernels.cc: runtime.builtin_kernels()
 void RegisterGeneration(py::module_& runtime);  // generation.cc: GenerationOptions, generate
+void RegisterScheduler(py::module_& runtime);   // scheduler.cc: RequestScheduler, RequestHandle
 }  // namespace onnx_light::python

@@ -4,6 +4,10 @@
     outputs = await state.run_async(context, feeds)
     async for tokens in onnx_light.aio.generate_stream(model, context, feeds, options):
         ...
+    scheduler = runtime.RequestScheduler(context, max_in_flight=4)
+    result = await scheduler.submit_async(model, feeds, options)   # tokens + stats
+    async for tokens in scheduler.stream(model, feeds, options):
+        ...
 
 Runs execute on a worker thread with the GIL released, so the event loop keeps serving
 other requests. Cancelling the awaiting asyncio task cancels the run through a
@@ -14,6 +18,7 @@ Calls on one state must still not overlap: await one run before starting the nex
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 
 import numpy as np
@@ -89,3 +94,78 @@ async def generate(model, context, feeds, options=None, session_options=None) ->
     result = await loop.run_in_executor(
         None, lambda: runtime.generate(model, context, feeds, options, session_options))
     return np.from_dlpack(result)
+
+
+@dataclasses.dataclass
+class ScheduledResult:
+    """What `await scheduler.submit_async(...)` returns."""
+    tokens: np.ndarray  # INT64 [batch, prompt + generated]
+    stats: dict  # RequestHandle.stats(): tokens, queue_wait_ns, time_to_first_token_ns, ...
+
+
+def _finish(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _submit(scheduler, loop, future, model, feeds, options, session_options, **kwargs):
+    def on_done():
+        loop.call_soon_threadsafe(_finish, future)
+
+    return scheduler.submit(model, feeds, options, session_options, on_done=on_done, **kwargs)
+
+
+async def submit_async(scheduler, model, feeds, options=None, session_options=None, *,
+                       on_token=None, completion=None) -> ScheduledResult:
+    """`await scheduler.submit_async(model, feeds, options)`: one request through a
+    runtime.RequestScheduler, awaited without blocking the loop. Cancelling the awaiting task
+    cancels the request (before its next token) and waits until it has stopped."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    handle = _submit(scheduler, loop, done, model, feeds, options, session_options,
+                     on_token=on_token, completion=completion)
+    try:
+        await asyncio.shield(done)
+    except asyncio.CancelledError:
+        handle.cancel("asyncio task cancelled")
+        await done
+        raise
+    # Completed: result() and stats() return at once (or raise the request's error).
+    return ScheduledResult(np.from_dlpack(handle.result()), handle.stats())
+
+
+async def scheduler_stream(scheduler, model, feeds, options=None, session_options=None):
+    """`async for tokens in scheduler.stream(model, feeds, options)`: each step's tokens of
+    one scheduled request as it publishes them. Leaving the loop early (or cancelling the
+    consuming task) cancels the request."""
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue = asyncio.Queue()
+    done = loop.create_future()
+
+    def on_token(step, tokens):
+        loop.call_soon_threadsafe(events.put_nowait, tokens)
+
+    handle = _submit(scheduler, loop, done, model, feeds, options, session_options,
+                     on_token=on_token)
+    finished = False
+    try:
+        while not finished:
+            waiter = asyncio.ensure_future(events.get())
+            await asyncio.wait([waiter, done], return_when=asyncio.FIRST_COMPLETED)
+            if waiter.done():
+                yield waiter.result()
+                continue
+            waiter.cancel()
+            finished = True
+        # Tokens queued before completion come first; then the request's error, if any.
+        while not events.empty():
+            yield events.get_nowait()
+        handle.result()
+    finally:
+        if not finished:
+            handle.cancel("stream closed")
+            await asyncio.shield(done)
+
+
+runtime.RequestScheduler.submit_async = submit_async
+runtime.RequestScheduler.stream = scheduler_stream

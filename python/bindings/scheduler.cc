@@ -1,0 +1,163 @@
+// runtime.RequestScheduler and runtime.GenerationRequest (state/request_scheduler.h).
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include "onnx_light.pb.h"
+#include "python/bindings/convert.h"
+#include "python/bindings/proto_wrapper.h"
+#include "python/bindings/registration.h"
+#include "state/request_scheduler.h"
+
+namespace onnx_light::python {
+
+using core::runtime::GenerationOptions;
+using core::runtime::GenerationRequest;
+using core::runtime::GenerationResult;
+using core::runtime::RequestHandle;
+using core::runtime::RequestScheduler;
+using core::runtime::RequestStats;
+using core::runtime::RuntimeContext;
+using core::runtime::RuntimeSessionOptions;
+using core::runtime::SchedulerOptions;
+using core::runtime::TaskCompletion;
+
+namespace {
+
+// A Python object used from worker threads: the last reference may die there, so the GIL
+// is taken to release it.
+std::shared_ptr<py::object> Hold(py::object obj) {
+  return std::shared_ptr<py::object>(new py::object(std::move(obj)), [](py::object* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+}
+
+py::dict StatsToPython(const RequestStats& s) {
+  py::dict d;
+  d["id"] = s.id;
+  d["tokens"] = s.tokens;
+  d["queue_wait_ns"] = s.queue_wait_ns;
+  d["time_to_first_token_ns"] = s.time_to_first_token_ns;
+  d["token_latency_ns"] = s.token_latency_ns;
+  d["total_ns"] = s.total_ns;
+  d["cancelled"] = s.cancelled;
+  d["step_ns"] = s.generation.step_ns;
+  d["used_persistent_state"] = s.generation.used_persistent_state;
+  return d;
+}
+
+// Owns the native scheduler; waits for its requests with the GIL released (their callbacks
+// take the GIL).
+class PyScheduler {
+ public:
+  PyScheduler(RuntimeContext& context, SchedulerOptions options)
+      : scheduler_(std::make_unique<RequestScheduler>(context, options)) {}
+  ~PyScheduler() {
+    py::gil_scoped_release release;
+    scheduler_.reset();
+  }
+  RequestScheduler& get() { return *scheduler_; }
+
+ private:
+  std::unique_ptr<RequestScheduler> scheduler_;
+};
+
+GenerationResult Wait(const RequestHandle& handle) {
+  py::gil_scoped_release release;
+  return handle.Get();
+}
+
+}  // namespace
+
+void RegisterScheduler(py::module_& runtime) {
+  py::class_<RequestHandle>(runtime, "RequestHandle",
+                            "One submitted generation request (future-like).")
+      .def_property_readonly("id", &RequestHandle::id)
+      .def("done", &RequestHandle::done)
+      .def(
+          "result", [](const RequestHandle& h) { return TensorToPython(Wait(h).tokens); },
+          "Blocks until the request completes (GIL released); returns the INT64 "
+          "[batch, prompt + generated] runtime tensor, or raises the request's error.")
+      .def(
+          "stats", [](const RequestHandle& h) { return StatsToPython(Wait(h).stats); },
+          "Blocks until the request completes; returns its stats as a dict: id, tokens, "
+          "queue_wait_ns, time_to_first_token_ns, token_latency_ns, total_ns, cancelled, "
+          "step_ns, used_persistent_state. Raises the request's error.")
+      .def("cancel", &RequestHandle::Cancel, py::arg("reason") = "cancelled",
+           py::call_guard<py::gil_scoped_release>(),
+           "Stops the request before its next token; a queued request completes at once with "
+           "its prompt.")
+      .def_property_readonly("completion", &RequestHandle::completion)
+      .def("__repr__", [](const RequestHandle& h) {
+        return "RequestHandle(id=" + std::to_string(h.id()) + (h.done() ? ", done)" : ")");
+      });
+
+  py::class_<PyScheduler>(runtime, "RequestScheduler",
+                          "Runs many generation requests at once, each with its own state: "
+                          "FIFO admission of at most max_in_flight requests, round-robin "
+                          "token steps between them on the shared TBB arena.")
+      .def(py::init([](RuntimeContext& context, int64_t max_in_flight,
+                       int64_t max_parallel_steps) {
+             return std::make_unique<PyScheduler>(
+                 context, SchedulerOptions{max_in_flight, max_parallel_steps});
+           }),
+           py::arg("context"), py::arg("max_in_flight") = 4, py::arg("max_parallel_steps") = 0,
+           py::keep_alive<1, 2>())
+      .def(
+          "submit",
+          [](PyScheduler& self, py::handle model_obj, const py::dict& feeds,
+             std::optional<GenerationOptions> options,
+             std::optional<RuntimeSessionOptions> session_options, py::object on_token,
+             py::object on_done, std::shared_ptr<TaskCompletion> completion) {
+            GenerationRequest request;
+            request.model = ProtoFromPython<ModelProto>(model_obj, "model");
+            for (const auto& [key, value] : feeds) {
+              const std::string name = py::cast<std::string>(key);
+              request.feeds.emplace(name, ValueFromPython(value, name));
+            }
+            request.options = options.value_or(GenerationOptions{});
+            request.session_options = session_options.value_or(RuntimeSessionOptions{});
+            request.cancel = std::move(completion);
+            if (!on_token.is_none()) {
+              request.on_token = [cb = Hold(on_token)](int64_t step,
+                                                      const std::vector<int64_t>& tokens) {
+                py::gil_scoped_acquire gil;
+                py::object keep_going = (*cb)(step, py::cast(tokens));
+                return keep_going.is_none() || py::cast<bool>(keep_going);
+              };
+            }
+            core::runtime::RequestCallback done;
+            if (!on_done.is_none()) {
+              done = [cb = Hold(on_done)](std::exception_ptr, GenerationResult) {
+                py::gil_scoped_acquire gil;
+                try {
+                  (*cb)();
+                } catch (py::error_already_set& e) {
+                  e.discard_as_unraisable("RequestScheduler on_done callback");
+                }
+              };
+            }
+            py::gil_scoped_release release;
+            return self.get().Submit(std::move(request), std::move(done));
+          },
+          py::arg("model"), py::arg("feeds"), py::arg("options") = py::none(),
+          py::arg("session_options") = py::none(), py::kw_only(),
+          py::arg("on_token") = py::none(), py::arg("on_done") = py::none(),
+          py::arg("completion") = py::none(),
+          "Queues one generation (same arguments as runtime.generate) and returns a "
+          "RequestHandle. on_token(step, tokens) streams this request's tokens (return False "
+          "to stop); on_done() is called once it completed. Both run on a worker thread.")
+      .def("wait_idle", [](PyScheduler& self) {
+        py::gil_scoped_release release;
+        self.get().WaitIdle();
+      })
+      .def_property_readonly("max_in_flight",
+                             [](PyScheduler& self) { return self.get().options().max_in_flight; })
+      .def_property_readonly("queued", [](PyScheduler& self) { return self.get().queued(); })
+      .def_property_readonly("in_flight",
+                             [](PyScheduler& self) { return self.get().in_flight(); })
+      .def_property_readonly("peak_in_flight",
+                             [](PyScheduler& self) { return self.get().peak_in_flight(); });
+}
+
+}  // namespace onnx_light::python
