@@ -3,8 +3,6 @@ weights, no download), exported with torch.onnx.export, run on onnx-light: logit
 onnxruntime's on the same inputs within 1e-4."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -13,15 +11,10 @@ from models import export_hf
 from onnx_light import onnx as ol_onnx
 from onnx_light.onnx_py._onnxpykernels import runtime
 
-MODEL_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "build", "models")
-
 
 @pytest.fixture(scope="module")
 def exported():
-    paths = {name: os.path.join(MODEL_DIR, f"tiny_{name}.onnx") for name in ("llama", "gpt2")}
-    if not all(os.path.exists(p) for p in paths.values()):
-        export_hf.main(MODEL_DIR)
-    return paths
+    return {name: export_hf.ensure(name) for name in ("llama", "gpt2")}
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
@@ -38,3 +31,31 @@ def test_exported_decoder_logits_match_onnxruntime(exported, arch, shape):
     logits = np.from_dlpack(session.run(context, {"input_ids": ids})["logits"])
     assert logits.shape == expected.shape
     np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_cache_export_outputs_match_onnxruntime_on_a_left_padded_prompt_and_a_step(arch):
+    """The KV-cache export on a left-padded batch 2 prompt from empty caches, then one more
+    token on the returned caches: logits and every present.N.* within 1e-4 of onnxruntime's."""
+    path = export_hf.ensure(arch, with_cache=True)
+    ids = np.array([[5, 6, 7, 8, 9], [0, 0, 3, 4, 5]], np.int64)
+    mask = np.array([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]], np.int64)
+    positions = np.where(mask == 1, np.cumsum(mask, axis=1) - 1, 1)
+    reference = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [o.name for o in reference.get_outputs()]
+    session = runtime.RuntimeSession(ol_onnx.load_model(path))
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+    feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions,
+             **export_hf.empty_cache(arch, 2)}
+    for _ in range(2):
+        expected = dict(zip(names, reference.run(None, feeds)))
+        got = session.run(context, feeds)
+        for name in names:
+            value = np.from_dlpack(got[name])
+            assert value.shape == expected[name].shape, name
+            np.testing.assert_allclose(value, expected[name], rtol=0, atol=1e-4, err_msg=name)
+        feeds = {"input_ids": np.array([[11], [12]], np.int64),
+                 "attention_mask": np.concatenate([mask, np.ones((2, 1), np.int64)], axis=1),
+                 "position_ids": positions[:, -1:] + 1,
+                 **{past: expected[present] for past, present in
+                    export_hf.cache_names(export_hf.cache_shape(arch)[0])}}

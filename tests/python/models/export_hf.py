@@ -1,73 +1,265 @@
-"""Builds tiny Llama- and GPT-2-architecture decoders with transformers from a config
-(random weights, no download) and exports them with torch.onnx.export.
+"""Builds small Llama- and GPT-2-architecture decoders with transformers from a config
+(random weights, no download) and exports them with torch.onnx.export (dynamo).
 
-Used by the executor conformance tests and the perf benchmarks:
-    python tests/python/models/export_hf.py OUT_DIR
-writes OUT_DIR/tiny_llama.onnx and OUT_DIR/tiny_gpt2.onnx (without KV cache inputs: a
-full-prefix model, inputs input_ids [batch, seq] -> logits [batch, seq, vocab]).
+Two exports per model:
+  - cacheless: input_ids [batch, seq] -> logits [batch, seq, vocab] (a full-prefix model);
+  - with a KV cache: input_ids [batch, seq], attention_mask [batch, past + seq],
+    position_ids [batch, seq], past_key_values.N.key/value [batch, kv_heads, past, head_dim]
+    -> logits [batch, seq, vocab], present.N.key/value [batch, kv_heads, past + seq, head_dim].
+
+The cache exports are rewritten so that every past_key_values input has exactly one use (see
+`single_use_caches`), as a persistent binding requires; onnxruntime runs the same file.
+Exports are cached under build/models, named by a hash of the config, the export code and the
+torch/transformers versions, so a changed config never reuses a stale file:
+    python tests/python/models/export_hf.py [OUT_DIR]
+writes every tiny export and prints the paths. The ONNX files carry no persistent_bindings
+(the ONNX format has none); `add_cache_bindings` adds them to an onnx_light model.
 """
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
 import os
 import sys
 import warnings
 
+MODEL_DIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "..",
+                                          "build", "models"))
 
-def tiny_llama():
+# Named configs. "tiny" runs in CI on 2 cores; "bench" (Llama only) gives the generation
+# benchmark a model big enough that kernel time, not call overhead, dominates.
+CONFIGS = {
+    ("llama", "tiny"): dict(vocab_size=128, hidden_size=64, intermediate_size=128,
+                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                            max_position_embeddings=256, rms_norm_eps=1e-6,
+                            tie_word_embeddings=False),
+    ("llama", "bench"): dict(vocab_size=1024, hidden_size=256, intermediate_size=688,
+                             num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
+                             max_position_embeddings=1024, rms_norm_eps=1e-6,
+                             tie_word_embeddings=False),
+    ("gpt2", "tiny"): dict(vocab_size=128, n_positions=256, n_embd=64, n_layer=2, n_head=4),
+}
+
+
+def build(arch: str, size: str = "tiny"):
+    """The transformers model for a named config, seeded random weights, eval mode."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False)
-    return LlamaForCausalLM(config).eval()
+    if arch == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+        return LlamaForCausalLM(LlamaConfig(**CONFIGS[(arch, size)])).eval()
+    if arch == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+        return GPT2LMHeadModel(GPT2Config(**CONFIGS[(arch, size)])).eval()
+    raise ValueError(f"unknown architecture {arch!r}")
+
+
+def tiny_llama():
+    return build("llama")
 
 
 def tiny_gpt2():
+    return build("gpt2")
+
+
+def cache_shape(arch: str, size: str = "tiny") -> tuple[int, int, int]:
+    """(layers, kv_heads, head_dim) of the KV cache of a named config."""
+    c = CONFIGS[(arch, size)]
+    if arch == "llama":
+        return (c["num_hidden_layers"], c["num_key_value_heads"],
+                c["hidden_size"] // c["num_attention_heads"])
+    return c["n_layer"], c["n_head"], c["n_embd"] // c["n_head"]
+
+
+def vocab_size(arch: str, size: str = "tiny") -> int:
+    return CONFIGS[(arch, size)]["vocab_size"]
+
+
+def cache_names(layers: int) -> list[tuple[str, str]]:
+    """(past input, present output) name pairs, keys then values, layer by layer."""
+    pairs = []
+    for i in range(layers):
+        for kind in ("key", "value"):
+            pairs.append((f"past_key_values.{i}.{kind}", f"present.{i}.{kind}"))
+    return pairs
+
+
+def empty_cache(arch: str, batch: int = 1, size: str = "tiny") -> dict:
+    """Caches of an empty prefix: FLOAT [batch, kv_heads, 0, head_dim] per past input."""
+    import numpy as np
+
+    layers, kv_heads, head_dim = cache_shape(arch, size)
+    return {past: np.zeros((batch, kv_heads, 0, head_dim), np.float32)
+            for past, _ in cache_names(layers)}
+
+
+def add_cache_bindings(model, layers: int) -> None:
+    """Binds every past_key_values.N.* input to its present.N.* output, by name (the
+    runtime never guesses bindings)."""
+    for past, present in cache_names(layers):
+        binding = model.graph.persistent_bindings.add()
+        binding.input_name = past
+        binding.output_name = present
+
+
+def _logits_only(model):
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
 
-    torch.manual_seed(0)
-    config = GPT2Config(vocab_size=128, n_positions=256, n_embd=64, n_layer=2, n_head=4)
-    return GPT2LMHeadModel(config).eval()
+    class LogitsOnly(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
 
+        def forward(self, input_ids):
+            return self.inner(input_ids=input_ids, use_cache=False).logits
 
-class _LogitsOnly:
-    """Wraps a causal LM so the exported graph is input_ids -> logits (no cache)."""
-
-    def __new__(cls, model):
-        import torch
-
-        class Wrapper(torch.nn.Module):
-            def __init__(self, inner):
-                super().__init__()
-                self.inner = inner
-
-            def forward(self, input_ids):
-                return self.inner(input_ids=input_ids, use_cache=False).logits
-
-        return Wrapper(model)
+    return LogitsOnly(model)
 
 
-def export(model, path: str) -> None:
+def _with_cache(model, layers: int):
+    """Flat tensors in and out: the cache is rebuilt as a DynamicCache inside forward, so the
+    exporter sees plain tensors (no pytree registration of cache classes needed)."""
+    import torch
+    from transformers import DynamicCache
+
+    class WithCache(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask, position_ids, past):
+            cache = DynamicCache(ddp_cache_data=[(past[2 * i], past[2 * i + 1])
+                                                 for i in range(layers)])
+            out = self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                             position_ids=position_ids, past_key_values=cache, use_cache=True)
+            present = []
+            for layer in out.past_key_values.layers:
+                present += [layer.keys, layer.values]
+            return (out.logits, *present)
+
+    return WithCache(model)
+
+
+def export(model, path: str, with_cache: bool = False) -> None:
     import torch
 
-    ids = torch.randint(0, 128, (2, 8), dtype=torch.int64)  # batch 2: keep batch dynamic
+    batch, seq, past_len = 2, 3, 4  # > 1 each: the exporter keeps these dimensions dynamic
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (batch, seq), dtype=torch.int64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(_LogitsOnly(model), (ids,), path, input_names=["input_ids"],
-                          output_names=["logits"],
-                          dynamic_axes={"input_ids": {0: "batch", 1: "seq"},
-                                        "logits": {0: "batch", 1: "seq"}},
-                          opset_version=18, dynamo=True)
+        if not with_cache:
+            torch.onnx.export(_logits_only(model), (ids,), path, input_names=["input_ids"],
+                              output_names=["logits"],
+                              dynamic_shapes=({0: "batch", 1: "seq"},),
+                              opset_version=18, dynamo=True, verbose=False)
+            return
+        config = model.config
+        layers = config.num_hidden_layers
+        kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        head_dim = config.hidden_size // config.num_attention_heads
+        mask = torch.ones(batch, past_len + seq, dtype=torch.int64)
+        positions = torch.arange(past_len, past_len + seq).expand(batch, seq).contiguous()
+        past = tuple(torch.randn(batch, kv_heads, past_len, head_dim) for _ in range(2 * layers))
+        names = cache_names(layers)
+        torch.onnx.export(
+            _with_cache(model, layers), (ids, mask, positions, past), path,
+            input_names=["input_ids", "attention_mask", "position_ids"] + [p for p, _ in names],
+            output_names=["logits"] + [p for _, p in names],
+            dynamic_shapes=({0: "batch", 1: "seq"}, {0: "batch", 1: "total"},
+                            {0: "batch", 1: "seq"},
+                            tuple({0: "batch", 2: "past"} for _ in range(2 * layers))),
+            opset_version=18, dynamo=True, verbose=False)
 
 
-def main(out_dir: str) -> None:
-    os.makedirs(out_dir, exist_ok=True)
-    export(tiny_llama(), os.path.join(out_dir, "tiny_llama.onnx"))
-    export(tiny_gpt2(), os.path.join(out_dir, "tiny_gpt2.onnx"))
+def single_use_caches(proto, kv_heads: int, head_dim: int) -> int:
+    """Rewrites `Shape(past_key_values.N.*)` nodes so that every cache input has exactly one
+    use (its Concat with the new keys/values), as a persistent binding requires. The exporter
+    reads batch and past length off some cache inputs; every cache is
+    [batch, kv_heads, past, head_dim] with batch = input_ids' first dimension and
+    past = attention_mask's length - input_ids' length, so one shared shape tensor built from
+    those answers every such Shape node (a Slice of it with the node's start/end). Works on an
+    `onnx` ModelProto; returns the number of nodes rewritten."""
+    from onnx import TensorProto, helper
+
+    graph = proto.graph
+    caches = {i.name for i in graph.input if i.name.startswith("past_key_values.")}
+    targets = [n for n in graph.node if n.op_type == "Shape" and n.input[0] in caches]
+    if not targets:
+        return 0
+    prefix = "cache_shape_"
+
+    def const(name, values):
+        return helper.make_node("Constant", [], [prefix + name], value=helper.make_tensor(
+            prefix + name, TensorProto.INT64, [len(values)], values))
+
+    shape_nodes = [
+        const("kv_heads", [kv_heads]), const("head_dim", [head_dim]),
+        helper.make_node("Shape", ["input_ids"], [prefix + "batch"], start=0, end=1),
+        helper.make_node("Shape", ["input_ids"], [prefix + "seq"], start=1, end=2),
+        helper.make_node("Shape", ["attention_mask"], [prefix + "total"], start=1, end=2),
+        helper.make_node("Sub", [prefix + "total", prefix + "seq"], [prefix + "past"]),
+        helper.make_node("Concat", [prefix + n for n in ("batch", "kv_heads", "past", "head_dim")],
+                         [prefix + "full"], axis=0),
+    ]
+    nodes = list(graph.node)
+    for k, node in enumerate(targets):
+        attrs = {a.name: a.i for a in node.attribute}
+        start, end = attrs.get("start", 0), attrs.get("end", 4)
+        starts, ends = const(f"start_{k}", [start]), const(f"end_{k}", [end])
+        slice_node = helper.make_node("Slice", [prefix + "full", starts.output[0], ends.output[0]],
+                                      list(node.output), name=node.name or f"{prefix}slice_{k}")
+        i = nodes.index(node)
+        nodes[i:i + 1] = [starts, ends, slice_node]
+    del graph.node[:]
+    graph.node.extend(shape_nodes + nodes)
+    return len(targets)
+
+
+def _key(arch: str, size: str, with_cache: bool) -> str:
+    from importlib.metadata import version  # importing torch here would cost seconds
+
+    # The code that shapes the exported graph, not the whole file: editing the tests' helpers
+    # here does not force a re-export.
+    functions = [export, _with_cache, single_use_caches] if with_cache else [export, _logits_only]
+    source = "".join(inspect.getsource(f) for f in functions)
+    blob = json.dumps([arch, size, with_cache, CONFIGS[(arch, size)], version("torch"),
+                       version("transformers"), source], sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def ensure(arch: str, with_cache: bool = False, size: str = "tiny",
+           out_dir: str = MODEL_DIR) -> str:
+    """Path of the export for (arch, size, with_cache), exporting it first if not cached."""
+    name = f"{size}_{arch}{'_kv' if with_cache else ''}-{_key(arch, size, with_cache)}.onnx"
+    path = os.path.join(out_dir, name)
+    if not os.path.exists(path):
+        os.makedirs(out_dir, exist_ok=True)
+        tmp = os.path.join(out_dir, f".tmp-{os.getpid()}-{name}")
+        export(build(arch, size), tmp, with_cache)
+        # The weights sit next to the graph as external data named after the temporary file:
+        # re-save under the final name so the graph refers to the right data file.
+        import onnx
+
+        proto = onnx.load(tmp)
+        if with_cache:
+            _, kv_heads, head_dim = cache_shape(arch, size)
+            single_use_caches(proto, kv_heads, head_dim)
+            onnx.checker.check_model(proto)
+        onnx.save(proto, path, save_as_external_data=True, location=name + ".data")
+        os.remove(tmp)
+        if os.path.exists(tmp + ".data"):
+            os.remove(tmp + ".data")
+    return path
+
+
+def main(out_dir: str = MODEL_DIR) -> None:
+    for arch in ("llama", "gpt2"):
+        for with_cache in (False, True):
+            print(ensure(arch, with_cache, out_dir=out_dir))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "build/models")
+    main(sys.argv[1] if len(sys.argv) > 1 else MODEL_DIR)
