@@ -15,6 +15,8 @@
 namespace onnx_light {
 class EncodedValueProto;
 class AffineLayoutProto;
+class ModelProto;
+class PagedCacheProto;
 class TypeProto;
 }  // namespace onnx_light
 
@@ -24,6 +26,9 @@ namespace onnx_light::core::runtime {
 // shared_parameters), kept alive by every value that refers to them.
 struct ParameterCatalogue {
   std::unordered_map<std::string, std::shared_ptr<const AffineLayoutProto>> entries;
+  // The model's shared parameters; entries alias into (and keep alive) the model, no copy.
+  static std::shared_ptr<const ParameterCatalogue> FromModel(
+      const std::shared_ptr<const ModelProto>& model);
 };
 
 class RuntimeValue {
@@ -41,6 +46,19 @@ class RuntimeValue {
   // An encoded payload (inline raw_data) and the catalogue its parameter_ref resolves in.
   static RuntimeValue Encoded(std::shared_ptr<const EncodedValueProto> encoded,
                               std::shared_ptr<const ParameterCatalogue> catalogue = nullptr);
+
+  // A paged cache (spec "Serialized cache values"): struct {blocks: sequence of struct {start,
+  // length: INT64 scalars; key, value: dense tensors or encoded values}}. Dense raw_data
+  // pages borrow from `cache` (kept alive by the tensors); typed fields (float_data,
+  // int32_data for FLOAT16/BFLOAT16) are packed into owned storage; encoded pages share the
+  // proto. Missing payload alternatives and external page data are rejected (kInvalidArgument).
+  // Ranges and capacities are checked by the consumers (state validation, kernels).
+  static RuntimeValue FromPagedCache(std::shared_ptr<const PagedCacheProto> cache,
+                                     std::shared_ptr<const ParameterCatalogue> catalogue = nullptr);
+  // Exports a value with the paged-cache structure (IsPagedCacheStructure) without decoding
+  // pages: dense pages become raw_data TensorProtos (a serialization, so their bytes are
+  // written into the proto), encoded pages are copied as protos. Throws kTypeError otherwise.
+  PagedCacheProto ToPagedCache() const;
 
   Kind kind() const { return kind_; }
   bool empty() const { return kind_ == Kind::kEmpty; }
@@ -92,5 +110,10 @@ class RuntimeValue {
 };
 
 using RuntimeValueMap = std::unordered_map<std::string, RuntimeValue>;
+
+// True when `value` has the runtime structure of a paged cache: one "blocks" sequence whose
+// elements are structs with exactly the fields start, length, key and value. There is no
+// origin marker: any value of this shape is a cache.
+bool IsPagedCacheStructure(const RuntimeValue& value);
 
 }  // namespace onnx_light::core::runtime

@@ -45,6 +45,7 @@ void CollectFree(const GraphProto& graph, std::vector<std::string>& out,
   for (const auto& v : graph.input()) defined.insert(v.name());
   for (const auto& t : graph.initializer()) defined.insert(t.name());
   for (const auto& e : graph.encoded_initializer()) defined.insert(e.name());
+  for (const auto& c : graph.paged_cache_initializer()) defined.insert(c.name());
   for (const auto& s : graph.sparse_initializer()) defined.insert(s.values().name());
   for (const auto& n : graph.node())
     for (const auto& o : n.output())
@@ -157,6 +158,9 @@ std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeCont
   for (const auto& e : graph.encoded_initializer())
     add_initializer(e.name(), RuntimeValue::Encoded(std::shared_ptr<const EncodedValueProto>(
                                   scope.owner, &e)));
+  for (const auto& c : graph.paged_cache_initializer())
+    add_initializer(c.name(), RuntimeValue::FromPagedCache(
+                                  std::shared_ptr<const PagedCacheProto>(scope.owner, &c)));
   const size_t defined_before_nodes = p.slot_names_.size();
 
   // Node outputs.

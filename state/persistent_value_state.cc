@@ -233,16 +233,28 @@ std::shared_ptr<const PersistentValueState::Retained> PersistentValueState::Buil
   }
   for (size_t b = 0; b < bindings_.size(); ++b) {
     RuntimeValue& value = next->values[b];
+    if (value.empty()) value = PagedCacheDefault(bindings_[b].input_name);
     if (value.empty())
       Throw(ErrorCode::kInvalidArgument,
             "missing initial value for persistent input '" + bindings_[b].input_name +
-                "' (every feedback destination needs initial contents)");
+                "' (every feedback destination needs initial contents: pass it, or declare a "
+                "paged_cache_initializer of that name)");
     validator_->ValidatePersistent(bindings_[b].input_name, value, *bindings_[b].input_type);
     value = value.BorrowView();  // sealed: retained payloads are read only
   }
   next->capacity.resize(bindings_.size());
   next->names = std::move(names);
   return next;
+}
+
+RuntimeValue PersistentValueState::PagedCacheDefault(const std::string& input_name) const {
+  for (const auto& cache : model_->graph().paged_cache_initializer())
+    if (cache.name() == input_name)
+      // Aliases the model's proto: dense raw pages are borrowed, nothing is copied.
+      return RuntimeValue::FromPagedCache(
+          std::shared_ptr<const PagedCacheProto>(model_, &cache),
+          ParameterCatalogue::FromModel(model_));
+  return {};
 }
 
 void PersistentValueState::EnsureOpen(const char* operation) const {

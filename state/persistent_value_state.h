@@ -104,6 +104,8 @@ class PersistentValueState {
 
   void Initialize(RuntimeValueMap initial);
   std::shared_ptr<const Retained> BuildRetained(RuntimeValueMap initial) const;
+  // The paged_cache_initializer named `input_name` as a runtime value, or an empty value.
+  RuntimeValue PagedCacheDefault(const std::string& input_name) const;
   PlanState& PlanFor(RuntimeContext& context);
   void KeepContext(const RuntimeContext& context);
   void Publish(std::shared_ptr<const Retained> next);

@@ -258,20 +258,6 @@ DataType ResolveAffineStorageType(const std::string& path, const AffineLayoutPro
   return matches.front();
 }
 
-bool IsPagedCacheStructure(const RuntimeValue& value) {
-  if (!value.is_struct() || value.fields().size() != 1) return false;
-  const auto& [name, blocks] = value.fields().front();
-  if (name != "blocks" || !blocks.is_sequence()) return false;
-  const RuntimeSequence& seq = blocks.elements();
-  for (size_t i = 0; i < seq.size(); ++i) {
-    const RuntimeValue& b = seq[i];
-    if (!b.is_struct() || b.fields().size() != 4) return false;
-    for (const char* f : {"start", "length", "key", "value"})
-      if (b.FindField(f) == nullptr) return false;
-  }
-  return true;
-}
-
 ValueValidator::ValueValidator(const ModelProto& model) : model_(model) {
   for (const auto& s : model.struct_types()) struct_types_.emplace(s.name(), &s);
 }

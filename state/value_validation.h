@@ -101,8 +101,4 @@ class ValueValidator {
   mutable size_t memo_prune_at_ = 256;  // guarded by memo_mutex_
 };
 
-// True when `value` has the runtime structure of a paged cache: one "blocks" sequence whose
-// elements are structs with exactly start, length, key and value fields.
-bool IsPagedCacheStructure(const RuntimeValue& value);
-
 }  // namespace onnx_light::core::runtime

@@ -228,15 +228,4 @@ Tensor TensorFromPython(py::handle obj, const std::string& name) {
 
 py::object TensorToPython(const Tensor& tensor) { return py::cast(tensor); }
 
-core::runtime::RuntimeValue ValueFromPython(py::handle obj, const std::string& name) {
-  return core::runtime::RuntimeValue(TensorFromPython(obj, name));
-}
-
-py::object ValueToPython(const core::runtime::RuntimeValue& value) {
-  OL_CHECK(value.is_tensor(), ErrorCode::kNotImplemented,
-           std::string("cannot return a ") + core::runtime::RuntimeValue::KindName(value.kind()) +
-               " value to Python yet (only tensors)");
-  return TensorToPython(value.tensor());
-}
-
 }  // namespace onnx_light::python

@@ -27,8 +27,11 @@ core::runtime::Tensor TensorFromPython(py::handle obj, const std::string& name);
 // A runtime.Tensor object sharing `tensor`'s owner.
 py::object TensorToPython(const core::runtime::Tensor& tensor);
 
-// RuntimeValue conversions. For now only tensors; structs, sequences and encoded values are
-// added by the state bindings.
+// RuntimeValue conversions without declarations (defined in state_convert.cc): dicts are
+// structs, lists are sequences, EncodedValueProto/PagedCacheProto messages are encoded values
+// and paged caches, anything else a tensor; the reverse maps paged-cache structures back to
+// PagedCacheProto. No payload is copied, except that a paged cache written to a
+// PagedCacheProto carries its page bytes (a serialization).
 core::runtime::RuntimeValue ValueFromPython(py::handle obj, const std::string& name);
 py::object ValueToPython(const core::runtime::RuntimeValue& value);
 

@@ -9,6 +9,7 @@
 #include "executor/runtime_context.h"
 #include "executor/runtime_session.h"
 #include "onnx_light.pb.h"
+#include "python/bindings/convert.h"
 #include "python/bindings/proto_wrapper.h"
 #include "python/bindings/registration.h"
 #include "python/bindings/state_convert.h"
@@ -99,7 +100,7 @@ class PyState {
   }
   static py::dict ToDict(const RuntimeValueMap& values) {
     py::dict d;
-    for (const auto& [name, value] : values) d[py::str(name)] = StateValueToPython(value);
+    for (const auto& [name, value] : values) d[py::str(name)] = ValueToPython(value);
     return d;
   }
 

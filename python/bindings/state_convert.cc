@@ -39,11 +39,8 @@ bool IsMessage(py::handle obj, const pb::Descriptor* descriptor) {
 }  // namespace
 
 std::shared_ptr<const ParameterCatalogue> StateConverter::Catalogue() const {
-  auto catalogue = std::make_shared<ParameterCatalogue>();
-  for (const auto& p : model_->shared_parameters())
-    // Aliasing handles: the entries live in (and keep alive) the model, nothing is copied.
-    catalogue->entries[p.name()] = std::shared_ptr<const AffineLayoutProto>(model_, &p);
-  return catalogue;
+  if (model_ == nullptr) return std::make_shared<ParameterCatalogue>();  // no model: empty
+  return ParameterCatalogue::FromModel(model_);
 }
 
 RuntimeValue StateConverter::FromPython(py::handle obj, const std::string& path,
@@ -95,6 +92,13 @@ RuntimeValue StateConverter::FromPython(py::handle obj, const std::string& path,
     return RuntimeValue::Sequence(RuntimeSequence::FromValues(std::move(values)),
                                   std::move(elem_handle));
   }
+  if (IsMessage(obj, PagedCacheProto::descriptor())) {
+    // Dense raw pages borrow from the message (it is kept alive); it must not be edited
+    // while the state retains it, like every retained payload.
+    if (catalogue == nullptr) catalogue = Catalogue();
+    return RuntimeValue::FromPagedCache(ProtoFromPython<PagedCacheProto>(obj, path.c_str()),
+                                        catalogue);
+  }
   if (IsMessage(obj, EncodedValueProto::descriptor())) {
     auto encoded = ProtoFromPython<EncodedValueProto>(obj, path.c_str());
     if (!encoded->parameter_ref().empty()) {
@@ -134,19 +138,28 @@ RuntimeValueMap StateConverter::MapFromPython(
   return out;
 }
 
-py::object StateValueToPython(const RuntimeValue& value) {
+RuntimeValue ValueFromPython(py::handle obj, const std::string& name) {
+  std::shared_ptr<const ParameterCatalogue> catalogue;
+  return StateConverter(nullptr).FromPython(obj, name, nullptr, catalogue);
+}
+
+py::object ValueToPython(const RuntimeValue& value) {
   switch (value.kind()) {
     case RuntimeValue::Kind::kTensor:
       return TensorToPython(value.tensor());
     case RuntimeValue::Kind::kStruct: {
+      // Recognized by structure (no origin marker): a serialization, so page bytes are
+      // written into the message.
+      if (core::runtime::IsPagedCacheStructure(value))
+        return MessageToPython(std::make_shared<PagedCacheProto>(value.ToPagedCache()));
       py::dict d;
-      for (const auto& [name, field] : value.fields()) d[py::str(name)] = StateValueToPython(field);
+      for (const auto& [name, field] : value.fields()) d[py::str(name)] = ValueToPython(field);
       return d;
     }
     case RuntimeValue::Kind::kSequence: {
       py::list l;
       const RuntimeSequence& seq = value.elements();
-      for (size_t i = 0; i < seq.size(); ++i) l.append(StateValueToPython(seq[i]));
+      for (size_t i = 0; i < seq.size(); ++i) l.append(ValueToPython(seq[i]));
       return l;
     }
     case RuntimeValue::Kind::kEncoded:

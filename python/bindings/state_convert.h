@@ -42,6 +42,5 @@ class StateConverter {
   std::shared_ptr<const ModelProto> model_;
 };
 
-py::object StateValueToPython(const core::runtime::RuntimeValue& value);
 
 }  // namespace onnx_light::python
