@@ -3,22 +3,33 @@ same 8 requests one at a time, greedy, on the built-in demo model (the tiny deco
 `python -m onnx_light.demo`), in the same process. Also checks every request's tokens equal
 runtime.generate alone.
 
-    PYTHONPATH=python .venv/bin/python perf/bench_scheduler.py [--tokens 64] [--repeats 3]
+    PYTHONPATH=. python perf/bench_scheduler.py [--tokens 64] [--repeats 3]
 
 Rows: runtime.generate called 8 times in a row; the scheduler with max_in_flight=1 (one at
-a time, FIFO); the scheduler with max_in_flight=8 (all at once, round-robin steps).
-Best of --repeats runs each.
+a time, FIFO); the scheduler with max_in_flight=8 (all at once, round-robin steps); each
+with the default sessions (every core inside one model call) and with intra_op_threads=1
+(parallelism only across requests). Best of --repeats runs each. The machines are shared:
+compare rows of one run, not runs.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
-import numpy as np
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# From a source checkout, use this checkout's build (python/onnx_light, where CMake puts the
+# extension) before any installed copy; otherwise the installed package.
+_BUILT = os.path.join(REPO, "python", "onnx_light", "onnx_py")
+if os.path.isdir(_BUILT) and any(f.startswith("_onnxpykernels") for f in os.listdir(_BUILT)):
+    sys.path.insert(0, os.path.join(REPO, "python"))
 
-from onnx_light.models.tiny_decoder import TinyDecoderConfig, build_tiny_decoder, empty_cache
-from onnx_light.onnx_py._onnxpykernels import runtime
+import numpy as np  # noqa: E402
+
+from onnx_light.models.tiny_decoder import (  # noqa: E402
+    TinyDecoderConfig, build_tiny_decoder, empty_cache)
+from onnx_light.onnx_py._onnxpykernels import runtime  # noqa: E402
 
 CONFIG = TinyDecoderConfig()
 REQUESTS = 8
@@ -33,16 +44,17 @@ def feeds(prompt):
     return {"input_ids": np.array([prompt], np.int64), **empty_cache(CONFIG)}
 
 
-def sequential(model, context, options, ps):
+def sequential(model, context, options, ps, session=None):
     t0 = time.perf_counter()
-    out = [np.from_dlpack(runtime.generate(model, context, feeds(p), options)) for p in ps]
+    out = [np.from_dlpack(runtime.generate(model, context, feeds(p), options, session))
+           for p in ps]
     return time.perf_counter() - t0, out, None
 
 
-def scheduled(model, context, options, ps, in_flight):
+def scheduled(model, context, options, ps, in_flight, session=None):
     scheduler = runtime.RequestScheduler(context, max_in_flight=in_flight)
     t0 = time.perf_counter()
-    handles = [scheduler.submit(model, feeds(p), options) for p in ps]
+    handles = [scheduler.submit(model, feeds(p), options, session) for p in ps]
     out = [np.from_dlpack(h.result()) for h in handles]
     elapsed = time.perf_counter() - t0
     stats = [h.stats() for h in handles]
@@ -62,9 +74,16 @@ def main():
     ps = prompts()
     _, reference, _ = sequential(model, context, options, ps)  # warm-up and expected tokens
 
-    rows = [("runtime.generate x8, in a row", lambda: sequential(model, context, options, ps)),
-            ("scheduler, max_in_flight=1", lambda: scheduled(model, context, options, ps, 1)),
-            ("scheduler, max_in_flight=8", lambda: scheduled(model, context, options, ps, 8))]
+    # Sessions either use every core inside each model call (the default) or one thread per
+    # call, leaving the parallelism to the scheduler's concurrent requests.
+    one = runtime.RuntimeSessionOptions(intra_op_threads=1)
+    rows = [("generate x8 in a row", lambda: sequential(model, context, options, ps)),
+            ("in_flight=1", lambda: scheduled(model, context, options, ps, 1)),
+            ("in_flight=8", lambda: scheduled(model, context, options, ps, 8)),
+            ("generate x8 in a row, 1 thread/call",
+             lambda: sequential(model, context, options, ps, one)),
+            ("in_flight=1, 1 thread/call", lambda: scheduled(model, context, options, ps, 1, one)),
+            ("in_flight=8, 1 thread/call", lambda: scheduled(model, context, options, ps, 8, one))]
     results = {}
     for name, run in rows:
         best = None
@@ -87,10 +106,10 @@ def main():
             ttft = f"{np.mean([s['time_to_first_token_ns'] for s in stats]) / 1e6:.2f}"
             p50 = f"{np.median(np.concatenate([s['token_latency_ns'] for s in stats])) / 1e6:.3f}"
         print(f"{name:32} {total / elapsed:10.0f} {elapsed * 1e3:9.1f} {ttft:>13} {p50:>13}")
-    one = results["scheduler, max_in_flight=1"][0]
-    eight = results["scheduler, max_in_flight=8"][0]
-    print(f"throughput ratio, 8 in flight / 1 at a time: {one / eight:.2f}x "
-          "(all tokens identical to runtime.generate alone)")
+    for suffix in ("", ", 1 thread/call"):
+        ratio = results["in_flight=1" + suffix][0] / results["in_flight=8" + suffix][0]
+        print(f"throughput ratio, 8 in flight / 1 at a time{suffix}: {ratio:.2f}x")
+    print("(every request's tokens identical to runtime.generate alone)")
 
 
 if __name__ == "__main__":
