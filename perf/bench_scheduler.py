@@ -98,14 +98,14 @@ def main():
     total = REQUESTS * args.tokens
     print(f"{REQUESTS} requests x {args.tokens} new tokens, prompt 8, greedy, tiny decoder "
           f"({CONFIG.num_layers} layers, hidden {CONFIG.hidden_size}), {os.cpu_count()} cores")
-    print(f"{'mode':32} {'tokens/s':>10} {'wall ms':>9} {'mean TTFT ms':>13} "
+    print(f"{'mode':36} {'tokens/s':>10} {'wall ms':>9} {'mean TTFT ms':>13} "
           f"{'p50 token ms':>13}")
     for name, (elapsed, stats) in results.items():
         ttft = p50 = "-"
         if stats:
             ttft = f"{np.mean([s['time_to_first_token_ns'] for s in stats]) / 1e6:.2f}"
             p50 = f"{np.median(np.concatenate([s['token_latency_ns'] for s in stats])) / 1e6:.3f}"
-        print(f"{name:32} {total / elapsed:10.0f} {elapsed * 1e3:9.1f} {ttft:>13} {p50:>13}")
+        print(f"{name:36} {total / elapsed:10.0f} {elapsed * 1e3:9.1f} {ttft:>13} {p50:>13}")
     for suffix in ("", ", 1 thread/call"):
         ratio = results["in_flight=1" + suffix][0] / results["in_flight=8" + suffix][0]
         print(f"throughput ratio, 8 in flight / 1 at a time{suffix}: {ratio:.2f}x")
