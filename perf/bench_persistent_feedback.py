@@ -247,7 +247,8 @@ def run(tokens: int, head_size: int, capacity: int, seed: int, tolerance: float,
               f"token {token}: retained_logical_bytes {retained_bytes}")
         # Keep only integers and private copies: a live view would block append reuse.
         previous = {inp: (pointers[inp], as_array(retained[inp]).copy()) for inp, _ in pairs}
-        del out, retained, plain, y
+        # Drop every view of this step (loop variables too) before the next run.
+        del out, retained, plain, y, a, b, kept, returned
 
         step = {"token": token, "stateful_ns": stateful_ns, "stateless_ns": stateless_ns,
                 "retained_logical_bytes": retained_bytes,

@@ -92,3 +92,23 @@ def test_runs_from_the_repository_root_with_pythonpath_dot(tmp_path):
                           capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["steps"][0]["retained_logical_bytes"] == 16
+
+
+def counters(step):
+    return tuple(step[c] for c in COUNTERS)
+
+
+def test_kernel_counters_follow_the_spec_byte_formulas(result):
+    # One FLOAT token with Dk = Dv = 2 copies 4 * (Dk + Dv) = 16 bytes.
+    row = 4 * 2 * result["fixture"]["head_size"]
+    capacity = result["execution_policy"]["persistent_tensor_initial_capacity"]
+    first, *rest = result["steps"]
+    # The state: token 1 allocates K and V with capacity for 32 tokens (the empty initial
+    # arrays are borrowed, never written); later tokens reuse both, copying no prefix.
+    assert counters(first) == (2, capacity * row, 0, row, 0)
+    for step in rest:
+        assert counters(step) == (0, 0, 0, row, 2)
+    # The stateless session has no capacity: two dense results, the whole prefix copied.
+    for step in result["steps"]:
+        t = step["token"]
+        assert counters(step["stateless_storage"]) == (2, t * row, (t - 1) * row, row, 0)
