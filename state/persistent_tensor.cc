@@ -85,33 +85,36 @@ std::optional<AppendReservation> PersistentTensor::AppendLease::Reserve(
                          input.raw_data() == capacity_.base &&
                          input.owner().get() == capacity_.base && capacity_.dtype == dtype &&
                          capacity_.row_bytes == row_bytes;
-  RuntimeEvent event;
-  const bool audit = context.events_enabled();
   std::byte* base = nullptr;
   std::shared_ptr<const void> owner;
   size_t capacity = 0;
-  if (certified && exclusive_ && rows <= capacity_.capacity) {
+  size_t allocated_bytes = 0, prefix_bytes = 0;
+  const bool reuse = certified && exclusive_ && rows <= capacity_.capacity;
+  if (reuse) {
     // Written only past the valid prefix, in a buffer this class allocated: the const view
     // never observes these rows, so no published byte changes.
     base = static_cast<std::byte*>(const_cast<void*>(capacity_.base));
     owner = input.owner();
     capacity = capacity_.capacity;
-    event.storage_reuse_count = 1;
   } else {
     capacity = std::max(initial_capacity_, capacity_.valid() ? capacity_.capacity : size_t{0});
     while (capacity < rows) capacity *= 2;
-    std::shared_ptr<void> storage = context.allocator().Allocate(capacity * row_bytes);
+    allocated_bytes = capacity * row_bytes;
+    std::shared_ptr<void> storage = context.allocator().Allocate(allocated_bytes);
     base = static_cast<std::byte*>(storage.get());
-    if (prefix_rows > 0) std::memcpy(base, input.raw_data(), prefix_rows * row_bytes);
+    prefix_bytes = prefix_rows * row_bytes;
+    if (prefix_bytes > 0) std::memcpy(base, input.raw_data(), prefix_bytes);
     owner = std::move(storage);
-    event.storage_allocations = 1;
-    event.storage_allocated_bytes = capacity * row_bytes;
-    event.storage_prefix_copied_bytes = prefix_rows * row_bytes;
   }
-  if (audit) {
+  if (context.events_enabled()) {  // with events off: no event object, no lock
+    RuntimeEvent event;
     event.action = RuntimeEventAction::kPersistentStorage;
     event.node_name = call.node().name();
     event.op_type = call.node().op_type();
+    event.storage_allocations = reuse ? 0 : 1;
+    event.storage_allocated_bytes = allocated_bytes;
+    event.storage_prefix_copied_bytes = prefix_bytes;
+    event.storage_reuse_count = reuse ? 1 : 0;
     context.RecordEvent(std::move(event));
   }
   pending_ = Capacity{base, capacity, row_bytes, dtype};

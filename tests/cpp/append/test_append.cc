@@ -656,3 +656,78 @@ TEST_CASE("Commit checks the initialized byte count") {
   ExpectError([&] { state.Run(context, Chunk({2.0f, 3.0f})); }, ErrorCode::kInvalidArgument,
               "initialized 4 bytes of the 8 reserved for persistent binding 'past'");
 }
+
+TEST_CASE("Two Attention layers on the flow-graph executor each append to their own caches") {
+  std::string inputs, outputs, body;
+  for (int l = 0; l < 2; ++l) {
+    const std::string s = std::to_string(l);
+    inputs += ", float[1,1,P,2] past_key" + s + ", float[1,1,P,2] past_value" + s;
+    outputs += ", float[1,1,T,2] present_key" + s + ", float[1,1,T,2] present_value" + s;
+    body += "  y" + s + ", present_key" + s + ", present_value" + s +
+            " = Attention(q, k, v, , past_key" + s + ", past_value" + s + ")\n";
+  }
+  auto model = std::make_shared<ModelProto>(ParseModel(
+      "<ir_version: 10, opset_import: [\"\" : 23]>\n"
+      "layers (float[1,2,1,2] q, float[1,1,1,2] k, float[1,1,1,2] v" + inputs +
+      ") => (float[1,2,1,2] y0, float[1,2,1,2] y1" + outputs + ")\n{\n" + body + "}"));
+  RuntimeValueMap initial;
+  for (int l = 0; l < 2; ++l) {
+    const std::string s = std::to_string(l);
+    Bind(*model, "past_key" + s, "present_key" + s);
+    Bind(*model, "past_value" + s, "present_value" + s);
+    initial.emplace("past_key" + s, RuntimeValue(Filled("past_key" + s, {1, 1, 0, 2}, 0.0f)));
+    initial.emplace("past_value" + s,
+                    RuntimeValue(Filled("past_value" + s, {1, 1, 0, 2}, 0.0f)));
+  }
+  RuntimeSessionOptions options = Capacity(4);
+  options.executor = RuntimeSessionOptions::ExecutorMode::kFlowGraph;
+  PersistentValueState state(model, std::move(initial), options);
+  RuntimeContext context = EventContext();
+  std::vector<const void*> first;
+  for (int t = 1; t <= 4; ++t) {
+    std::vector<const void*> now;
+    {
+      auto out = state.Run(context, Token(t, 1, 2, 1, 2, 2));
+      for (const char* name : {"present_key0", "present_value0", "present_key1", "present_value1"})
+        now.push_back(Data(out, name));
+      CHECK(Floats(out.at("y0")) == Floats(out.at("y1")));
+    }
+    if (t == 1) {
+      first = now;
+      CheckTotals(TakeStorage(context), 4, 4 * 4 * 8, 0, 4 * 8, 0);
+    } else {
+      CHECK(now == first);
+      CheckTotals(TakeStorage(context), 0, 0, 0, 4 * 8, 4);
+    }
+  }
+}
+
+TEST_CASE("BFLOAT16 caches append their bits in place") {
+  auto model = DecodeModel(1, 1, 1, 2, 2, "bfloat16");
+  RuntimeValueMap initial;
+  initial.emplace("past_key", RuntimeValue(Tensor("past_key", DataType::kBFloat16, {1, 1, 0, 2})));
+  initial.emplace("past_value",
+                  RuntimeValue(Tensor("past_value", DataType::kBFloat16, {1, 1, 0, 2})));
+  PersistentValueState state(model, std::move(initial), Capacity(4));
+  RuntimeContext context = EventContext();
+  std::vector<uint16_t> values;
+  const void* buffer = nullptr;
+  for (int t = 1; t <= 3; ++t) {
+    RuntimeValueMap feeds;
+    for (const char* name : {"q", "k", "v"}) {
+      Tensor x(name, DataType::kBFloat16, {1, 1, 1, 2});
+      auto* p = x.mutable_data<uint16_t>();
+      p[0] = FloatToBFloat16(1.5f * static_cast<float>(t));
+      p[1] = FloatToBFloat16(-0.25f * static_cast<float>(t));
+      if (std::string(name) == "v") values.insert(values.end(), p, p + 2);
+      feeds.emplace(name, RuntimeValue(std::move(x)));
+    }
+    const Tensor value = state.Run(context, std::move(feeds)).at("present_value").tensor();
+    if (t == 1) buffer = value.raw_data();
+    CHECK(value.raw_data() == buffer);
+    CHECK(std::memcmp(value.raw_data(), values.data(), values.size() * 2) == 0);
+    const Totals totals = TakeStorage(context);
+    CHECK(totals.append == 2 * (2 + 2));
+    CHECK(totals.reuse == (t == 1 ? 0u : 2u));
+  }
+}
