@@ -86,6 +86,22 @@ def test_cancel_returns_the_tokens_so_far_and_errors_stay_with_their_request(mod
                                   alone(model, context, PROMPTS[1], 12))
 
 
+def test_a_callers_task_completion_cancels_its_request(model, context):
+    scheduler = runtime.RequestScheduler(context, max_in_flight=2)
+    completion = runtime.TaskCompletion()
+
+    def cancel_at_step_1(step, tokens):
+        if step == 1:
+            completion.cancel("caller stopped it")
+
+    handle = scheduler.submit(model, feeds(PROMPTS[4]), runtime.GenerationOptions(max_new_tokens=9),
+                              on_token=cancel_at_step_1, completion=completion)
+    full = alone(model, context, PROMPTS[4], 9)
+    np.testing.assert_array_equal(np.from_dlpack(handle.result()), full[:, :len(PROMPTS[4]) + 2])
+    assert handle.completion is completion
+    assert handle.stats()["cancelled"] and handle.stats()["tokens"] == 2
+
+
 def test_a_python_callback_error_fails_only_its_request(model, context):
     scheduler = runtime.RequestScheduler(context, max_in_flight=2)
     options = runtime.GenerationOptions(max_new_tokens=4)
