@@ -59,3 +59,13 @@ def test_cache_export_outputs_match_onnxruntime_on_a_left_padded_prompt_and_a_st
                  "position_ids": positions[:, -1:] + 1,
                  **{past: expected[present] for past, present in
                     export_hf.cache_names(export_hf.cache_shape(arch)[0])}}
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_every_cache_input_of_the_export_has_exactly_one_use(arch):
+    """A persistent binding needs its input used once: export_hf rewrites the exporter's
+    Shape(past_key_values.N.*) reads, leaving only the Concat that builds present.N.*."""
+    model = ol_onnx.load_model(export_hf.ensure(arch, with_cache=True))
+    for past, present in export_hf.cache_names(export_hf.cache_shape(arch)[0]):
+        users = [n for n in model.graph.node if past in list(n.input)]
+        assert [(n.op_type, list(n.output)) for n in users] == [("Concat", [present])], past
