@@ -297,6 +297,7 @@ void WritePresent(KernelCall& call, size_t output, size_t past_input, const Tens
   const size_t elem = core::StorageBytes(dtype, 1);
   const size_t row_bytes = static_cast<size_t>(current.head_size) * elem;
   auto copy_new_rows = [&](int64_t b, int64_t h, uint8_t* out) {
+    if (row_bytes == 0) return;  // zero-width rows: nothing to copy (and no data pointer)
     for (int64_t s = 0; s < current.seq; ++s, out += row_bytes)
       std::memcpy(out,
                   static_cast<const uint8_t*>(current.data) +
@@ -321,7 +322,7 @@ void WritePresent(KernelCall& call, size_t output, size_t past_input, const Tens
   for (int64_t b = 0; b < current.batch; ++b)
     for (int64_t h = 0; h < current.heads; ++h) {
       uint8_t* out = dst + static_cast<size_t>((b * current.heads + h) * total) * row_bytes;
-      if (past_len > 0) {
+      if (past_len > 0 && row_bytes > 0) {
         const auto* src = static_cast<const uint8_t*>(past->raw_data()) +
                           static_cast<size_t>((b * current.heads + h) * past_len) * row_bytes;
         std::memcpy(out, src, static_cast<size_t>(past_len) * row_bytes);
