@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 namespace onnx_light::core::runtime {
@@ -21,16 +22,38 @@ class Allocator {
 };
 
 // The process-wide aligned heap allocator. Counts live and peak bytes.
+//
+// Large blocks (>= kLargeBlockBytes) are kept after their last owner dies, up to
+// max_cached_bytes in total, and handed to the next request of the same rounded size: glibc
+// maps such blocks with mmap and unmaps them on free, so without the cache every fresh
+// multi-MiB result (a decode step's K/V cache) page-faults all its pages in again. Only dead
+// allocations are reused, never a live retained one.
 class HeapAllocator final : public Allocator {
  public:
+  static constexpr size_t kLargeBlockBytes = size_t{1} << 20;
+  explicit HeapAllocator(size_t max_cached_bytes = size_t{512} << 20);
+  ~HeapAllocator() override;
+  HeapAllocator(const HeapAllocator&) = delete;
+  HeapAllocator& operator=(const HeapAllocator&) = delete;
+
   std::shared_ptr<void> Allocate(size_t bytes) override;
   const char* name() const override { return "heap"; }
   size_t live_bytes() const override { return live_.load(std::memory_order_relaxed); }
   size_t peak_bytes() const override { return peak_.load(std::memory_order_relaxed); }
+  size_t cached_bytes() const;
+  uint64_t large_reuses() const { return large_reuses_.load(std::memory_order_relaxed); }
+  // The size a request is served with: 64-byte multiples, large blocks rounded up to 1/8 of
+  // their power of two (at most 12.5% slack) so that slowly growing sizes share a block.
+  static size_t RoundedSize(size_t bytes);
 
  private:
+  struct LargeCache;
+  void Release(void* p, size_t rounded);
+
   std::atomic<size_t> live_{0};
   std::atomic<size_t> peak_{0};
+  std::atomic<uint64_t> large_reuses_{0};
+  std::unique_ptr<LargeCache> cache_;
 };
 
 HeapAllocator& DefaultAllocator();

@@ -30,6 +30,33 @@ TEST_CASE("the heap allocator counts live and peak bytes in 64-byte units") {
   CHECK(heap.peak_bytes() == 192);
 }
 
+TEST_CASE("the heap allocator reuses a dead large block of the same rounded size, never a live one") {
+  HeapAllocator heap(size_t{8} << 20);
+  const size_t big = 3 * HeapAllocator::kLargeBlockBytes + 100;
+  CHECK(HeapAllocator::RoundedSize(big) == (size_t{13} << 18));  // 3.25 MiB: 1/8 of 2 MiB steps
+  CHECK(HeapAllocator::RoundedSize(100) == 128);
+  void* first = nullptr;
+  {
+    auto a = heap.Allocate(big);
+    first = a.get();
+    auto live = heap.Allocate(big);  // a is live: never handed out twice
+    CHECK(live.get() != first);
+  }
+  CHECK(heap.cached_bytes() == 2 * HeapAllocator::RoundedSize(big));
+  CHECK(heap.live_bytes() == 0);
+  auto again = heap.Allocate(big + 1000);  // same rounded size: a cached block, no new mapping
+  CHECK(heap.large_reuses() == 1);
+  CHECK(heap.cached_bytes() == HeapAllocator::RoundedSize(big));
+  CHECK(reinterpret_cast<uintptr_t>(again.get()) % 64 == 0);
+  {
+    auto huge = heap.Allocate(size_t{9} << 20);  // dies with no room in the cache: freed
+  }
+  CHECK(heap.cached_bytes() == HeapAllocator::RoundedSize(big));
+  auto small = heap.Allocate(1000);  // small blocks are never cached
+  small.reset();
+  CHECK(heap.cached_bytes() == HeapAllocator::RoundedSize(big));
+}
+
 TEST_CASE("IoArena size classes are powers of two of at least 64 bytes") {
   CHECK(IoArena::SizeClass(0) == 64);
   CHECK(IoArena::SizeClass(1) == 64);
