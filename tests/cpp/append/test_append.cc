@@ -14,10 +14,12 @@
 #include "onnx_light.pb.h"
 #include "state/persistent_value_state.h"
 #include "state/task_completion.h"
+#include "tests/cpp/expect_error.h"
 
 using namespace onnx_light;
 using namespace onnx_light::core;
 using namespace onnx_light::core::runtime;
+using test_util::ExpectError;
 
 namespace {
 
@@ -124,17 +126,6 @@ RuntimeContext EventContext() {
   RuntimeContextOptions options;
   options.events_enabled = true;
   return RuntimeContext(KernelContext(23), options);
-}
-
-template <class Fn>
-void ExpectError(Fn&& fn, ErrorCode code, const std::string& fragment) {
-  try {
-    fn();
-    FAIL("expected an error");
-  } catch (const Error& e) {
-    CHECK_MESSAGE(e.code() == code, std::string(e.what()));
-    CHECK_MESSAGE(std::string(e.what()).find(fragment) != std::string::npos, e.what());
-  }
 }
 
 }  // namespace

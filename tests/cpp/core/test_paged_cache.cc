@@ -7,10 +7,12 @@
 #include "core/error.h"
 #include "core/runtime_value.h"
 #include "onnx_light.pb.h"
+#include "tests/cpp/expect_error.h"
 
 using namespace onnx_light;
 using namespace onnx_light::core;
 using namespace onnx_light::core::runtime;
+using test_util::ExpectError;
 
 namespace {
 
@@ -49,19 +51,6 @@ std::shared_ptr<PagedCacheProto> TwoPageCache() {
     lt->mutable_shape()->add_dim()->set_dim_value(d);
   e->set_raw_data(std::string(6, '\x01'));
   return cache;
-}
-
-template <class Fn>
-void ExpectError(Fn&& fn, ErrorCode code, std::initializer_list<std::string> fragments) {
-  try {
-    fn();
-    FAIL("expected an error");
-  } catch (const Error& e) {
-    CHECK_MESSAGE(e.code() == code, std::string(e.what()));
-    for (const auto& f : fragments)
-      CHECK_MESSAGE(std::string(e.what()).find(f) != std::string::npos,
-                    "'" << f << "' not in: " << std::string(e.what()));
-  }
 }
 
 }  // namespace

@@ -11,26 +11,15 @@
 #include "core/text_parser.h"
 #include "state/persistent_value_state.h"
 #include "state_kernels.h"
+#include "tests/cpp/expect_error.h"
 
 using namespace onnx_light;
 using namespace onnx_light::core;
 using namespace onnx_light::core::runtime;
 using namespace state_test;
+using test_util::ExpectError;
 
 namespace {
-
-template <class Fn>
-void ExpectError(Fn&& fn, ErrorCode code, std::initializer_list<std::string> fragments) {
-  try {
-    fn();
-    FAIL("expected an error");
-  } catch (const Error& e) {
-    CHECK_MESSAGE(e.code() == code, std::string(e.what()));
-    for (const auto& f : fragments)
-      CHECK_MESSAGE(std::string(e.what()).find(f) != std::string::npos,
-                    "'" << f << "' not in: " << std::string(e.what()));
-  }
-}
 
 RuntimeValue F2(const char* name, float a, float b) {
   return RuntimeValue(Tensor::FromFloat(name, {2}, {a, b}));

@@ -5,30 +5,19 @@
 #include "core/error.h"
 #include "state/value_validation.h"
 #include "state_test_util.h"
+#include "tests/cpp/expect_error.h"
 
 using namespace onnx_light;
 using namespace onnx_light::core;
 using namespace onnx_light::core::runtime;
 using namespace state_test;
+using test_util::ExpectError;
 
 namespace {
 
 constexpr int32_t kF = 1, kI64 = 7, kStr = 8, kI4 = 22, kI8 = 3, kU8 = 2;
 
 // Runs `fn`, requires an Error with `code` whose message contains every fragment.
-template <class Fn>
-void ExpectError(Fn&& fn, ErrorCode code, std::initializer_list<std::string> fragments) {
-  try {
-    fn();
-    FAIL("expected an error");
-  } catch (const Error& e) {
-    CHECK_MESSAGE(e.code() == code, std::string(e.what()));
-    for (const auto& f : fragments)
-      CHECK_MESSAGE(std::string(e.what()).find(f) != std::string::npos,
-                    "'" << f << "' not in: " << std::string(e.what()));
-  }
-}
-
 RuntimeValue Floats(Shape shape) {
   int64_t n = ShapeNumel(shape);
   return RuntimeValue(Tensor::FromFloat("x", shape, std::vector<float>(static_cast<size_t>(n))));
