@@ -319,6 +319,12 @@ std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeCont
                "the kernel factory for " + DomainLabel(domain) + "::" + proto.op_type() +
                    " returned no kernel for node '" + proto.name() + "'");
     }
+    // Constants never change while the plan lives: kernels may precompute from them.
+    for (int j = 0; j < proto.input_size(); ++j) {
+      const int s = node.inputs[static_cast<size_t>(j)];
+      if (s >= 0 && p.is_constant(s))
+        node.kernel->OnConstantInput(static_cast<size_t>(j), *p.constant(s));
+    }
   }
   p.readers_.assign(p.slot_names_.size(), 0);
   for (size_t s = 0; s < p.slot_names_.size(); ++s)

@@ -99,6 +99,14 @@ class KernelBase {
   void set_node(const NodeProto& node);
   const NodeProto& node() const;
   virtual void Compute(KernelCall& call) const = 0;
+  // Called by the plan builder, after set_node and before any Compute, for each explicit
+  // input `index` bound to a plan constant (an initializer that is not a graph input):
+  // `value` keeps those bytes unchanged for the plan's, hence the kernel's, lifetime. A
+  // kernel may precompute from it (e.g. pack a weight once); the default ignores it.
+  virtual void OnConstantInput(size_t index, const RuntimeValue& value) {
+    (void)index;
+    (void)value;
+  }
 
  protected:
   // Parse attributes here; throw Error(kInvalidModel/kNotImplemented) naming the node.

@@ -1,6 +1,8 @@
-// SGEMM throughput (GFLOP/s) for square sizes, decode-shaped GEMV bandwidth (GB/s of the
-// weight streamed) and memcpy of the same bytes for comparison.
-//   ./build/perf/bench_matmul [--benchmark_filter=Gemv]
+// SGEMM throughput (GFLOP/s) for square sizes per micro-kernel, prompt-shaped products
+// (M = 16 rows times a weight) with B packed per call ("fresh") or once (PackedB, what a
+// constant weight gets), decode-shaped GEMV bandwidth (GB/s of the weight streamed) and
+// memcpy of the same bytes for comparison.
+//   ./build/perf/bench_matmul [--benchmark_filter=Prefill]
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -35,7 +37,34 @@ void Sgemm(benchmark::State& state, math::GemmPath path) {
 }
 
 void BM_Sgemm(benchmark::State& state) { Sgemm(state, math::GemmPath::kAuto); }
+void BM_SgemmAvx2(benchmark::State& state) { Sgemm(state, math::GemmPath::kAvx2); }
 void BM_SgemmPortable(benchmark::State& state) { Sgemm(state, math::GemmPath::kPortable); }
+
+// M x K times a K x N weight; range(3) = 1: B packed once beforehand (PackedB).
+void BM_Prefill(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  const bool cached = state.range(3) != 0;
+  const std::vector<float> a = RandomVector(m * k), b = RandomVector(k * n);
+  std::vector<float> c(static_cast<size_t>(m * n));
+  const math::PackedB packed(false, k, n, b.data(), n);
+  math::GemmArgs g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.a = a.data();
+  g.lda = k;
+  g.b = b.data();
+  g.ldb = n;
+  g.c = c.data();
+  g.ldc = n;
+  for (auto _ : state) {
+    math::Sgemm(g, cached ? &packed : nullptr);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k / 1e9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
 
 // 1 x K times K x N (trans_b = 0) or times N x K stored transposed (trans_b = 1).
 void BM_Gemv(benchmark::State& state) {
@@ -69,7 +98,21 @@ void BM_Memcpy(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_Sgemm)->RangeMultiplier(2)->Range(64, 1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_SgemmAvx2)
+    ->RangeMultiplier(2)
+    ->Range(64, 1024)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK(BM_SgemmPortable)->RangeMultiplier(2)->Range(64, 1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
+// The Llama bench model's projections at a 16-token prompt: q/o, gate/up, down, lm_head.
+BENCHMARK(BM_Prefill)
+    ->ArgsProduct({{16}, {256}, {256}, {0, 1}})
+    ->ArgsProduct({{16}, {256}, {688}, {0, 1}})
+    ->ArgsProduct({{16}, {688}, {256}, {0, 1}})
+    ->ArgsProduct({{16}, {256}, {1024}, {0, 1}})
+    ->ArgsProduct({{128}, {1024}, {1024}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK(BM_Gemv)
     ->Args({4096, 4096, 0})
     ->Args({4096, 4096, 1})

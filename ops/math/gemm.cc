@@ -1,17 +1,22 @@
 #include "ops/math/gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include <tbb/task_arena.h>
+
+#include "core/error.h"
 #include "ops/math/common.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define OL_HAVE_X86 1
 #define OL_AVX2 __attribute__((target("avx2,fma")))
+#define OL_AVX512 __attribute__((target("avx512f,avx2,fma")))
 #endif
 
 namespace onnx_light::ops::math {
@@ -25,17 +30,39 @@ bool CpuHasAvx2Fma() {
 #endif
 }
 
+bool CpuHasAvx512() {
+#ifdef OL_HAVE_X86
+  static const bool has = CpuHasAvx2Fma() && __builtin_cpu_supports("avx512f");
+  return has;
+#else
+  return false;
+#endif
+}
+
 namespace {
 
-// Register tile (rows x columns of C per micro-kernel call) and cache blocks.
-constexpr int64_t kMr = 6;
-constexpr int64_t kNr = 16;
-constexpr int64_t kKc = 256;   // depth of one packed panel pair (A panel 6 KB, B panel 16 KB)
-constexpr int64_t kMc = 96;    // rows of A per task (multiple of kMr)
-constexpr int64_t kNc = 256;   // columns of B per task (multiple of kNr)
+std::atomic<uint64_t> b_packs{0};
 
-// tile[kMr * kNr] = sum_p ap[p, 0:kMr] (outer) bp[p, 0:kNr] over kc packed steps.
-using MicroKernel = void (*)(int64_t kc, const float* ap, const float* bp, float* tile);
+// Register tile: up to kMaxMr rows x kNr columns of C per micro-kernel call; the row count
+// of a full tile depends on the ISA (6 with 16 AVX2/SSE registers, 12 with 32 AVX-512
+// ones). kNr (one AVX-512 register, two AVX2 ones) is the same for all, so a PackedB serves
+// every path. Cache blocks:
+constexpr int64_t kNr = 16;
+constexpr int64_t kMaxMr = 12;
+constexpr int64_t kKc = 256;   // depth of one packed panel pair (A panel 12 KB, B panel 16 KB)
+constexpr int64_t kMc = 96;    // rows of A per task (a multiple of every tile height)
+constexpr int64_t kNc = 256;   // columns of B per task at most (multiple of kNr)
+
+// tile[i * kNr + j] = sum_p ap[p * a_step + i] * bp[p * kNr + j] over kc packed steps, for
+// the kernel's row count i < R (A panels hold a_step rows, zero padded).
+using MicroKernel = void (*)(int64_t kc, const float* ap, int64_t a_step, const float* bp,
+                             float* tile);
+
+// A micro-kernel family: `rows[r]` computes r rows (1 <= r <= mr) of a tile.
+struct Kernels {
+  int64_t mr;
+  MicroKernel rows[kMaxMr + 1];
+};
 
 // GCC/Clang generic vectors: 4 floats, lowered to whatever SIMD the target has (SSE2 on
 // any x86-64, NEON on ARM) or to scalars.
@@ -47,7 +74,9 @@ inline V4 LoadV4(const float* p) {
   return v;
 }
 
-void MicroKernelPortable(int64_t kc, const float* ap, const float* bp, float* tile) {
+// Always computes a 6-row tile (the A panels are zero padded): one kernel for every R.
+void MicroKernelPortable(int64_t kc, const float* ap, int64_t a_step, const float* bp,
+                         float* tile) {
   // Two passes of 3 rows keep 12 vector accumulators (fits 16 SSE registers).
   for (int64_t half = 0; half < 2; ++half) {
     V4 acc[3][4] = {};
@@ -62,91 +91,145 @@ void MicroKernelPortable(int64_t kc, const float* ap, const float* bp, float* ti
         acc[i][2] += av * b2;
         acc[i][3] += av * b3;
       }
-      a += kMr;
+      a += a_step;
       b += kNr;
     }
     std::memcpy(tile + half * 3 * kNr, acc, sizeof(acc));
   }
 }
 
+constexpr Kernels kPortableKernels = {
+    6,
+    {nullptr, MicroKernelPortable, MicroKernelPortable, MicroKernelPortable,
+     MicroKernelPortable, MicroKernelPortable, MicroKernelPortable, nullptr, nullptr, nullptr,
+     nullptr, nullptr, nullptr}};
+
 #ifdef OL_HAVE_X86
-OL_AVX2 void MicroKernelAvx2(int64_t kc, const float* ap, const float* bp, float* tile) {
-  __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
-  __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
-  __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-  __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
-  __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
-  __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+// R rows x 16 columns in 2R ymm accumulators (R <= 6 leaves registers for B and A).
+template <int R>
+OL_AVX2 void MicroKernelAvx2(int64_t kc, const float* ap, int64_t a_step, const float* bp,
+                             float* tile) {
+  __m256 c0[R], c1[R];
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) c0[i] = c1[i] = _mm256_setzero_ps();
   for (int64_t p = 0; p < kc; ++p) {
     const __m256 b0 = _mm256_load_ps(bp);
     const __m256 b1 = _mm256_load_ps(bp + 8);
-    __m256 a = _mm256_broadcast_ss(ap + 0);
-    c00 = _mm256_fmadd_ps(a, b0, c00);
-    c01 = _mm256_fmadd_ps(a, b1, c01);
-    a = _mm256_broadcast_ss(ap + 1);
-    c10 = _mm256_fmadd_ps(a, b0, c10);
-    c11 = _mm256_fmadd_ps(a, b1, c11);
-    a = _mm256_broadcast_ss(ap + 2);
-    c20 = _mm256_fmadd_ps(a, b0, c20);
-    c21 = _mm256_fmadd_ps(a, b1, c21);
-    a = _mm256_broadcast_ss(ap + 3);
-    c30 = _mm256_fmadd_ps(a, b0, c30);
-    c31 = _mm256_fmadd_ps(a, b1, c31);
-    a = _mm256_broadcast_ss(ap + 4);
-    c40 = _mm256_fmadd_ps(a, b0, c40);
-    c41 = _mm256_fmadd_ps(a, b1, c41);
-    a = _mm256_broadcast_ss(ap + 5);
-    c50 = _mm256_fmadd_ps(a, b0, c50);
-    c51 = _mm256_fmadd_ps(a, b1, c51);
-    ap += kMr;
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) {
+      const __m256 a = _mm256_broadcast_ss(ap + i);
+      c0[i] = _mm256_fmadd_ps(a, b0, c0[i]);
+      c1[i] = _mm256_fmadd_ps(a, b1, c1[i]);
+    }
+    ap += a_step;
     bp += kNr;
   }
-  _mm256_storeu_ps(tile + 0 * kNr, c00);
-  _mm256_storeu_ps(tile + 0 * kNr + 8, c01);
-  _mm256_storeu_ps(tile + 1 * kNr, c10);
-  _mm256_storeu_ps(tile + 1 * kNr + 8, c11);
-  _mm256_storeu_ps(tile + 2 * kNr, c20);
-  _mm256_storeu_ps(tile + 2 * kNr + 8, c21);
-  _mm256_storeu_ps(tile + 3 * kNr, c30);
-  _mm256_storeu_ps(tile + 3 * kNr + 8, c31);
-  _mm256_storeu_ps(tile + 4 * kNr, c40);
-  _mm256_storeu_ps(tile + 4 * kNr + 8, c41);
-  _mm256_storeu_ps(tile + 5 * kNr, c50);
-  _mm256_storeu_ps(tile + 5 * kNr + 8, c51);
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) {
+    _mm256_storeu_ps(tile + i * kNr, c0[i]);
+    _mm256_storeu_ps(tile + i * kNr + 8, c1[i]);
+  }
 }
+
+constexpr Kernels kAvx2Kernels = {
+    6,
+    {nullptr, MicroKernelAvx2<1>, MicroKernelAvx2<2>, MicroKernelAvx2<3>, MicroKernelAvx2<4>,
+     MicroKernelAvx2<5>, MicroKernelAvx2<6>, nullptr, nullptr, nullptr, nullptr, nullptr,
+     nullptr}};
+
+// R rows x 16 columns in R zmm accumulators; the A element is broadcast from memory. Fewer
+// than 8 rows would leave the FMA units waiting on their 4-cycle latency: those tiles keep
+// two accumulators per row (even and odd steps) and add them at the end.
+template <int R>
+OL_AVX512 void MicroKernelAvx512(int64_t kc, const float* ap, int64_t a_step, const float* bp,
+                                 float* tile) {
+  constexpr bool kSplit = R < 8;
+  __m512 c[R], d[kSplit ? R : 1];
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) c[i] = _mm512_setzero_ps();
+#pragma GCC unroll 12
+  for (int i = 0; i < (kSplit ? R : 1); ++i) d[i] = _mm512_setzero_ps();
+  int64_t p = 0;
+  if constexpr (kSplit) {
+    for (; p + 2 <= kc; p += 2) {
+      const __m512 b0 = _mm512_load_ps(bp);
+      const __m512 b1 = _mm512_load_ps(bp + kNr);
+#pragma GCC unroll 12
+      for (int i = 0; i < R; ++i) {
+        c[i] = _mm512_fmadd_ps(_mm512_set1_ps(ap[i]), b0, c[i]);
+        d[i] = _mm512_fmadd_ps(_mm512_set1_ps(ap[a_step + i]), b1, d[i]);
+      }
+      ap += 2 * a_step;
+      bp += 2 * kNr;
+    }
+  }
+  for (; p < kc; ++p) {
+    const __m512 b = _mm512_load_ps(bp);
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) c[i] = _mm512_fmadd_ps(_mm512_set1_ps(ap[i]), b, c[i]);
+    ap += a_step;
+    bp += kNr;
+  }
+  if constexpr (kSplit) {
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) c[i] = _mm512_add_ps(c[i], d[i]);
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) _mm512_storeu_ps(tile + i * kNr, c[i]);
+}
+
+constexpr Kernels kAvx512Kernels = {
+    12,
+    {nullptr, MicroKernelAvx512<1>, MicroKernelAvx512<2>, MicroKernelAvx512<3>,
+     MicroKernelAvx512<4>, MicroKernelAvx512<5>, MicroKernelAvx512<6>, MicroKernelAvx512<7>,
+     MicroKernelAvx512<8>, MicroKernelAvx512<9>, MicroKernelAvx512<10>, MicroKernelAvx512<11>,
+     MicroKernelAvx512<12>}};
 #endif
+
+const Kernels& SelectKernels(GemmPath path) {
+#ifdef OL_HAVE_X86
+  if (path == GemmPath::kPortable || !CpuHasAvx2Fma()) return kPortableKernels;
+  if (path != GemmPath::kAvx2 && CpuHasAvx512()) return kAvx512Kernels;
+  return kAvx2Kernels;
+#else
+  (void)path;
+  return kPortableKernels;
+#endif
+}
 
 bool UseAvx2(GemmPath path) {
   return path != GemmPath::kPortable && CpuHasAvx2Fma();
 }
 
-// A 32-byte aligned float buffer (the AVX2 kernel loads packed B aligned).
-class AlignedBuffer {
- public:
-  explicit AlignedBuffer(int64_t n) : data_(new float[static_cast<size_t>(n) + 8]) {}
-  float* get() {
-    const auto p = reinterpret_cast<uintptr_t>(data_.get());
-    return reinterpret_cast<float*>((p + 31) & ~uintptr_t{31});
-  }
+// n floats, 64-byte aligned (the SIMD kernels load packed B aligned); `storage` owns them.
+float* AllocateAligned(int64_t n, std::unique_ptr<float[]>* storage) {
+  storage->reset(new float[static_cast<size_t>(n) + 16]);
+  const auto p = reinterpret_cast<uintptr_t>(storage->get());
+  return reinterpret_cast<float*>((p + 63) & ~uintptr_t{63});
+}
 
- private:
-  std::unique_ptr<float[]> data_;
-};
+int64_t PaddedN(int64_t n) { return (n + kNr - 1) / kNr * kNr; }
 
-// Packs op(A)[i0 : i0+mc, p0 : p0+kc] into kMr-row panels, zero padded: panel r holds
-// rows i0 + r*kMr .. +kMr, element (p, i) at p * kMr + i.
-void PackA(const GemmArgs& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* out) {
-  for (int64_t r = 0; r < mc; r += kMr) {
-    const int64_t mr = std::min(kMr, mc - r);
+// Packs op(A)[i0 : i0+mc, p0 : p0+kc] into mr-row panels, zero padded: panel r holds
+// rows i0 + r*mr .. +mr, element (p, i) at p * mr + i.
+void PackA(const GemmArgs& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int64_t mr,
+           float* out) {
+  for (int64_t r = 0; r < mc; r += mr) {
+    const int64_t rows = std::min(mr, mc - r);
     float* panel = out + r * kc;
-    for (int64_t p = 0; p < kc; ++p) {
-      float* dst = panel + p * kMr;
-      for (int64_t i = 0; i < mr; ++i) {
-        const int64_t row = i0 + r + i, col = p0 + p;
-        dst[i] = g.trans_a ? g.a[col * g.lda + row] : g.a[row * g.lda + col];
+    if (!g.trans_a) {
+      for (int64_t i = 0; i < rows; ++i) {
+        const float* src = g.a + (i0 + r + i) * g.lda + p0;
+        for (int64_t p = 0; p < kc; ++p) panel[p * mr + i] = src[p];
       }
-      for (int64_t i = mr; i < kMr; ++i) dst[i] = 0.0f;
+    } else {
+      for (int64_t p = 0; p < kc; ++p) {
+        const float* src = g.a + (p0 + p) * g.lda + i0 + r;
+        for (int64_t i = 0; i < rows; ++i) panel[p * mr + i] = src[i];
+      }
     }
+    for (int64_t p = 0; p < kc; ++p)
+      for (int64_t i = rows; i < mr; ++i) panel[p * mr + i] = 0.0f;
   }
 }
 
@@ -156,6 +239,10 @@ void PackBPanel(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t n
     float* dst = out + p * kNr;
     if (!g.trans_b) {
       const float* src = g.b + (p0 + p) * g.ldb + j0;
+      if (nr == kNr) {
+        std::memcpy(dst, src, kNr * sizeof(float));  // constant size: inlined, no call
+        continue;
+      }
       std::memcpy(dst, src, static_cast<size_t>(nr) * sizeof(float));
     } else {
       for (int64_t j = 0; j < nr; ++j) dst[j] = g.b[(j0 + j) * g.ldb + p0 + p];
@@ -180,40 +267,93 @@ inline void StoreTile(const float* tile, float* c, int64_t ldc, int64_t mr, int6
   }
 }
 
-void PackedGemm(const GemmArgs& g, MicroKernel kernel) {
+// Packs every panel of op(B) depth block [p0, p0 + kc) into `out` (panel q at q * kNr * kc).
+void PackBBlock(const GemmArgs& g, int64_t p0, int64_t kc, float* out) {
   const int64_t n_panels = (g.n + kNr - 1) / kNr;
-  AlignedBuffer packed_b(n_panels * kNr * kKc);
-  float* bp = packed_b.get();
+  ParallelFor(n_panels, 8, [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q)
+      PackBPanel(g, p0, kc, q * kNr, std::min(kNr, g.n - q * kNr), out + q * kNr * kc);
+  });
+}
+
+// A 64-byte aligned per-thread buffer of at least n floats (kept between calls).
+float* ThreadBuffer(int64_t n, int which) {
+  struct Buffer {
+    std::unique_ptr<float[]> storage;
+    float* data = nullptr;
+    int64_t size = 0;
+  };
+  thread_local Buffer buffers[2];
+  Buffer& b = buffers[which];
+  if (b.size < n) {
+    b.data = AllocateAligned(n, &b.storage);
+    b.size = n;
+  }
+  return b.data;
+}
+
+// `packed` (may be null) holds op(B) already packed: depth block p0 at packed->block(p0).
+// With a single block of rows (M <= kMc: prompts), A is packed once per depth block for all
+// tasks, and without `packed` each task packs its own B panels just before use (each panel
+// is used by one task only, and is still in L1 when the micro-kernel reads it). With more
+// rows, each task packs its rows of A and B is packed once per depth block, shared.
+void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels) {
+  const int64_t mr = kernels.mr;
   const int64_t m_blocks = (g.m + kMc - 1) / kMc;
-  const int64_t n_blocks = (g.n + kNc - 1) / kNc;
+  // Enough tasks for every thread (small M leaves few row blocks): narrower column blocks.
+  const int64_t want_tasks = 2 * tbb::this_task_arena::max_concurrency();
+  int64_t nc = kNc;
+  if (m_blocks * ((g.n + nc - 1) / nc) < want_tasks) {
+    const int64_t per_block = (want_tasks + m_blocks - 1) / m_blocks;
+    nc = std::max<int64_t>(4 * kNr, ((g.n + per_block - 1) / per_block + kNr - 1) / kNr * kNr);
+    nc = std::min(nc, kNc);
+  }
+  const int64_t n_blocks = (g.n + nc - 1) / nc;
+  const bool one_row_block = m_blocks == 1;
+  const bool pack_b_per_task = packed == nullptr && one_row_block;
+  // Per call, not per thread: a thread waiting in ParallelFor may run another call's tasks.
+  std::unique_ptr<float[]> b_storage, a_storage;
+  float* shared_b = nullptr;
+  float* shared_a = nullptr;
+  if (packed == nullptr) {
+    b_packs.fetch_add(1, std::memory_order_relaxed);
+    if (!pack_b_per_task)
+      shared_b = AllocateAligned(PaddedN(g.n) * std::min(kKc, g.k), &b_storage);
+  }
+  if (one_row_block) shared_a = AllocateAligned(kMc * std::min(kKc, g.k), &a_storage);
   for (int64_t p0 = 0; p0 < g.k; p0 += kKc) {
     const int64_t kc = std::min(kKc, g.k - p0);
     const bool first = p0 == 0;
-    // op(B)[p0 : p0+kc, :] packed once per depth block, shared by all tasks.
-    ParallelFor(n_panels, 8, [&](int64_t q0, int64_t q1) {
-      for (int64_t q = q0; q < q1; ++q)
-        PackBPanel(g, p0, kc, q * kNr, std::min(kNr, g.n - q * kNr), bp + q * kNr * kc);
-    });
+    const float* bp = packed != nullptr ? packed->block(p0) : shared_b;
+    if (shared_b != nullptr) PackBBlock(g, p0, kc, shared_b);
+    if (shared_a != nullptr) PackA(g, 0, g.m, p0, kc, mr, shared_a);
     ParallelFor(m_blocks * n_blocks, 1, [&](int64_t t0, int64_t t1) {
-      thread_local std::vector<float> a_buffer;
-      a_buffer.resize(static_cast<size_t>(kMc * kKc));
-      alignas(32) float tile[kMr * kNr];
-      int64_t packed_block = -1;
+      float* a_buffer = shared_a != nullptr ? shared_a : ThreadBuffer(kMc * kKc, 0);
+      float* b_buffer = pack_b_per_task ? ThreadBuffer(kNr * kKc, 1) : nullptr;
+      alignas(64) float tile[kMaxMr * kNr];
+      int64_t packed_block = shared_a != nullptr ? 0 : -1;
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t mb = t / n_blocks, nb = t % n_blocks;
         const int64_t i0 = mb * kMc, mc = std::min(kMc, g.m - i0);
         if (packed_block != mb) {
-          PackA(g, i0, mc, p0, kc, a_buffer.data());
+          PackA(g, i0, mc, p0, kc, mr, a_buffer);
           packed_block = mb;
         }
-        const int64_t j_end = std::min(g.n, (nb + 1) * kNc);
-        for (int64_t j0 = nb * kNc; j0 < j_end; j0 += kNr) {
+        const int64_t j_end = std::min(g.n, (nb + 1) * nc);
+        for (int64_t j0 = nb * nc; j0 < j_end; j0 += kNr) {
           const int64_t nr = std::min(kNr, g.n - j0);
-          const float* bpanel = bp + (j0 / kNr) * kNr * kc;
-          for (int64_t r = 0; r < mc; r += kMr) {
-            kernel(kc, a_buffer.data() + r * kc, bpanel, tile);
-            StoreTile(tile, g.c + (i0 + r) * g.ldc + j0, g.ldc, std::min(kMr, mc - r), nr,
-                      g.alpha, g.beta, first);
+          const float* bpanel;
+          if (b_buffer != nullptr) {
+            PackBPanel(g, p0, kc, j0, nr, b_buffer);
+            bpanel = b_buffer;
+          } else {
+            bpanel = bp + (j0 / kNr) * kNr * kc;
+          }
+          for (int64_t r = 0; r < mc; r += mr) {
+            const int64_t rows = std::min(mr, mc - r);
+            kernels.rows[rows](kc, a_buffer + r * kc, mr, bpanel, tile);
+            StoreTile(tile, g.c + (i0 + r) * g.ldc + j0, g.ldc, rows, nr, g.alpha, g.beta,
+                      first);
           }
         }
       }
@@ -350,7 +490,36 @@ void Gemv(const GemmArgs& g, bool avx2) {
 
 }  // namespace
 
-void Sgemm(const GemmArgs& g, GemmPath path) {
+PackedB::PackedB(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb)
+    : trans_b_(trans_b), k_(k), n_(n), padded_n_(PaddedN(n)) {
+  OL_CHECK(k > 0 && n > 0, core::ErrorCode::kInvalidArgument,
+           "PackedB needs a non-empty B, got K = " + std::to_string(k) + ", N = " +
+               std::to_string(n));
+  data_ = AllocateAligned(k * padded_n_, &storage_);
+  GemmArgs g;
+  g.trans_b = trans_b;
+  g.k = k;
+  g.n = n;
+  g.b = b;
+  g.ldb = ldb;
+  for (int64_t p0 = 0; p0 < k; p0 += kKc)
+    PackBBlock(g, p0, std::min(kKc, k - p0), data_ + p0 * padded_n_);
+  b_packs.fetch_add(1, std::memory_order_relaxed);
+}
+
+size_t PackedB::bytes() const { return static_cast<size_t>(k_ * padded_n_) * sizeof(float); }
+
+uint64_t BPacksForTesting() { return b_packs.load(std::memory_order_relaxed); }
+
+void Sgemm(const GemmArgs& g, GemmPath path) { Sgemm(g, nullptr, path); }
+
+void Sgemm(const GemmArgs& g, const PackedB* packed, GemmPath path) {
+  if (packed != nullptr)
+    OL_CHECK(packed->trans_b() == g.trans_b && packed->k() == g.k && packed->n() == g.n,
+             core::ErrorCode::kInvalidArgument,
+             "Sgemm: the packed B holds a " + std::to_string(packed->k()) + " x " +
+                 std::to_string(packed->n()) + " operand, the call needs " +
+                 std::to_string(g.k) + " x " + std::to_string(g.n));
   if (g.m <= 0 || g.n <= 0) return;
   if (g.k <= 0) {  // empty sum: C = beta * C
     for (int64_t i = 0; i < g.m; ++i)
@@ -362,11 +531,7 @@ void Sgemm(const GemmArgs& g, GemmPath path) {
   }
   const bool avx2 = UseAvx2(path);
   if (g.m == 1) return Gemv(g, avx2);
-#ifdef OL_HAVE_X86
-  PackedGemm(g, avx2 ? &MicroKernelAvx2 : &MicroKernelPortable);
-#else
-  PackedGemm(g, &MicroKernelPortable);
-#endif
+  PackedGemm(g, packed, SelectKernels(path));
 }
 
 }  // namespace onnx_light::ops::math

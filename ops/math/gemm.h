@@ -1,17 +1,22 @@
 // Single-precision GEMM for the MatMul and Gemm kernels.
 //   C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C[M,N]   (row-major, leading dims)
 // op(X) is X or X^T. beta == 0 means C is not read (it may hold garbage or NaN).
-// The large-matrix path packs A and B into cache-sized panels and runs a register-blocked
-// micro-kernel: AVX2/FMA when the CPU has it (chosen at run time), else a portable one
-// the compiler auto-vectorises. M == 1 (decode-shaped GEMV) streams B once, split over N.
-// Work is split with tbb::parallel_for in the caller's current task_arena.
+// The M > 1 path packs A and B into cache-sized panels and runs a register-blocked
+// micro-kernel: AVX-512 (12 x 16 tiles) or AVX2/FMA (6 x 16) when the CPU has it (chosen at
+// run time), else a portable one the compiler auto-vectorises. M == 1 (decode-shaped GEMV)
+// streams B once, split over N. Work is split with tbb::parallel_for in the caller's
+// current task_arena.
+// A B that is used many times (a constant weight) can be packed once into a PackedB and
+// handed to Sgemm, which then skips the per-call packing of B.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace onnx_light::ops::math {
 
-enum class GemmPath { kAuto, kPortable, kAvx2 };
+enum class GemmPath { kAuto, kPortable, kAvx2, kAvx512 };
 
 struct GemmArgs {
   bool trans_a = false;
@@ -29,10 +34,46 @@ struct GemmArgs {
 
 // True when this CPU runs the AVX2/FMA path.
 bool CpuHasAvx2Fma();
+// True when it also has AVX-512F (the default M > 1 micro-kernel then).
+bool CpuHasAvx512();
 
-// `path` forces an implementation (tests run both); kAvx2 falls back to kPortable when the
-// CPU lacks AVX2/FMA.
+// op(B)[K, N] in the panel layout of the packed path (zero padded to a multiple of 16
+// columns): what Sgemm would otherwise rebuild on every call with M > 1. Immutable once
+// built, so any number of concurrent Sgemm calls may read it. Holds a copy: about
+// 4 * K * round_up(N, 16) bytes, independent of the source, which it does not keep alive.
+class PackedB {
+ public:
+  PackedB(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb);
+  PackedB(const PackedB&) = delete;
+  PackedB& operator=(const PackedB&) = delete;
+
+  bool trans_b() const { return trans_b_; }
+  int64_t k() const { return k_; }
+  int64_t n() const { return n_; }
+  size_t bytes() const;
+  // The panels of depth block [p0, p0 + block): internal to the packed path.
+  const float* block(int64_t p0) const { return data_ + p0 * padded_n_; }
+
+ private:
+  bool trans_b_;
+  int64_t k_, n_, padded_n_;
+  std::unique_ptr<float[]> storage_;
+  float* data_ = nullptr;  // 64-byte aligned inside storage_
+};
+
+// `path` forces an implementation (tests run all): kAvx512 falls back to kAvx2 without
+// AVX-512F, kAvx2 to kPortable without AVX2/FMA. kAuto is the best the CPU has. The M == 1
+// path is AVX2 for both kAvx2 and kAvx512 (it is bound by memory, not arithmetic).
 void Sgemm(const GemmArgs& args, GemmPath path = GemmPath::kAuto);
+// The same product with B's panels taken from `packed` when M > 1 (M == 1 still streams
+// args.b, which is faster than the padded panels). `packed` must hold op(args.b): the same
+// trans_b, K and N (checked: a mismatch throws kInvalidArgument) and the same values (the
+// caller's duty). A null `packed` is plain Sgemm.
+void Sgemm(const GemmArgs& args, const PackedB* packed, GemmPath path = GemmPath::kAuto);
+
+// How many times B was packed (per call without a PackedB, plus PackedB constructions)
+// since the process started: lets tests check that a cached pack is reused.
+uint64_t BPacksForTesting();
 
 // Convenience for contiguous row-major operands.
 inline void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

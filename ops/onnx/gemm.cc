@@ -1,11 +1,13 @@
 // Gemm: Y = alpha * op(A) * op(B) + beta * C, op = transpose when transA/transB, C
 // unidirectionally broadcast to [M, N] (optional since opset 11). Float types run the
-// packed SGEMM (FLOAT16/BFLOAT16 converted at the edges); DOUBLE a plain loop.
+// packed SGEMM (FLOAT16/BFLOAT16 converted at the edges); DOUBLE a plain loop. A constant B
+// (an initializer) is packed once and reused by every call with M > 1 (ConstantWeight).
 #include <vector>
 
 #include "executor/attributes.h"
 #include "ops/kernel_factory.h"
 #include "ops/math/common.h"
+#include "ops/math/constant_weight.h"
 #include "ops/math/gemm.h"
 
 namespace onnx_light::ops {
@@ -19,6 +21,10 @@ using math::Tensor;
 class Gemm final : public core::runtime::KernelBase {
  public:
   explicit Gemm(const core::runtime::KernelContext&) {}
+
+  void OnConstantInput(size_t index, const core::runtime::RuntimeValue& value) override {
+    if (index == 1) weight_.Declare(value);
+  }
 
   void Compute(KernelCall& call) const override {
     const Tensor& a = call.input(0);
@@ -87,7 +93,8 @@ class Gemm final : public core::runtime::KernelBase {
     g.beta = beta;
     g.c = yp;
     g.ldc = n;
-    math::Sgemm(g);
+    const bool pack = m > 1 && weight_.declared();
+    math::Sgemm(g, pack ? weight_.Get(b, bv.data(), trans_b_, k, n, g.ldb) : nullptr);
     yv.Finish();
   }
 
@@ -121,6 +128,7 @@ class Gemm final : public core::runtime::KernelBase {
   float beta_ = 1.0f;
   bool trans_a_ = false;
   bool trans_b_ = false;
+  math::ConstantWeight weight_;  // B when the plan declares it constant
 };
 
 OL_KERNEL_FACTORY(Gemm)

@@ -1,12 +1,14 @@
 // MatMul: numpy matmul semantics. Rank-1 operands are promoted (A to [1,K], B to [K,1]) and
 // the added dimension removed from the result; batch dimensions broadcast. Float types go
 // through the packed SGEMM (FLOAT16/BFLOAT16 converted at the edges); a weight without
-// batch dimensions folds the batch into M so that one GEMM streams it once.
+// batch dimensions folds the batch into M so that one GEMM streams it once. A constant B
+// (an initializer) is packed once and reused by every call with M > 1 (ConstantWeight).
 #include <string>
 #include <vector>
 
 #include "ops/kernel_factory.h"
 #include "ops/math/common.h"
+#include "ops/math/constant_weight.h"
 #include "ops/math/gemm.h"
 
 namespace onnx_light::ops {
@@ -38,6 +40,10 @@ void NaiveMatMul(const T* a, const T* b, T* c, int64_t m, int64_t n, int64_t k) 
 class MatMul final : public core::runtime::KernelBase {
  public:
   explicit MatMul(const core::runtime::KernelContext&) {}
+
+  void OnConstantInput(size_t index, const core::runtime::RuntimeValue& value) override {
+    if (index == 1) weight_.Declare(value);
+  }
 
   void Compute(KernelCall& call) const override {
     const Tensor& a = call.input(0);
@@ -85,7 +91,18 @@ class MatMul final : public core::runtime::KernelBase {
     math::FloatSink yv(y);
     if (ShapeNumel(b_batch) == 1) {
       // B is one matrix: A's batch is contiguous, fold it into M.
-      math::Sgemm(false, false, nb * m, n, k, 1.0f, av.data(), bv.data(), 0.0f, yv.data());
+      math::GemmArgs g;
+      g.m = nb * m;
+      g.n = n;
+      g.k = k;
+      g.a = av.data();
+      g.lda = k;
+      g.b = bv.data();
+      g.ldb = n;
+      g.c = yv.data();
+      g.ldc = n;
+      const bool pack = g.m > 1 && weight_.declared();
+      math::Sgemm(g, pack ? weight_.Get(b, bv.data(), false, k, n, n) : nullptr);
     } else {
       const std::vector<int64_t> ai = math::BroadcastIndex(batch, a_batch);
       const std::vector<int64_t> bi = math::BroadcastIndex(batch, b_batch);
@@ -114,6 +131,8 @@ class MatMul final : public core::runtime::KernelBase {
       NaiveMatMul<T>(a.data<T>() + ai[i] * m * k, b.data<T>() + bi[i] * k * n,
                      yp + static_cast<int64_t>(i) * m * n, m, n, k);
   }
+
+  math::ConstantWeight weight_;  // B when the plan declares it constant
 };
 
 OL_KERNEL_FACTORY(MatMul)

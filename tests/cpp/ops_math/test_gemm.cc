@@ -8,6 +8,10 @@ namespace math = onnx_light::ops::math;
 
 namespace {
 
+// Every implementation (each falls back to the next simpler one on a CPU without it).
+constexpr math::GemmPath kAllPaths[] = {math::GemmPath::kPortable, math::GemmPath::kAvx2,
+                                        math::GemmPath::kAvx512};
+
 std::vector<double> RefGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                             const std::vector<float>& a, const std::vector<float>& b, float beta,
                             const std::vector<float>& c) {
@@ -25,11 +29,11 @@ std::vector<double> RefGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, f
 
 }  // namespace
 
-TEST_CASE("SGEMM: the AVX2 and the portable paths both match a naive reference") {
-  // Sizes cross the register tile (6x16) and the cache blocks (96 rows, 256 columns and
-  // 256 deep), so partial tiles, several tasks and accumulation over depth blocks all run.
+TEST_CASE("SGEMM: the AVX-512, AVX2 and portable paths all match a naive reference") {
+  // Sizes cross the register tiles (6x16, 12x16) and the cache blocks (96 rows, 256 columns
+  // and 256 deep), so partial tiles, several tasks and accumulation over depth blocks all run.
   const std::vector<int64_t> sizes = {1, 3, 17, 67, 129};
-  for (math::GemmPath path : {math::GemmPath::kPortable, math::GemmPath::kAvx2})
+  for (math::GemmPath path : kAllPaths)
     for (int64_t m : sizes)
       for (int64_t n : {1, 3, 17, 67, 129, 300})
         for (int64_t k : {1, 17, 129, 300})
@@ -51,7 +55,7 @@ TEST_CASE("SGEMM: the AVX2 and the portable paths both match a naive reference")
 }
 
 TEST_CASE("SGEMM honours leading dimensions larger than the matrix") {
-  for (math::GemmPath path : {math::GemmPath::kPortable, math::GemmPath::kAvx2}) {
+  for (math::GemmPath path : kAllPaths) {
     const int64_t m = 19, n = 21, k = 23, lda = 30, ldb = 40, ldc = 50;
     const std::vector<float> a = Random(m * lda, -1, 1, 4), b = Random(k * ldb, -1, 1, 5);
     std::vector<float> c(static_cast<size_t>(m * ldc), 7.0f);
@@ -80,8 +84,8 @@ TEST_CASE("SGEMM honours leading dimensions larger than the matrix") {
   }
 }
 
-TEST_CASE("decode-shaped GEMV (M = 1) matches the reference on both paths") {
-  for (math::GemmPath path : {math::GemmPath::kPortable, math::GemmPath::kAvx2})
+TEST_CASE("decode-shaped GEMV (M = 1) matches the reference on every path") {
+  for (math::GemmPath path : kAllPaths)
     for (int64_t n : {1, 7, 67, 1000, 4099})
       for (int64_t k : {1, 33, 515}) {
         const std::vector<float> a = Random(k, -1, 1, 6), b = Random(k * n, -1, 1, 7);

@@ -1,0 +1,28 @@
+#include "ops/math/constant_weight.h"
+
+#include <new>
+
+namespace onnx_light::ops::math {
+
+void ConstantWeight::Declare(const core::runtime::RuntimeValue& value) {
+  if (value.is_tensor()) constant_ = value.tensor();
+}
+
+const PackedB* ConstantWeight::Get(const core::runtime::Tensor& b, const float* values,
+                                   bool trans_b, int64_t k, int64_t n, int64_t ldb) const {
+  if (!constant_.defined() || b.raw_data() != constant_.raw_data() ||
+      b.dtype() != constant_.dtype() || b.shape() != constant_.shape() || k <= 0 || n <= 0)
+    return nullptr;
+  const int64_t padded_n = (n + 15) / 16 * 16;
+  if (padded_n * 4 > n * 5) return nullptr;  // narrow B: padding would dominate the copy
+  std::call_once(once_, [&] {
+    try {
+      packed_ = std::make_unique<const PackedB>(trans_b, k, n, values, ldb);
+    } catch (const std::bad_alloc&) {
+      // No memory for the copy: every call packs per call, as without a cache.
+    }
+  });
+  return packed_.get();
+}
+
+}  // namespace onnx_light::ops::math

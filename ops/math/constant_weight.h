@@ -1,0 +1,49 @@
+// The B operand of a MatMul/Gemm node that the plan declared constant, and its packed
+// panels, built on the first call that needs them (M > 1) and reused by every later call.
+//
+// Why a cached pack is never used for other bytes: the plan declares an input constant only
+// for an initializer that is not a graph input (KernelBase::OnConstantInput), whose bytes do
+// not change while the plan lives, and this object holds a handle on that tensor, so its
+// storage stays allocated and no other tensor can occupy its address meanwhile. A call's B
+// is served from the pack only when it is that storage (same data pointer, dtype and shape);
+// any other B (another buffer, a reshaped view, a graph input) takes the per-call packing.
+// There is no process-wide table: the pack lives and dies with its kernel, so with the plan.
+// (A table shared across plans keyed on owner and address would be unsound: a model proto
+// stays mutable from Python while alive, so equal addresses need not mean equal bytes.)
+//
+// Memory: one float copy of the weight (4 * K * round_up(N, 16) bytes, twice the bytes of a
+// FLOAT16/BFLOAT16 weight), only for weights used with M > 1, and only when the padding
+// adds at most a quarter (N >= 60, or N a multiple of 16); decode-only (M = 1) use never
+// allocates it. Thread safety: Compute is const and may run concurrently; the pack is built
+// under std::call_once and immutable afterwards.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "core/runtime_value.h"
+#include "core/tensor.h"
+#include "ops/math/gemm.h"
+
+namespace onnx_light::ops::math {
+
+class ConstantWeight {
+ public:
+  // From KernelBase::OnConstantInput (before any Compute); ignores non-tensor values.
+  void Declare(const core::runtime::RuntimeValue& value);
+  bool declared() const { return constant_.defined(); }
+
+  // The pack of op(B) when `b` is the declared constant's storage and a pack is worth
+  // keeping (see above), built now if this is the first such call; null otherwise.
+  // `values` are b's elements as float (FloatView), K/N/ldb as Sgemm takes them.
+  const PackedB* Get(const core::runtime::Tensor& b, const float* values, bool trans_b,
+                     int64_t k, int64_t n, int64_t ldb) const;
+
+ private:
+  core::runtime::Tensor constant_;
+  mutable std::once_flag once_;
+  mutable std::unique_ptr<const PackedB> packed_;
+};
+
+}  // namespace onnx_light::ops::math
