@@ -15,6 +15,10 @@ const PackedB* ConstantWeight::Get(const core::runtime::Tensor& b, const float* 
     return nullptr;
   const int64_t padded_n = (n + 15) / 16 * 16;
   if (padded_n * 4 > n * 5) return nullptr;  // narrow B: padding would dominate the copy
+  // Admission on the second use: the first one packs per call (see the header).
+  if (calls_.load(std::memory_order_relaxed) < 2 &&
+      calls_.fetch_add(1, std::memory_order_relaxed) == 0)
+    return nullptr;
   std::call_once(once_, [&] {
     try {
       packed_ = std::make_unique<const PackedB>(trans_b, k, n, values, ldb);

@@ -1,5 +1,8 @@
 // The B operand of a MatMul/Gemm node that the plan declared constant, and its packed
-// panels, built on the first call that needs them (M > 1) and reused by every later call.
+// panels, built on the second call that needs them (M > 1) and reused by every later call.
+// Not on the first: a plan that multiplies its weights by several rows once (a prompt, then
+// decode steps of one row, which stream B unpacked) gains nothing from a copy; the per-call
+// path packs B into per-task L1 buffers instead, which is cheaper than filling a new copy.
 //
 // Why a cached pack is never used for other bytes: the plan declares an input constant only
 // for an initializer that is not a graph input (KernelBase::OnConstantInput), whose bytes do
@@ -12,12 +15,14 @@
 // stays mutable from Python while alive, so equal addresses need not mean equal bytes.)
 //
 // Memory: one float copy of the weight (4 * K * round_up(N, 16) bytes, twice the bytes of a
-// FLOAT16/BFLOAT16 weight), only for weights used with M > 1, and only when the padding
-// adds at most a quarter (N >= 60, or N a multiple of 16); decode-only (M = 1) use never
-// allocates it. Thread safety: Compute is const and may run concurrently; the pack is built
-// under std::call_once and immutable afterwards.
+// FLOAT16/BFLOAT16 weight) from the default allocator, only for weights used with M > 1 at
+// least twice, and only when the padding adds at most a quarter (N >= 60, or N a multiple
+// of 16); decode-only (M = 1) use never allocates it. Thread safety: Compute is const and
+// may run concurrently; calls are counted atomically, the pack is built under
+// std::call_once and immutable afterwards.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -35,13 +40,14 @@ class ConstantWeight {
   bool declared() const { return constant_.defined(); }
 
   // The pack of op(B) when `b` is the declared constant's storage and a pack is worth
-  // keeping (see above), built now if this is the first such call; null otherwise.
+  // keeping (see above), built now if this is the second such call; null otherwise.
   // `values` are b's elements as float (FloatView), K/N/ldb as Sgemm takes them.
   const PackedB* Get(const core::runtime::Tensor& b, const float* values, bool trans_b,
                      int64_t k, int64_t n, int64_t ldb) const;
 
  private:
   core::runtime::Tensor constant_;
+  mutable std::atomic<int> calls_{0};  // eligible calls so far (saturates at 2)
   mutable std::once_flag once_;
   mutable std::unique_ptr<const PackedB> packed_;
 };

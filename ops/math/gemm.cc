@@ -312,13 +312,19 @@ void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels
   const bool one_row_block = m_blocks == 1;
   const bool pack_b_per_task = packed == nullptr && one_row_block;
   // Per call, not per thread: a thread waiting in ParallelFor may run another call's tasks.
-  std::unique_ptr<float[]> b_storage, a_storage;
+  // Shared B may take MiBs: from the default allocator, which recycles large blocks instead
+  // of page-faulting fresh ones in on every call.
+  std::unique_ptr<float[]> a_storage;
+  std::shared_ptr<void> b_storage;
   float* shared_b = nullptr;
   float* shared_a = nullptr;
   if (packed == nullptr) {
     b_packs.fetch_add(1, std::memory_order_relaxed);
-    if (!pack_b_per_task)
-      shared_b = AllocateAligned(PaddedN(g.n) * std::min(kKc, g.k), &b_storage);
+    if (!pack_b_per_task) {
+      b_storage = core::runtime::DefaultAllocator().Allocate(
+          static_cast<size_t>(PaddedN(g.n) * std::min(kKc, g.k)) * sizeof(float));
+      shared_b = static_cast<float*>(b_storage.get());
+    }
   }
   if (one_row_block) shared_a = AllocateAligned(kMc * std::min(kKc, g.k), &a_storage);
   for (int64_t p0 = 0; p0 < g.k; p0 += kKc) {
@@ -495,7 +501,9 @@ PackedB::PackedB(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb
   OL_CHECK(k > 0 && n > 0, core::ErrorCode::kInvalidArgument,
            "PackedB needs a non-empty B, got K = " + std::to_string(k) + ", N = " +
                std::to_string(n));
-  data_ = AllocateAligned(k * padded_n_, &storage_);
+  storage_ = core::runtime::DefaultAllocator().Allocate(
+      static_cast<size_t>(k * padded_n_) * sizeof(float));
+  data_ = static_cast<float*>(storage_.get());
   GemmArgs g;
   g.trans_b = trans_b;
   g.k = k;

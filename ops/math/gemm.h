@@ -40,7 +40,8 @@ bool CpuHasAvx512();
 // op(B)[K, N] in the panel layout of the packed path (zero padded to a multiple of 16
 // columns): what Sgemm would otherwise rebuild on every call with M > 1. Immutable once
 // built, so any number of concurrent Sgemm calls may read it. Holds a copy: about
-// 4 * K * round_up(N, 16) bytes, independent of the source, which it does not keep alive.
+// 4 * K * round_up(N, 16) bytes from the default allocator (counted in its live bytes;
+// large blocks are recycled), independent of the source, which it does not keep alive.
 class PackedB {
  public:
   PackedB(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb);
@@ -57,8 +58,8 @@ class PackedB {
  private:
   bool trans_b_;
   int64_t k_, n_, padded_n_;
-  std::unique_ptr<float[]> storage_;
-  float* data_ = nullptr;  // 64-byte aligned inside storage_
+  std::shared_ptr<void> storage_;
+  float* data_ = nullptr;  // storage_, 64-byte aligned
 };
 
 // `path` forces an implementation (tests run all): kAvx512 falls back to kAvx2 without

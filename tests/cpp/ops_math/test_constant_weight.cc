@@ -1,6 +1,7 @@
 // A constant B of MatMul/Gemm is packed once and reused (ops/math/constant_weight.h): the
 // reused pack gives the per-call results, is never served for other bytes, is built once
-// under concurrent first calls, and only for inputs the plan declares constant.
+// under concurrent calls, on the second call with M > 1, and only for inputs the plan
+// declares constant.
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -146,7 +147,7 @@ TEST_CASE("SGEMM refuses a packed B of another shape or orientation") {
   }
 }
 
-TEST_CASE("MatMul packs a declared constant B once and reuses it for every call with M > 1") {
+TEST_CASE("MatMul packs a declared constant B on its second call with M > 1, then reuses it") {
   const int64_t k = 40, n = 64;
   const Tensor w = RandF32({k, n}, -1, 1, 3);
   Kernel mm("MatMul");
@@ -157,20 +158,44 @@ TEST_CASE("MatMul packs a declared constant B once and reuses it for every call 
 
   const uint64_t packs0 = math::BPacksForTesting();
   const Tensor a = RandF32({2, 3, k}, -1, 1, 4);  // batch folded into M = 6
-  const Tensor y1 = mm.Run(a, w);
+  const Tensor y1 = mm.Run(a, w);                 // packs per call (no copy kept)
   CHECK(math::BPacksForTesting() == packs0 + 1);
-  const Tensor y2 = mm.Run(a, w);
-  const Tensor y3 = mm.Run(a, w.BorrowView());  // another handle on the same storage
-  CHECK(math::BPacksForTesting() == packs0 + 1);
+  const Tensor y2 = mm.Run(a, w);  // builds the kept pack
+  CHECK(math::BPacksForTesting() == packs0 + 2);
+  const Tensor y3 = mm.Run(a, w);
+  const Tensor y4 = mm.Run(a, w.BorrowView());  // another handle on the same storage
+  CHECK(math::BPacksForTesting() == packs0 + 2);
   CHECK(y1.shape() == Shape{2, 3, n});
   CHECK(Values(y2) == Values(y1));
   CHECK(Values(y3) == Values(y1));
+  CHECK(Values(y4) == Values(y1));
   CheckClose(Values(y1), Ref(false, 6, n, k, Values(a), Values(w)), 1e-5, 1e-5);
 
   // M == 1 streams B (no pack at all).
   const Tensor row = RandF32({1, k}, -1, 1, 5);
   CheckClose(Values(mm.Run(row, w)), Ref(false, 1, n, k, Values(row), Values(w)), 1e-5, 1e-5);
-  CHECK(math::BPacksForTesting() == packs0 + 1);
+  CHECK(math::BPacksForTesting() == packs0 + 2);
+}
+
+TEST_CASE("a MatMul whose constant B meets M > 1 only once keeps no copy of it") {
+  const int64_t k = 32, n = 64;
+  const Tensor w = RandF32({k, n}, -1, 1, 19);
+  Kernel mm("MatMul");
+  mm.get().OnConstantInput(1, RuntimeValue(w));
+  const auto& heap = onnx_light::core::runtime::DefaultAllocator();
+  const Tensor prompt = RandF32({16, k}, -1, 1, 20);
+  const Tensor y = mm.Run(prompt, w);
+  const size_t live = heap.live_bytes();
+  for (int step = 0; step < 3; ++step) {  // decode-shaped calls: one row each
+    const Tensor row = RandF32({1, k}, -1, 1, static_cast<uint32_t>(21 + step));
+    CheckClose(Values(mm.Run(row, w)), Ref(false, 1, n, k, Values(row), Values(w)), 1e-5, 1e-5);
+  }
+  CHECK(heap.live_bytes() == live);
+  CheckClose(Values(y), Ref(false, 16, n, k, Values(prompt), Values(w)), 1e-5, 1e-5);
+  // The second call with several rows keeps the copy: K * N floats from the allocator.
+  const Tensor y2 = mm.Run(prompt, w);
+  CHECK(heap.live_bytes() >= live + static_cast<size_t>(k * n) * sizeof(float));
+  CHECK(Values(y2) == Values(y));
 }
 
 TEST_CASE("MatMul never serves the cached pack for a B in other storage or of another shape") {
@@ -179,7 +204,8 @@ TEST_CASE("MatMul never serves the cached pack for a B in other storage or of an
   const Tensor w = RandF32({k, n}, -1, 1, 6);
   mm.get().OnConstantInput(1, RuntimeValue(w));
   const Tensor a = RandF32({5, k}, -1, 1, 7);
-  const Tensor y_w = mm.Run(a, w);
+  mm.Run(a, w);
+  const Tensor y_w = mm.Run(a, w);  // served from the kept pack from now on
   const uint64_t packs = math::BPacksForTesting();
 
   // Same shape, new buffer, other values: packed per call, correct for its own values.
@@ -216,12 +242,12 @@ TEST_CASE("MatMul keeps no pack for a narrow constant B (padding would dominate)
   mm.get().OnConstantInput(1, RuntimeValue(w));
   const Tensor a = RandF32({4, 30}, -1, 1, 11);
   const uint64_t packs = math::BPacksForTesting();
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < 3; ++i)
     CheckClose(Values(mm.Run(a, w)), Ref(false, 4, 17, 30, Values(a), Values(w)), 1e-5, 1e-5);
-  CHECK(math::BPacksForTesting() == packs + 2);
+  CHECK(math::BPacksForTesting() == packs + 3);
 }
 
-TEST_CASE("Gemm with a constant transposed B packs once and matches the reference") {
+TEST_CASE("Gemm with a constant transposed B packs it once and matches the reference") {
   const int64_t m = 9, n = 80, k = 300;
   Kernel gemm("Gemm", /*trans_b=*/true);
   const Tensor w = RandF32({n, k}, -1, 1, 12);
@@ -230,12 +256,14 @@ TEST_CASE("Gemm with a constant transposed B packs once and matches the referenc
   const uint64_t packs = math::BPacksForTesting();
   const Tensor y1 = gemm.Run(a, w);
   const Tensor y2 = gemm.Run(a, w);
-  CHECK(math::BPacksForTesting() == packs + 1);
+  const Tensor y3 = gemm.Run(a, w);
+  CHECK(math::BPacksForTesting() == packs + 2);  // per call, then the kept pack
   CHECK(Values(y1) == Values(y2));
+  CHECK(Values(y1) == Values(y3));
   CheckClose(Values(y1), Ref(true, m, n, k, Values(a), Values(w)), 1e-5, 1e-5);
 }
 
-TEST_CASE("FLOAT16 MatMul with a constant B packs its float values once") {
+TEST_CASE("FLOAT16 MatMul with a constant B keeps one pack of its float values") {
   const int64_t m = 4, k = 24, n = 64;
   const std::vector<float> av = Random(m * k, -1, 1, 14), wv = Random(k * n, -1, 1, 15);
   const Tensor a = Half(DataType::kFloat16, {m, k}, av), w = Half(DataType::kFloat16, {k, n}, wv);
@@ -244,15 +272,17 @@ TEST_CASE("FLOAT16 MatMul with a constant B packs its float values once") {
   const uint64_t packs = math::BPacksForTesting();
   const Tensor y1 = mm.Run(a, w);
   const Tensor y2 = mm.Run(a, w);
-  CHECK(math::BPacksForTesting() == packs + 1);
+  const Tensor y3 = mm.Run(a, w);
+  CHECK(math::BPacksForTesting() == packs + 2);
   CHECK(y1.dtype() == DataType::kFloat16);
   CHECK(Values(y1) == Values(y2));
+  CHECK(Values(y1) == Values(y3));
   CheckClose(Values(y1),
              Ref(false, m, n, k, RoundTo(DataType::kFloat16, av), RoundTo(DataType::kFloat16, wv)),
              2e-3, 2e-3);
 }
 
-TEST_CASE("concurrent first calls on one kernel pack the constant B exactly once") {
+TEST_CASE("concurrent calls on one kernel build the kept pack of the constant B exactly once") {
   const int64_t k = 128, n = 96;
   Kernel mm("MatMul");
   const Tensor w = RandF32({k, n}, -1, 1, 16);
@@ -273,7 +303,8 @@ TEST_CASE("concurrent first calls on one kernel pack the constant B exactly once
         results[static_cast<size_t>(t)].push_back(mm.Run(inputs[static_cast<size_t>(t)], w));
     });
   for (auto& th : threads) th.join();
-  CHECK(math::BPacksForTesting() == packs + 1);
+  // The first call packs per call, the second builds the kept pack, the other 30 reuse it.
+  CHECK(math::BPacksForTesting() == packs + 2);
   for (int t = 0; t < kThreads; ++t)
     for (const Tensor& y : results[static_cast<size_t>(t)])
       CheckClose(Values(y), expected[static_cast<size_t>(t)], 1e-5, 1e-5);
@@ -325,7 +356,8 @@ TEST_CASE("a plan declares initializers constant to MatMul, but not initializers
       const RuntimeValueMap out = session.Run(ctx, std::move(feeds));
       CheckClose(Values(out.at("Y").tensor()), expected, 1e-5, 1e-5);
     }
-    // Constant: packed on the first run only. Graph input: packed on every run.
-    CHECK(math::BPacksForTesting() == packs + (w_is_input ? 3 : 1));
+    // Constant: packed per call on the first run, kept on the second, reused on the third.
+    // Graph input: packed on every run.
+    CHECK(math::BPacksForTesting() == packs + (w_is_input ? 3 : 2));
   }
 }
