@@ -233,21 +233,34 @@ void PackA(const GemmArgs& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, in
   }
 }
 
-// Packs op(B)[p0 : p0+kc, j0 : j0+nr] (one kNr-column panel), zero padded.
-void PackBPanel(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t nr, float* out) {
-  for (int64_t p = 0; p < kc; ++p) {
-    float* dst = out + p * kNr;
-    if (!g.trans_b) {
-      const float* src = g.b + (p0 + p) * g.ldb + j0;
-      if (nr == kNr) {
-        std::memcpy(dst, src, kNr * sizeof(float));  // constant size: inlined, no call
-        continue;
+// Packs op(B)[p0 : p0+kc, j0 : j1) into kNr-column panels, zero padded: panel q (columns
+// j0 + q*kNr ..) at out + q * kNr * kc, element (p, j) at p * kNr + j. Reads the source in
+// its storage order (rows of B, or of B^T when transposed) so that it streams.
+void PackB(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t j1, float* out) {
+  const int64_t full_end = j0 + (j1 - j0) / kNr * kNr;
+  if (!g.trans_b) {
+    for (int64_t p = 0; p < kc; ++p) {
+      const float* src = g.b + (p0 + p) * g.ldb;
+      float* dst = out + p * kNr;
+      for (int64_t j = j0; j < full_end; j += kNr, dst += kNr * kc)
+        std::memcpy(dst, src + j, kNr * sizeof(float));  // constant size: inlined
+      if (full_end < j1) {
+        const int64_t nr = j1 - full_end;
+        std::memcpy(dst, src + full_end, static_cast<size_t>(nr) * sizeof(float));
+        std::fill(dst + nr, dst + kNr, 0.0f);
       }
-      std::memcpy(dst, src, static_cast<size_t>(nr) * sizeof(float));
-    } else {
-      for (int64_t j = 0; j < nr; ++j) dst[j] = g.b[(j0 + j) * g.ldb + p0 + p];
     }
-    for (int64_t j = nr; j < kNr; ++j) dst[j] = 0.0f;
+    return;
+  }
+  for (int64_t q0 = j0; q0 < j1; q0 += kNr) {
+    const int64_t nr = std::min(kNr, j1 - q0);
+    float* panel = out + (q0 - j0) * kc;
+    for (int64_t j = 0; j < nr; ++j) {
+      const float* src = g.b + (q0 + j) * g.ldb + p0;
+      for (int64_t p = 0; p < kc; ++p) panel[p * kNr + j] = src[p];
+    }
+    for (int64_t p = 0; p < kc; ++p)
+      for (int64_t j = nr; j < kNr; ++j) panel[p * kNr + j] = 0.0f;
   }
 }
 
@@ -271,8 +284,7 @@ inline void StoreTile(const float* tile, float* c, int64_t ldc, int64_t mr, int6
 void PackBBlock(const GemmArgs& g, int64_t p0, int64_t kc, float* out) {
   const int64_t n_panels = (g.n + kNr - 1) / kNr;
   ParallelFor(n_panels, 8, [&](int64_t q0, int64_t q1) {
-    for (int64_t q = q0; q < q1; ++q)
-      PackBPanel(g, p0, kc, q * kNr, std::min(kNr, g.n - q * kNr), out + q * kNr * kc);
+    PackB(g, p0, kc, q0 * kNr, std::min(g.n, q1 * kNr), out + q0 * kNr * kc);
   });
 }
 
@@ -294,9 +306,9 @@ float* ThreadBuffer(int64_t n, int which) {
 
 // `packed` (may be null) holds op(B) already packed: depth block p0 at packed->block(p0).
 // With a single block of rows (M <= kMc: prompts), A is packed once per depth block for all
-// tasks, and without `packed` each task packs its own B panels just before use (each panel
-// is used by one task only, and is still in L1 when the micro-kernel reads it). With more
-// rows, each task packs its rows of A and B is packed once per depth block, shared.
+// tasks, and without `packed` each task packs its own columns of B just before use (each
+// panel is used by one task only, and is still in L2 when the micro-kernel reads it). With
+// more rows, each task packs its rows of A and B is packed once per depth block, shared.
 void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels) {
   const int64_t mr = kernels.mr;
   const int64_t m_blocks = (g.m + kMc - 1) / kMc;
@@ -335,7 +347,7 @@ void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels
     if (shared_a != nullptr) PackA(g, 0, g.m, p0, kc, mr, shared_a);
     ParallelFor(m_blocks * n_blocks, 1, [&](int64_t t0, int64_t t1) {
       float* a_buffer = shared_a != nullptr ? shared_a : ThreadBuffer(kMc * kKc, 0);
-      float* b_buffer = pack_b_per_task ? ThreadBuffer(kNr * kKc, 1) : nullptr;
+      float* b_buffer = pack_b_per_task ? ThreadBuffer(kNc * kKc, 1) : nullptr;
       alignas(64) float tile[kMaxMr * kNr];
       int64_t packed_block = shared_a != nullptr ? 0 : -1;
       for (int64_t t = t0; t < t1; ++t) {
@@ -345,16 +357,12 @@ void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels
           PackA(g, i0, mc, p0, kc, mr, a_buffer);
           packed_block = mb;
         }
-        const int64_t j_end = std::min(g.n, (nb + 1) * nc);
-        for (int64_t j0 = nb * nc; j0 < j_end; j0 += kNr) {
+        const int64_t j_begin = nb * nc, j_end = std::min(g.n, j_begin + nc);
+        if (b_buffer != nullptr) PackB(g, p0, kc, j_begin, j_end, b_buffer);
+        for (int64_t j0 = j_begin; j0 < j_end; j0 += kNr) {
           const int64_t nr = std::min(kNr, g.n - j0);
-          const float* bpanel;
-          if (b_buffer != nullptr) {
-            PackBPanel(g, p0, kc, j0, nr, b_buffer);
-            bpanel = b_buffer;
-          } else {
-            bpanel = bp + (j0 / kNr) * kNr * kc;
-          }
+          const float* bpanel = b_buffer != nullptr ? b_buffer + (j0 - j_begin) * kc
+                                                    : bp + (j0 / kNr) * kNr * kc;
           for (int64_t r = 0; r < mc; r += mr) {
             const int64_t rows = std::min(mr, mc - r);
             kernels.rows[rows](kc, a_buffer + r * kc, mr, bpanel, tile);
