@@ -2,7 +2,7 @@
 // panels, built on the second call that needs them (M > 1) and reused by every later call.
 // Not on the first: a plan that multiplies its weights by several rows once (a prompt, then
 // decode steps of one row, which stream B unpacked) gains nothing from a copy; the per-call
-// path packs B into per-task L1 buffers instead, which is cheaper than filling a new copy.
+// path packs B into small per-thread buffers that stay in cache, cheaper than a new copy.
 //
 // Why a cached pack is never used for other bytes: the plan declares an input constant only
 // for an initializer that is not a graph input (KernelBase::OnConstantInput), whose bytes do
@@ -16,8 +16,8 @@
 //
 // Memory: one float copy of the weight (4 * K * round_up(N, 16) bytes, twice the bytes of a
 // FLOAT16/BFLOAT16 weight) from the default allocator, only for weights used with M > 1 at
-// least twice, and only when the padding adds at most a quarter (N >= 60, or N a multiple
-// of 16); decode-only (M = 1) use never allocates it. Thread safety: Compute is const and
+// least twice, and only when the padding adds at most a quarter (always for N >= 52);
+// decode-only (M = 1) use never allocates it. Thread safety: Compute is const and
 // may run concurrently; calls are counted atomically, the pack is built under
 // std::call_once and immutable afterwards.
 #pragma once
