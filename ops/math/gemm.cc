@@ -315,7 +315,9 @@ void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels
   // Enough tasks for every thread (small M leaves few row blocks): narrower column blocks.
   const int64_t want_tasks = 2 * tbb::this_task_arena::max_concurrency();
   int64_t nc = kNc;
-  if (m_blocks * ((g.n + nc - 1) / nc) < want_tasks) {
+  if (m_blocks >= want_tasks) {
+    nc = PaddedN(g.n);  // enough row blocks: each task packs its A once per depth block
+  } else if (m_blocks * ((g.n + nc - 1) / nc) < want_tasks) {
     const int64_t per_block = (want_tasks + m_blocks - 1) / m_blocks;
     nc = std::max<int64_t>(4 * kNr, ((g.n + per_block - 1) / per_block + kNr - 1) / kNr * kNr);
     nc = std::min(nc, kNc);

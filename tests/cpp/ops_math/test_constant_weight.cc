@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include <tbb/task_arena.h>
+
 #include "core/error.h"
 #include "executor/runtime_session.h"
 #include "ops/math/gemm.h"
@@ -360,4 +362,43 @@ TEST_CASE("a plan declares initializers constant to MatMul, but not initializers
     // Graph input: packed on every run.
     CHECK(math::BPacksForTesting() == packs + (w_is_input ? 3 : 2));
   }
+}
+
+TEST_CASE("SGEMM splits the work the same way at any thread count: results match the reference") {
+  // Many row blocks (M = 400: 5 of 96) for 1 or 2 threads take one column block per task;
+  // for 8 they are split over columns too; a 16-row prompt splits over columns only.
+  for (int threads : {1, 2, 8})
+    for (int64_t m : {16, 400})
+      for (bool tb : {false, true}) {
+        CAPTURE(threads);
+        CAPTURE(m);
+        CAPTURE(tb);
+        const int64_t n = 200, k = 300;
+        const std::vector<float> a = Random(m * k, -1, 1, 40), b = Random(k * n, -1, 1, 41);
+        const math::PackedB packed(tb, k, n, b.data(), tb ? k : n);
+        std::vector<float> fresh(static_cast<size_t>(m * n)), kept = fresh;
+        // All slots reserved for this thread: the split follows max_concurrency() without
+        // asking TBB for workers the machine may not have.
+        tbb::task_arena arena(threads, static_cast<unsigned>(threads));
+        arena.execute([&] {
+          for (math::GemmPath path : kAllPaths) {
+            math::GemmArgs g;
+            g.trans_b = tb;
+            g.m = m;
+            g.n = n;
+            g.k = k;
+            g.a = a.data();
+            g.lda = k;
+            g.b = b.data();
+            g.ldb = tb ? k : n;
+            g.ldc = n;
+            g.c = fresh.data();
+            math::Sgemm(g, nullptr, path);
+            g.c = kept.data();
+            math::Sgemm(g, &packed, path);
+            CHECK(kept == fresh);
+            CheckClose(fresh, Ref(tb, m, n, k, a, b), 1e-5, 1e-5);
+          }
+        });
+      }
 }
