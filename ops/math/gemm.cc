@@ -349,7 +349,7 @@ void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels
     if (shared_a != nullptr) PackA(g, 0, g.m, p0, kc, mr, shared_a);
     ParallelFor(m_blocks * n_blocks, 1, [&](int64_t t0, int64_t t1) {
       float* a_buffer = shared_a != nullptr ? shared_a : ThreadBuffer(kMc * kKc, 0);
-      float* b_buffer = pack_b_per_task ? ThreadBuffer(kNc * kKc, 1) : nullptr;
+      float* b_buffer = pack_b_per_task ? ThreadBuffer(nc * kKc, 1) : nullptr;
       alignas(64) float tile[kMaxMr * kNr];
       int64_t packed_block = shared_a != nullptr ? 0 : -1;
       for (int64_t t = t0; t < t1; ++t) {
