@@ -168,13 +168,11 @@ DLManagedTensor* TensorToDLPack(const Tensor& tensor) {
 
   auto ctx = std::make_unique<ExportedDLPack>();
   ctx->shape = tensor.shape();
-  ctx->strides.assign(ctx->shape.size(), 1);
-  for (size_t i = ctx->shape.size(); i-- > 1;)
-    ctx->strides[i - 1] = ctx->strides[i] * std::max<int64_t>(ctx->shape[i], 1);
+  ctx->strides = tensor.strides();  // a strided view is exported as one, without a copy
   ctx->owner = tensor.owner();
 
   DLTensor& dl = ctx->managed.dl_tensor;
-  dl.data = const_cast<void*>(tensor.raw_data());
+  dl.data = const_cast<void*>(tensor.strided_data());
   dl.device = DLDevice{kDLCPU, 0};
   dl.ndim = static_cast<int>(ctx->shape.size());
   dl.dtype = dtype;

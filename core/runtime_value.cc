@@ -134,7 +134,9 @@ bool SameTensor(const Tensor& a, const Tensor& b) {
     std::span<const std::string> x = a.strings(), y = b.strings();
     return std::equal(x.begin(), x.end(), y.begin(), y.end());
   }
-  return a.nbytes() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+  if (a.nbytes() == 0) return true;
+  if (!a.contiguous() || !b.contiguous()) return SameTensor(a.Contiguous(), b.Contiguous());
+  return std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
 template <typename Message>

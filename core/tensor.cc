@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include <algorithm>
+#include <cstring>
 #include <sstream>
 
 #include "core/error.h"
@@ -46,6 +48,7 @@ Tensor::Tensor(const Tensor& other)
     : name_(other.name_),
       dtype_(other.dtype_),
       shape_(other.shape_),
+      strides_(other.strides_),
       numel_(other.numel_),
       data_(other.data_),
       owner_(other.owner_),
@@ -56,6 +59,7 @@ Tensor& Tensor::operator=(const Tensor& other) {
     name_ = other.name_;
     dtype_ = other.dtype_;
     shape_ = other.shape_;
+    strides_ = other.strides_;
     numel_ = other.numel_;
     data_ = other.data_;
     owner_ = other.owner_;
@@ -128,6 +132,138 @@ Tensor Tensor::Unowned(std::string name, DataType dtype, Shape shape, const void
   return t;
 }
 
+namespace {
+
+// Whether `strides` address `shape` densely in row-major order (size-1 dims and empty
+// tensors accept any stride).
+bool IsDenseLayout(const Shape& shape, const Shape& strides, int64_t from = 0) {
+  int64_t expected = 1;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= from; --d) {
+    const auto i = static_cast<size_t>(d);
+    if (shape[i] == 0) return true;
+    if (shape[i] != 1 && strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+// numpy's no-copy reshape: groups of old and new dimensions with equal products map onto
+// each other when each old group is one dense run. False when a copy would be needed.
+bool ViewStrides(const Shape& old_shape, const Shape& old_strides, const Shape& new_shape,
+                 Shape* new_strides) {
+  Shape od, os;
+  for (size_t i = 0; i < old_shape.size(); ++i)
+    if (old_shape[i] != 1) {
+      od.push_back(old_shape[i]);
+      os.push_back(old_strides[i]);
+    }
+  new_strides->assign(new_shape.size(), 1);
+  size_t oi = 0, oj = 1, ni = 0, nj = 1;
+  while (ni < new_shape.size() && oi < od.size()) {
+    int64_t np = new_shape[ni], op = od[oi];
+    while (np != op) {
+      if (np < op) {
+        if (nj >= new_shape.size()) return false;
+        np *= new_shape[nj++];
+      } else {
+        if (oj >= od.size()) return false;
+        op *= od[oj++];
+      }
+    }
+    for (size_t k = oi; k + 1 < oj; ++k)
+      if (os[k] != os[k + 1] * od[k + 1]) return false;
+    (*new_strides)[nj - 1] = os[oj - 1];
+    for (size_t k = nj - 1; k > ni; --k) (*new_strides)[k - 1] = (*new_strides)[k] * new_shape[k];
+    ni = nj++;
+    oi = oj++;
+  }
+  return oi >= od.size();  // the remaining new dimensions are all 1
+}
+
+}  // namespace
+
+Tensor Tensor::StridedView(std::string name, DataType dtype, Shape shape, Shape strides,
+                           const void* data, std::shared_ptr<const void> owner) {
+  OL_CHECK(strides.size() == shape.size(), ErrorCode::kInvalidArgument,
+           "strided view '" + name + "': " + std::to_string(strides.size()) +
+               " strides for shape " + ShapeToString(shape));
+  for (int64_t s : strides)
+    OL_CHECK(s >= 0, ErrorCode::kInvalidArgument,
+             "strided view '" + name + "': negative stride in " + ShapeToString(strides));
+  const int bits = ElementBits(dtype);
+  OL_CHECK(dtype != DataType::kString && bits > 0 && bits % 8 == 0, ErrorCode::kNotImplemented,
+           "strided view '" + name + "': " + DataTypeName(dtype) + " is not byte-addressable");
+  OL_CHECK(owner != nullptr, ErrorCode::kInvalidArgument,
+           "strided view '" + name + "' needs an owner that keeps its bytes alive");
+  Tensor t = Borrow(std::move(name), dtype, std::move(shape), data, std::move(owner));
+  if (!IsDenseLayout(t.shape_, strides)) t.strides_ = std::move(strides);
+  return t;
+}
+
+void Tensor::ThrowNotContiguous() const {
+  Throw(ErrorCode::kFailedPrecondition,
+        "tensor '" + name_ + "' of shape " + ShapeToString(shape_) +
+            " is a strided view (strides " + ShapeToString(strides_) +
+            "): read it with strided_data()/strides() or take a dense copy with Contiguous()");
+}
+
+Shape Tensor::strides() const {
+  if (!strides_.empty()) return strides_;
+  Shape dense(shape_.size(), 1);
+  for (size_t i = shape_.size(); i-- > 1;) dense[i - 1] = dense[i] * std::max<int64_t>(shape_[i], 1);
+  return dense;
+}
+
+bool Tensor::DenseFrom(int64_t axis) const {
+  return strides_.empty() || IsDenseLayout(shape_, strides_, axis);
+}
+
+int64_t Tensor::BlockOffset(int64_t axis, int64_t block) const {
+  if (strides_.empty()) {
+    int64_t block_size = 1;
+    for (size_t d = static_cast<size_t>(axis); d < shape_.size(); ++d) block_size *= shape_[d];
+    return block * block_size;
+  }
+  int64_t offset = 0;
+  for (int64_t d = axis - 1; d >= 0; --d) {
+    const auto i = static_cast<size_t>(d);
+    offset += (block % shape_[i]) * strides_[i];
+    block /= shape_[i];
+  }
+  return offset;
+}
+
+Tensor Tensor::Contiguous(Allocator& allocator) const {
+  if (strides_.empty()) return *this;
+  Tensor out(name_, dtype_, shape_, allocator);
+  if (out.nbytes() == 0) return out;
+  // Copy the largest dense suffix as one run per block.
+  int64_t axis = rank();
+  while (axis > 0 && DenseFrom(axis - 1)) --axis;
+  int64_t blocks = 1;
+  for (int64_t d = 0; d < axis; ++d) blocks *= shape_[static_cast<size_t>(d)];
+  const size_t elem = static_cast<size_t>(ElementBits(dtype_) / 8);
+  const size_t block_bytes = blocks > 0 ? out.nbytes() / static_cast<size_t>(blocks) : 0;
+  auto* dst = static_cast<std::byte*>(out.mutable_raw_data());
+  const auto* src = static_cast<const std::byte*>(data_);
+  for (int64_t b = 0; b < blocks; ++b)
+    std::memcpy(dst + static_cast<size_t>(b) * block_bytes,
+                src + static_cast<size_t>(BlockOffset(axis, b)) * elem, block_bytes);
+  out.Seal();
+  return out;
+}
+
+bool Tensor::CanViewAs(const Shape& shape) const {
+  if (strides_.empty() || numel_ == 0) return true;
+  Shape unused;
+  return ViewStrides(shape_, strides_, shape, &unused);
+}
+
+Tensor Tensor::ReshapedOrCopy(Shape shape, Allocator& allocator) const {
+  if (CanViewAs(shape)) return Reshaped(std::move(shape));
+  return Contiguous(allocator).Reshaped(std::move(shape));
+}
+
 int64_t Tensor::dim(int64_t axis) const {
   const int64_t r = rank();
   if (axis < 0) axis += r;
@@ -167,11 +303,21 @@ Tensor Tensor::Reshaped(Shape shape) const {
   OL_CHECK(n == numel_, ErrorCode::kInvalidArgument,
            "cannot view tensor '" + name_ + "' of shape " + ShapeToString(shape_) + " as " +
                ShapeToString(shape));
+  if (!strides_.empty()) {
+    Shape strides;
+    OL_CHECK(numel_ == 0 || ViewStrides(shape_, strides_, shape, &strides),
+             ErrorCode::kFailedPrecondition,
+             "cannot view strided tensor '" + name_ + "' of shape " + ShapeToString(shape_) +
+                 " (strides " + ShapeToString(strides_) + ") as " + ShapeToString(shape) +
+                 " without a copy; take Contiguous() first");
+    t.strides_ = numel_ == 0 || IsDenseLayout(shape, strides) ? Shape{} : std::move(strides);
+  }
   t.shape_ = std::move(shape);
   return t;
 }
 
 std::vector<float> Tensor::ToFloatVector() const {
+  if (!strides_.empty()) return Contiguous().ToFloatVector();
   std::vector<float> out(static_cast<size_t>(numel_));
   for (int64_t i = 0; i < numel_; ++i) {
     float v = 0;
@@ -193,6 +339,7 @@ std::vector<float> Tensor::ToFloatVector() const {
 }
 
 std::vector<int64_t> Tensor::ToInt64Vector() const {
+  if (!strides_.empty()) return Contiguous().ToInt64Vector();
   std::vector<int64_t> out(static_cast<size_t>(numel_));
   for (int64_t i = 0; i < numel_; ++i) {
     int64_t v = 0;

@@ -7,6 +7,13 @@
 //    write only outputs they allocated.
 //  - A tensor without an owner (Unowned) cannot be retained: RetainStorage() throws rather
 //    than copying.
+//
+// Layout: tensors are dense row-major, except read-only strided views (StridedView), which
+// persistent append capacity produces for caches with several (batch, head) blocks (each
+// block keeps spare rows after its valid ones). raw_data()/data() throw for a strided view,
+// so code that assumes a dense layout fails loudly instead of misreading; stride-aware
+// readers use strided_data() and strides(), others take Contiguous(). The executor hands
+// kernels dense copies unless a kernel declares that it reads an input strided.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +63,10 @@ class Tensor {
                        std::shared_ptr<const void> owner);
   // Bytes with no owner: the caller guarantees their lifetime. Cannot be retained.
   static Tensor Unowned(std::string name, DataType dtype, Shape shape, const void* data);
+  // A read-only view with element `strides` (one per dimension, >= 0) over `data`, kept
+  // alive by `owner`. Byte-addressable types only. Dense strides give an ordinary tensor.
+  static Tensor StridedView(std::string name, DataType dtype, Shape shape, Shape strides,
+                            const void* data, std::shared_ptr<const void> owner);
 
   bool defined() const { return dtype_ != DataType::kUndefined; }
   const std::string& name() const { return name_; }
@@ -67,10 +78,25 @@ class Tensor {
   int64_t numel() const { return numel_; }
   size_t nbytes() const;            // packed for sub-byte types; 0 for strings
 
-  const void* raw_data() const { return data_; }
+  // The dense bytes; throws kFailedPrecondition for a strided view (see Layout above).
+  const void* raw_data() const {
+    if (!strides_.empty()) ThrowNotContiguous();
+    return data_;
+  }
   void* mutable_raw_data();  // throws kFailedPrecondition unless writable()
   template <typename T>
-  const T* data() const { return static_cast<const T*>(data_); }
+  const T* data() const { return static_cast<const T*>(raw_data()); }
+  // Layout queries for stride-aware readers. strides() are in elements, dense ones for an
+  // ordinary tensor; strided_data() is the first element whatever the layout.
+  bool contiguous() const { return strides_.empty(); }
+  Shape strides() const;
+  const void* strided_data() const { return data_; }
+  // True when every block of the dims from `axis` on is dense (rows may be apart).
+  bool DenseFrom(int64_t axis) const;
+  // Element offset of block `block` (row-major over the dims before `axis`).
+  int64_t BlockOffset(int64_t axis, int64_t block) const;
+  // A dense tensor with the same values: this one (shared) when already dense, else a copy.
+  Tensor Contiguous(Allocator& allocator = DefaultAllocator()) const;
   template <typename T>
   T* mutable_data() { return static_cast<T*>(mutable_raw_data()); }
   std::span<const std::string> strings() const;
@@ -86,8 +112,14 @@ class Tensor {
   Tensor RetainStorage() &&;
   // Shares owner and bytes with independent metadata; never writable.
   Tensor BorrowView() const;
-  // Same bytes viewed with another shape of the same element count.
+  // Same bytes viewed with another shape of the same element count. A strided view keeps
+  // its bytes when the new shape only splits, merges or adds/removes size-1 dimensions
+  // within its dense runs; otherwise this throws (take Contiguous() first).
   Tensor Reshaped(Shape shape) const;
+  // Whether Reshaped(shape) can view this tensor without a copy.
+  bool CanViewAs(const Shape& shape) const;
+  // Reshaped(shape) when possible, else a dense copy with that shape.
+  Tensor ReshapedOrCopy(Shape shape, Allocator& allocator = DefaultAllocator()) const;
   // Drops write permission (after a producer finished writing).
   void Seal() { writable_ = false; }
 
@@ -97,9 +129,12 @@ class Tensor {
   std::string DebugString() const;  // name, dtype, shape
 
  private:
+  [[noreturn]] void ThrowNotContiguous() const;
+
   std::string name_;
   DataType dtype_ = DataType::kUndefined;
   Shape shape_;
+  Shape strides_;  // empty for a dense tensor; element strides of a strided view
   int64_t numel_ = 0;
   const void* data_ = nullptr;
   std::shared_ptr<const void> owner_;

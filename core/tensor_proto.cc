@@ -249,6 +249,7 @@ void TensorToProto(const Tensor& tensor, TensorProto* proto) {
     for (const auto& s : tensor.strings()) proto->add_string_data(s);
     return;
   }
+  if (!tensor.contiguous()) return TensorToProto(tensor.Contiguous(), proto);
   proto->set_raw_data(tensor.raw_data(), tensor.nbytes());
 }
 

@@ -502,6 +502,17 @@ void RunPlanNode(const GraphPlan& plan, size_t index, RunFrame& frame, RuntimeCo
     out[i] = node.outputs[i] < 0 ? nullptr : &frame.mutable_slot(node.outputs[i]);
 
   try {
+    // Strided views (append-capacity caches) reach only kernels that read them through
+    // strides; every other kernel gets a dense copy that lives for this call.
+    std::vector<RuntimeValue> dense_copies;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (in[i] == nullptr || !in[i]->is_tensor() || in[i]->tensor().contiguous() ||
+          node.kernel->ReadsStridedInput(i))
+        continue;
+      if (dense_copies.empty()) dense_copies.reserve(node.inputs.size());
+      dense_copies.emplace_back(in[i]->tensor().Contiguous(context.allocator()));
+      in[i] = &dense_copies.back();
+    }
     KernelCall call(&context, *node.proto, std::span<const RuntimeValue* const>(in, node.inputs.size()),
                     std::span<RuntimeValue*>(out, node.outputs.size()), context.allocator());
     node.kernel->Compute(call);

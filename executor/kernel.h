@@ -107,6 +107,12 @@ class KernelBase {
     (void)index;
     (void)value;
   }
+  // Whether Compute reads input `index` through strides when it is a strided view (see
+  // core/tensor.h). The executor hands every other input to the kernel as a dense copy.
+  virtual bool ReadsStridedInput(size_t index) const {
+    (void)index;
+    return false;
+  }
 
  protected:
   // Parse attributes here; throw Error(kInvalidModel/kNotImplemented) naming the node.

@@ -18,25 +18,43 @@ class KernelCall;
 class RuntimeContext;
 class RuntimeValue;
 
-// Space for one append: the kernel initializes every byte of writable_bytes() (the new rows
-// along the append axis, nothing else), then commits. The candidate is a read-only view with
-// the desired shape over the certified buffer; its prefix rows already hold the valid prefix.
+// Space for one append: the kernel initializes every byte of each block's new rows (the
+// rows after the valid prefix along the append axis, nothing else), then commits. A cache
+// with several (batch, head) blocks before the append axis keeps spare rows in every block,
+// so the new rows are `blocks()` separate runs of block_bytes() each. The candidate is a
+// read-only view with the desired shape over the certified buffer (strided when there is
+// more than one block); its prefix rows already hold the valid prefix.
 class AppendReservation {
  public:
-  AppendReservation(Tensor candidate, std::span<std::byte> writable, size_t lease)
-      : candidate_(std::move(candidate)), writable_(writable), lease_(lease) {}
+  AppendReservation(Tensor candidate, std::byte* first, size_t block_bytes, size_t blocks,
+                    size_t block_stride, size_t lease)
+      : candidate_(std::move(candidate)),
+        first_(first),
+        block_bytes_(block_bytes),
+        blocks_(blocks),
+        block_stride_(block_stride),
+        lease_(lease) {}
   AppendReservation(AppendReservation&&) noexcept = default;
   AppendReservation& operator=(AppendReservation&&) noexcept = default;
   AppendReservation(const AppendReservation&) = delete;
   AppendReservation& operator=(const AppendReservation&) = delete;
 
-  std::span<std::byte> writable_bytes() const { return writable_; }
+  size_t blocks() const { return blocks_; }
+  size_t block_bytes() const { return block_bytes_; }
+  // The new rows of block `b` (row-major over the dimensions before the append axis).
+  std::span<std::byte> block(size_t b) const {
+    return {first_ + b * block_stride_, block_bytes_};
+  }
+  // The new rows of a single-block reservation (throws when there are several blocks).
+  std::span<std::byte> writable_bytes() const;
+  size_t writable_size() const { return blocks_ * block_bytes_; }
   const Tensor& candidate() const { return candidate_; }
   size_t lease() const { return lease_; }  // which lease of the hook issued it
 
  private:
   Tensor candidate_;
-  std::span<std::byte> writable_;
+  std::byte* first_ = nullptr;
+  size_t block_bytes_ = 0, blocks_ = 0, block_stride_ = 0;
   size_t lease_ = 0;
 };
 
@@ -53,7 +71,7 @@ class PersistentAppendHook {
                                                    const RuntimeValue* input,
                                                    const RuntimeValue* output,
                                                    const Shape& desired, int64_t axis) = 0;
-  // Checks that `initialized_bytes` covers writable_bytes() exactly and returns the sealed
+  // Checks that `initialized_bytes` covers writable_size() exactly and returns the sealed
   // view; the state publishes capacity only if that view is the one the run returns.
   virtual Tensor Commit(const KernelCall& call, AppendReservation reservation,
                         size_t initialized_bytes) = 0;

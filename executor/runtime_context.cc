@@ -64,6 +64,13 @@ void RuntimeContext::put_value(const std::string& name, RuntimeValue value) {
   values_[name] = std::move(value);
 }
 
+std::span<std::byte> AppendReservation::writable_bytes() const {
+  OL_CHECK(blocks_ == 1, ErrorCode::kFailedPrecondition,
+           "the append reservation of '" + candidate_.name() + "' has " +
+               std::to_string(blocks_) + " blocks: write each block(b)");
+  return block(0);
+}
+
 std::optional<AppendReservation> RuntimeContext::ReservePersistentAppend(
     const KernelCall& call, const Shape& desired, int64_t axis, size_t input,
     size_t output) const {

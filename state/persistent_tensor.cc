@@ -13,26 +13,54 @@ namespace onnx_light::core::runtime {
 
 namespace {
 
-// Bytes per row along `axis` when the layout can be appended in place, else 0: every
-// dimension before the axis is 1, the rows are non-empty and the type is byte-addressable.
-size_t AppendRowBytes(const Shape& shape, int64_t axis, DataType dtype) {
-  if (axis < 0 || axis >= static_cast<int64_t>(shape.size())) return 0;
-  if (dtype == DataType::kString) return 0;
+// The append layout of `shape` along `axis`: `blocks` (the product of the dimensions before
+// the axis) runs of rows, each row `row_bytes` (the dimensions after it). Zero row bytes
+// when it cannot be appended in place: empty rows or blocks, or a type that is not
+// byte-addressable.
+struct AppendLayout {
+  size_t blocks = 0;
+  size_t row_elems = 0;
+  size_t row_bytes = 0;
+};
+
+AppendLayout LayoutOf(const Shape& shape, int64_t axis, DataType dtype) {
+  AppendLayout layout;
+  if (axis < 0 || axis >= static_cast<int64_t>(shape.size())) return layout;
+  if (dtype == DataType::kString) return layout;
   const int bits = ElementBits(dtype);
-  if (bits <= 0 || bits % 8 != 0) return 0;
-  for (int64_t d = 0; d < axis; ++d)
-    if (shape[static_cast<size_t>(d)] != 1) return 0;
-  size_t inner = 1;
+  if (bits <= 0 || bits % 8 != 0) return layout;
+  layout.blocks = 1;
+  for (int64_t d = 0; d < axis; ++d) layout.blocks *= static_cast<size_t>(shape[static_cast<size_t>(d)]);
+  layout.row_elems = 1;
   for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d)
-    inner *= static_cast<size_t>(shape[d]);
-  return inner * static_cast<size_t>(bits / 8);
+    layout.row_elems *= static_cast<size_t>(shape[d]);
+  layout.row_bytes = layout.blocks == 0 ? 0 : layout.row_elems * static_cast<size_t>(bits / 8);
+  return layout;
+}
+
+// A view of `shape` over a buffer of `blocks` x `capacity` rows: dense when there is one
+// block, else strided (each block's rows start capacity rows after the previous block's).
+Tensor CapacityView(const std::string& name, DataType dtype, const Shape& shape, int64_t axis,
+                    size_t capacity, const AppendLayout& layout, const std::byte* base,
+                    std::shared_ptr<const void> owner) {
+  if (layout.blocks == 1) return Tensor::Borrow(name, dtype, shape, base, std::move(owner));
+  Shape strides(shape.size(), 1);
+  const auto a = static_cast<size_t>(axis);
+  for (size_t d = shape.size() - 1; d > a; --d) strides[d - 1] = strides[d] * shape[d];
+  int64_t block_stride = static_cast<int64_t>(capacity * layout.row_elems);
+  for (size_t d = a; d-- > 0;) {
+    strides[d] = block_stride;
+    block_stride *= shape[d];
+  }
+  return Tensor::StridedView(name, dtype, shape, std::move(strides), base, std::move(owner));
 }
 
 }  // namespace
 
 bool PersistentTensor::Matches(const Tensor& tensor) const {
-  return tensor.owner().get() == view_.owner().get() && tensor.raw_data() == view_.raw_data() &&
-         tensor.dtype() == view_.dtype() && tensor.shape() == view_.shape() &&
+  return tensor.owner().get() == view_.owner().get() &&
+         tensor.strided_data() == view_.strided_data() && tensor.dtype() == view_.dtype() &&
+         tensor.shape() == view_.shape() && tensor.strides() == view_.strides() &&
          tensor.nbytes() == view_.nbytes();
 }
 
@@ -69,41 +97,52 @@ std::optional<AppendReservation> PersistentTensor::AppendLease::Reserve(
   if (initial_capacity_ == 0) return std::nullopt;
   const DataType dtype = input.dtype();
   const Shape& past = input.shape();
-  const size_t row_bytes = AppendRowBytes(desired, axis, dtype);
+  const AppendLayout layout = LayoutOf(desired, axis, dtype);
+  const size_t row_bytes = layout.row_bytes;
   if (row_bytes == 0 || past.size() != desired.size()) return std::nullopt;
   for (size_t d = 0; d < past.size(); ++d)
     if (static_cast<int64_t>(d) != axis && past[d] != desired[d]) return std::nullopt;
   const auto a = static_cast<size_t>(axis);
   if (past[a] > desired[a]) return std::nullopt;
+  // The prefix is copied block by block: each block of the past must be dense from the axis.
+  if (!input.DenseFrom(axis)) return std::nullopt;
   const size_t prefix_rows = static_cast<size_t>(past[a]);
   const size_t rows = static_cast<size_t>(desired[a]);
 
   // The certificate applies only to the very buffer it was issued for, held by the state
-  // alone, with an unchanged row layout.
+  // alone, with an unchanged block and row layout.
   const bool certified = capacity_.valid() && retained_ != nullptr && retained_->is_tensor() &&
-                         retained_->tensor().raw_data() == input.raw_data() &&
-                         input.raw_data() == capacity_.base &&
+                         retained_->tensor().strided_data() == input.strided_data() &&
+                         input.strided_data() == capacity_.base &&
                          input.owner().get() == capacity_.base && capacity_.dtype == dtype &&
-                         capacity_.row_bytes == row_bytes;
+                         capacity_.row_bytes == row_bytes && capacity_.blocks == layout.blocks;
   std::byte* base = nullptr;
   std::shared_ptr<const void> owner;
   size_t capacity = 0;
   size_t allocated_bytes = 0, prefix_bytes = 0;
   const bool reuse = certified && exclusive_ && rows <= capacity_.capacity;
   if (reuse) {
-    // Written only past the valid prefix, in a buffer this class allocated: the const view
-    // never observes these rows, so no published byte changes.
+    // Written only past each block's valid prefix, in a buffer this class allocated: the
+    // const views never observe these rows, so no published byte changes.
     base = static_cast<std::byte*>(const_cast<void*>(capacity_.base));
     owner = input.owner();
     capacity = capacity_.capacity;
   } else {
     capacity = std::max(initial_capacity_, capacity_.valid() ? capacity_.capacity : size_t{0});
     while (capacity < rows) capacity *= 2;
-    allocated_bytes = capacity * row_bytes;
+    allocated_bytes = layout.blocks * capacity * row_bytes;
     std::shared_ptr<void> storage = context.allocator().Allocate(allocated_bytes);
     base = static_cast<std::byte*>(storage.get());
-    prefix_bytes = prefix_rows * row_bytes;
-    if (prefix_bytes > 0) std::memcpy(base, input.raw_data(), prefix_bytes);
+    const size_t block_prefix = prefix_rows * row_bytes;
+    if (block_prefix > 0) {
+      const auto* src = static_cast<const std::byte*>(input.strided_data());
+      const size_t elem = row_bytes / layout.row_elems;
+      for (size_t b = 0; b < layout.blocks; ++b)
+        std::memcpy(base + b * capacity * row_bytes,
+                    src + static_cast<size_t>(input.BlockOffset(axis, static_cast<int64_t>(b))) * elem,
+                    block_prefix);
+    }
+    prefix_bytes = layout.blocks * block_prefix;
     owner = std::move(storage);
   }
   if (context.events_enabled()) {  // with events off: no event object, no lock
@@ -117,12 +156,12 @@ std::optional<AppendReservation> PersistentTensor::AppendLease::Reserve(
     event.storage_reuse_count = reuse ? 1 : 0;
     context.RecordEvent(std::move(event));
   }
-  pending_ = Capacity{base, capacity, row_bytes, dtype};
-  Tensor candidate = Tensor::Borrow(input.name(), dtype, desired, base, std::move(owner));
-  return AppendReservation(
-      std::move(candidate),
-      std::span<std::byte>(base + prefix_rows * row_bytes, (rows - prefix_rows) * row_bytes),
-      lease_index);
+  pending_ = Capacity{base, capacity, row_bytes, dtype, layout.blocks};
+  Tensor candidate =
+      CapacityView(input.name(), dtype, desired, axis, capacity, layout, base, std::move(owner));
+  return AppendReservation(std::move(candidate), base + prefix_rows * row_bytes,
+                           (rows - prefix_rows) * row_bytes, layout.blocks,
+                           capacity * row_bytes, lease_index);
 }
 
 Tensor PersistentTensor::AppendLease::Commit(const KernelCall& call,
@@ -131,7 +170,7 @@ Tensor PersistentTensor::AppendLease::Commit(const KernelCall& call,
   OL_CHECK(pending_.has_value() && !committed_.has_value(), ErrorCode::kFailedPrecondition,
            NodeLabel(call.node()) + ": no open append reservation for persistent binding '" +
                binding_ + "'");
-  const size_t reserved = reservation.writable_bytes().size();
+  const size_t reserved = reservation.writable_size();
   OL_CHECK(initialized_bytes == reserved, ErrorCode::kInvalidArgument,
            NodeLabel(call.node()) + ": initialized " + std::to_string(initialized_bytes) +
                " bytes of the " + std::to_string(reserved) +

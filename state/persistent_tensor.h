@@ -6,11 +6,13 @@
 // that directly consumes the bound input and produces the bound output (through
 // RuntimeContext::ReservePersistentAppend). Move-only, one Reserve attempt per lease.
 //
-// Layout: a reservation is granted when every dimension before the append axis is 1 and the
-// rows after it are non-empty (for Attention K/V: [1, 1, length, head_size]). The buffer then
-// holds `capacity` rows; the tensor's shape and byte extent cover the valid rows only.
-// Appending within capacity writes only the new rows in place; otherwise a new buffer of
-// geometrically grown capacity is allocated and the valid prefix is copied once.
+// Layout: a reservation is granted when the rows after the append axis and the blocks
+// before it (the product of those dimensions) are non-empty. The buffer holds `capacity`
+// rows per block (for Attention K/V [batch, heads, length, head_size]: one block per
+// (batch, head), head-major); the tensor covers the valid rows only, as a dense tensor for
+// one block and as a strided view (core/tensor.h) for several. Appending within capacity
+// writes only the new rows of each block in place; otherwise a new buffer of geometrically
+// grown capacity is allocated and each block's valid prefix is copied once.
 //
 // Reuse is conservative: only buffers this class allocated are ever written, and only while
 // the state is the sole holder of the retained tensor when the run starts (no live previous
@@ -40,6 +42,7 @@ class PersistentTensor {
     size_t capacity = 0;         // rows along the append axis
     size_t row_bytes = 0;        // bytes of one row (product of the dims after the axis)
     DataType dtype = DataType::kUndefined;
+    size_t blocks = 1;           // runs of rows: the product of the dims before the axis
     bool valid() const { return base != nullptr && capacity > 0; }
   };
 

@@ -220,6 +220,8 @@ class Attention final : public core::runtime::KernelBase {
 
  public:
   void Compute(KernelCall& call) const override;
+  // past_key/past_value may be append-capacity caches: strided views, read block by block.
+  bool ReadsStridedInput(size_t index) const override { return index == 4 || index == 5; }
 
  private:
   bool is_causal_ = false;
@@ -268,6 +270,37 @@ struct FloatRows {
   }
 };
 
+// Float rows of the (batch, head) blocks of a past cache [batch, heads, length, size] that
+// is dense from axis 2: FLOAT read in place (also from a strided cache), other types
+// converted once.
+class PastBlocks {
+ public:
+  PastBlocks(const Tensor* past, int64_t blocks) {
+    if (past == nullptr) return;
+    const int64_t block_elems = past->dim(2) * past->dim(3);
+    if (past->dtype() == DataType::kFloat) {
+      const auto* base = static_cast<const float*>(past->strided_data());
+      for (int64_t b = 0; b < blocks; ++b) starts_.push_back(base + past->BlockOffset(2, b));
+      return;
+    }
+    converted_.resize(static_cast<size_t>(blocks * block_elems));
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t from = past->BlockOffset(2, b);
+      float* out = converted_.data() + b * block_elems;
+      for (int64_t i = 0; i < block_elems; ++i)
+        out[i] = LoadAsFloat(past->dtype(), past->strided_data(), from + i);
+      starts_.push_back(out);
+    }
+  }
+  const float* Block(int64_t block) const {
+    return starts_.empty() ? nullptr : starts_[static_cast<size_t>(block)];
+  }
+
+ private:
+  std::vector<float> converted_;
+  std::vector<const float*> starts_;
+};
+
 // Records a kPersistentStorage report of present K/V construction (events enabled only).
 void RecordStorage(const KernelCall& call, size_t allocations, size_t allocated_bytes,
                    size_t prefix_bytes, size_t append_bytes) {
@@ -286,9 +319,10 @@ void RecordStorage(const KernelCall& call, size_t allocations, size_t allocated_
 // Writes present = concat(past, new) along the sequence axis in the source dtype (no
 // conversion of the prefix: 16-bit caches are copied as bits). When this node directly
 // consumes the bound past (input `past_input`) and produces the bound present, the state's
-// append reservation supplies a buffer that already holds the prefix: only the new rows are
-// copied. Otherwise (plain sessions, multi-head or multi-batch caches, zero-width rows,
-// capacity disabled) the present is a fresh dense tensor.
+// append reservation supplies a buffer that already holds the prefix: only the new rows of
+// each (batch, head) block are copied. Otherwise (plain sessions, zero-width rows, capacity
+// disabled) the present is a fresh dense tensor. `past` is dense from axis 2 (a block of a
+// strided cache is contiguous).
 void WritePresent(KernelCall& call, size_t output, size_t past_input, const Tensor* past,
                   const HeadView& current, DataType dtype) {
   const int64_t past_len = past ? past->dim(2) : 0;
@@ -309,8 +343,11 @@ void WritePresent(KernelCall& call, size_t output, size_t past_input, const Tens
   if (past != nullptr && call.has_context()) {
     const auto& context = call.context();
     if (auto reservation = context.ReservePersistentAppend(call, shape, 2, past_input, output)) {
-      // The reusable layout has one (batch, head): the writable span is its new rows.
-      copy_new_rows(0, 0, reinterpret_cast<uint8_t*>(reservation->writable_bytes().data()));
+      for (int64_t b = 0; b < current.batch; ++b)
+        for (int64_t h = 0; h < current.heads; ++h)
+          copy_new_rows(b, h,
+                        reinterpret_cast<uint8_t*>(
+                            reservation->block(static_cast<size_t>(b * current.heads + h)).data()));
       call.SetOutput(output,
                      context.CommitPersistentAppend(call, std::move(*reservation), append_bytes));
       RecordStorage(call, 0, 0, 0, append_bytes);
@@ -323,8 +360,8 @@ void WritePresent(KernelCall& call, size_t output, size_t past_input, const Tens
     for (int64_t h = 0; h < current.heads; ++h) {
       uint8_t* out = dst + static_cast<size_t>((b * current.heads + h) * total) * row_bytes;
       if (past_len > 0 && row_bytes > 0) {
-        const auto* src = static_cast<const uint8_t*>(past->raw_data()) +
-                          static_cast<size_t>((b * current.heads + h) * past_len) * row_bytes;
+        const auto* src = static_cast<const uint8_t*>(past->strided_data()) +
+                          static_cast<size_t>(past->BlockOffset(2, b * current.heads + h)) * elem;
         std::memcpy(out, src, static_cast<size_t>(past_len) * row_bytes);
         out += static_cast<size_t>(past_len) * row_bytes;
       }
@@ -450,24 +487,17 @@ void Attention::Compute(KernelCall& call) const {
 
   // Float views of Q, K, V (in place for FLOAT).
   const FloatRows qf(qv), kf(kv), vf(vv);
-  std::vector<float> past_k_conv, past_v_conv;
-  const float* past_k = nullptr;
-  const float* past_v = nullptr;
-  if (past_key) {
-    auto convert = [](const Tensor& t, std::vector<float>& buf) -> const float* {
-      if (t.dtype() == DataType::kFloat) return t.data<float>();
-      buf.resize(static_cast<size_t>(t.numel()));
-      for (int64_t i = 0; i < t.numel(); ++i)
-        buf[static_cast<size_t>(i)] = LoadAsFloat(t.dtype(), t.raw_data(), i);
-      return buf.data();
-    };
-    past_k = convert(*past_key, past_k_conv);
-    past_v = convert(*past_value, past_v_conv);
-  }
-  auto rows = [&](const FloatRows& cur, const float* past, int64_t d, int64_t b,
+  // Past caches may be strided (append capacity): each (batch, head) block is contiguous.
+  // Any other layout is made dense here.
+  Tensor past_key_dense, past_value_dense;
+  if (past_key && !past_key->DenseFrom(2)) past_key = &(past_key_dense = past_key->Contiguous());
+  if (past_value && !past_value->DenseFrom(2))
+    past_value = &(past_value_dense = past_value->Contiguous());
+  const PastBlocks past_k(past_key, batch * hkv), past_v(past_value, batch * hkv);
+  auto rows = [&](const FloatRows& cur, const PastBlocks& past, int64_t d, int64_t b,
                   int64_t h) -> KeyRows {
     KeyRows r;
-    r.past = past ? past + ((b * hkv + h) * past_len) * d : nullptr;
+    r.past = past.Block(b * hkv + h);
     r.past_len = past_len;
     r.past_stride = d;
     r.current = cur.Row(b, h, 0);

@@ -4,7 +4,9 @@
 // The exporters' KV-cache pattern `present = Concat(past, new)` with past <- present bound
 // in a PersistentValueState uses the state's append reservation: the result buffer already
 // holds the past, and only the later inputs are copied (spec "Contiguous CPU Attention
-// feedback"; the reservation declines layouts it cannot append in place).
+// feedback"; the reservation declines layouts it cannot append in place). With several
+// blocks before the axis (batch, heads) the past is a strided view with spare rows in each
+// block; the first input is read through its strides, block by block.
 #include <cstring>
 
 #include "ops/elementwise/copy.h"
@@ -24,15 +26,19 @@ class Concat final : public core::runtime::KernelBase {
     axis_ = core::runtime::RequiredAttrInt(node, "axis");
   }
 
+  bool ReadsStridedInput(size_t index) const override { return index == 0; }
+
   void Compute(KernelCall& call) const override {
     std::vector<const Tensor*> inputs;
     for (size_t i = 0; i < call.input_count(); ++i)
       if (call.has_input(i)) inputs.push_back(&call.input(i));
     if (inputs.empty()) call.Fail("needs at least one input");
-    const Tensor& first = *inputs[0];
-    const int64_t rank = first.rank();
+    const int64_t rank = inputs[0]->rank();
     if (rank == 0) call.Fail("cannot concatenate scalars (rank 0)");
     const int64_t axis = elementwise::NormalizeAxis(call, axis_, rank);
+    Tensor first_dense;  // a strided first input whose blocks are not dense from the axis
+    if (!inputs[0]->DenseFrom(axis)) inputs[0] = &(first_dense = inputs[0]->Contiguous());
+    const Tensor& first = *inputs[0];
     Shape out_shape = first.shape();
     out_shape[static_cast<size_t>(axis)] = 0;
     for (const Tensor* t : inputs) {
@@ -62,7 +68,9 @@ class Concat final : public core::runtime::KernelBase {
           T* row = dst + o * out_row;
           for (const Tensor* t : inputs) {
             const int64_t chunk = t->shape()[static_cast<size_t>(axis)] * inner;
-            elementwise::CopyElements(t->data<T>() + o * chunk, chunk, row);
+            if (chunk > 0)
+              elementwise::CopyElements(
+                  static_cast<const T*>(t->strided_data()) + t->BlockOffset(axis, o), chunk, row);
             row += chunk;
           }
         }
@@ -79,13 +87,17 @@ class Concat final : public core::runtime::KernelBase {
     const auto& context = call.context();
     auto reservation = context.ReservePersistentAppend(call, out_shape, axis, 0, 0);
     if (!reservation) return false;
-    // Every dimension before the axis is 1: each later input is a run of whole rows.
-    std::byte* out = reservation->writable_bytes().data();
+    // Block b of each later input (dense) is a run of whole rows after block b's past.
     size_t written = 0;
-    for (size_t i = 1; i < inputs.size(); ++i) {
-      const size_t n = inputs[i]->nbytes();
-      if (n > 0) std::memcpy(out + written, inputs[i]->raw_data(), n);
-      written += n;
+    for (size_t b = 0; b < reservation->blocks(); ++b) {
+      std::byte* out = reservation->block(b).data();
+      for (size_t i = 1; i < inputs.size(); ++i) {
+        const size_t n = inputs[i]->nbytes() / reservation->blocks();
+        if (n > 0)
+          std::memcpy(out, static_cast<const std::byte*>(inputs[i]->raw_data()) + b * n, n);
+        out += n;
+        written += n;
+      }
     }
     call.SetOutput(0, context.CommitPersistentAppend(call, std::move(*reservation), written));
     if (context.events_enabled()) {

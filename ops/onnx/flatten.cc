@@ -10,6 +10,9 @@ class Flatten final : public core::runtime::KernelBase {
 
   void Configure(const NodeProto& node) override { axis_ = core::runtime::AttrInt(node, "axis", 1); }
 
+  // A strided view stays a view when the new shape allows it (else one dense copy).
+  bool ReadsStridedInput(size_t index) const override { return index == 0; }
+
   void Compute(core::runtime::KernelCall& call) const override {
     const auto& x = call.input(0);
     const int64_t rank = x.rank();
@@ -19,7 +22,7 @@ class Flatten final : public core::runtime::KernelBase {
     const int64_t axis = axis_ < 0 ? axis_ + rank : axis_;
     int64_t outer = 1, inner = 1;
     for (int64_t d = 0; d < rank; ++d) (d < axis ? outer : inner) *= x.shape()[static_cast<size_t>(d)];
-    call.SetOutput(0, x.Reshaped({outer, inner}));
+    call.SetOutput(0, x.ReshapedOrCopy({outer, inner}, call.allocator()));
   }
 
  private:

@@ -6,6 +6,8 @@ namespace onnx_light::ops {
 class Identity final : public core::runtime::KernelBase {
  public:
   explicit Identity(const core::runtime::KernelContext&) {}
+  // Passes a strided view on as the same view.
+  bool ReadsStridedInput(size_t) const override { return true; }
   void Compute(core::runtime::KernelCall& call) const override {
     call.SetOutputValue(0, call.input_value(0).BorrowView());
   }

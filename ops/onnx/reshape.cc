@@ -17,6 +17,9 @@ class Reshape final : public core::runtime::KernelBase {
     allow_zero_ = core::runtime::AttrInt(node, "allowzero", 0) != 0;
   }
 
+  // A strided view stays a view when the new shape allows it (else one dense copy).
+  bool ReadsStridedInput(size_t index) const override { return index == 0; }
+
   void Compute(KernelCall& call) const override {
     const auto& x = call.input(0);
     const Shape requested = elementwise::ReadInt64s(call, call.input(1), "shape");
@@ -55,7 +58,7 @@ class Reshape final : public core::runtime::KernelBase {
       call.Fail("cannot reshape input of shape " + ShapeToString(x.shape()) + " (" +
                 std::to_string(x.numel()) + " elements) to " + ShapeToString(requested));
     }
-    call.SetOutput(0, x.Reshaped(std::move(shape)));
+    call.SetOutput(0, x.ReshapedOrCopy(std::move(shape), call.allocator()));
   }
 
  private:

@@ -17,6 +17,9 @@ class Shape final : public core::runtime::KernelBase {
                                                      : std::nullopt;
   }
 
+  // Reads only the shape: a strided view needs no dense copy.
+  bool ReadsStridedInput(size_t) const override { return true; }
+
   void Compute(core::runtime::KernelCall& call) const override {
     const auto& x = call.input(0);
     const int64_t rank = x.rank();

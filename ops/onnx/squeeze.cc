@@ -16,6 +16,9 @@ class SqueezeKernel final : public core::runtime::KernelBase {
     if (!kAxesInput) axes_ = core::runtime::OptionalAttrInts(node, "axes");
   }
 
+  // A strided view stays a view when the new shape allows it (else one dense copy).
+  bool ReadsStridedInput(size_t index) const override { return index == 0; }
+
   void Compute(core::runtime::KernelCall& call) const override {
     const auto& x = call.input(0);
     const int64_t rank = x.rank();
@@ -37,7 +40,7 @@ class SqueezeKernel final : public core::runtime::KernelBase {
     core::runtime::Shape shape;
     for (int64_t d = 0; d < rank; ++d)
       if (!drop[static_cast<size_t>(d)]) shape.push_back(x.shape()[static_cast<size_t>(d)]);
-    call.SetOutput(0, x.Reshaped(std::move(shape)));
+    call.SetOutput(0, x.ReshapedOrCopy(std::move(shape), call.allocator()));
   }
 
  private:

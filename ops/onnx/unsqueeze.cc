@@ -14,6 +14,9 @@ class UnsqueezeKernel final : public core::runtime::KernelBase {
     if (!kAxesInput) axes_ = core::runtime::AttrInts(node, "axes");
   }
 
+  // A strided view stays a view when the new shape allows it (else one dense copy).
+  bool ReadsStridedInput(size_t index) const override { return index == 0; }
+
   void Compute(core::runtime::KernelCall& call) const override {
     const auto& x = call.input(0);
     const std::vector<int64_t> axes =
@@ -29,7 +32,7 @@ class UnsqueezeKernel final : public core::runtime::KernelBase {
     size_t next = 0;
     for (int64_t d = 0; d < out_rank; ++d)
       shape.push_back(inserted[static_cast<size_t>(d)] ? 1 : x.shape()[next++]);
-    call.SetOutput(0, x.Reshaped(std::move(shape)));
+    call.SetOutput(0, x.ReshapedOrCopy(std::move(shape), call.allocator()));
   }
 
  private:

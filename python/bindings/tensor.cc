@@ -71,12 +71,8 @@ py::object NumpyDtype(DataType dtype) {
 }
 
 std::vector<py::ssize_t> ByteStrides(const Tensor& t, size_t itemsize) {
-  std::vector<py::ssize_t> strides(t.shape().size());
-  py::ssize_t stride = static_cast<py::ssize_t>(itemsize);
-  for (size_t i = strides.size(); i-- > 0;) {
-    strides[i] = stride;
-    stride *= static_cast<py::ssize_t>(std::max<int64_t>(t.shape()[i], 1));
-  }
+  std::vector<py::ssize_t> strides;
+  for (int64_t s : t.strides()) strides.push_back(static_cast<py::ssize_t>(s * static_cast<int64_t>(itemsize)));
   return strides;
 }
 
@@ -118,7 +114,7 @@ void RegisterTensor(py::module_& runtime) {
           "data_type", [](const Tensor& t) { return static_cast<int>(t.dtype()); },
           "TensorProto.DataType of the elements")
       .def_property_readonly(
-          "data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()); })
+          "data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.strided_data()); })
       .def_property_readonly("nbytes", [](const Tensor& t) { return t.nbytes(); })
       .def_property_readonly("ndim", [](const Tensor& t) { return t.rank(); })
       .def_property_readonly("size", [](const Tensor& t) { return t.numel(); })
@@ -166,7 +162,7 @@ void RegisterTensor(py::module_& runtime) {
                      " has no buffer-protocol representation");
         const size_t itemsize = static_cast<size_t>(core::ElementBits(t.dtype()) / 8);
         std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
-        return py::buffer_info(const_cast<void*>(t.raw_data()), static_cast<py::ssize_t>(itemsize),
+        return py::buffer_info(const_cast<void*>(t.strided_data()), static_cast<py::ssize_t>(itemsize),
                                format, static_cast<py::ssize_t>(shape.size()), shape,
                                ByteStrides(t, itemsize), /*readonly=*/true);
       });

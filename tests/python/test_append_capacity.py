@@ -1,6 +1,6 @@
 """Append capacity of persistent K/V caches from Python: in-place appends (DLPack data
 pointers), storage audit events, and the conservative reuse rules (live outputs and values
-views, imported NumPy buffers, disabled capacity, multi-head fallback)."""
+views, imported NumPy buffers, disabled capacity, per-(batch, head) blocks)."""
 import numpy
 import pytest
 
@@ -195,15 +195,51 @@ def test_capacity_option_is_copied_at_construction_and_zero_disables_it():
         assert take_storage(context) == counters(2, t * 4 * 5, (t - 1) * 4 * 5, 4 * 5, 0)
 
 
-def test_several_kv_heads_use_the_dense_fallback_formula():
+def test_several_kv_heads_append_per_block_and_match_onnxruntime():
+    """[batch, heads, length, D] caches keep spare rows per (batch, head) block: after the
+    first token only the new rows are copied, outputs are strided NumPy/DLPack views over
+    one buffer, and every step equals onnxruntime fed with its own outputs."""
+    import onnxruntime as ort
+
     batch, heads, dk, dv = 2, 2, 4, 4
     model = decode_model(batch=batch, q_heads=4, kv_heads=heads, dk=dk, dv=dv)
-    state = runtime.PersistentValueState(
-        model, empty_cache(batch=batch, kv_heads=heads, dk=dk, dv=dv, length=5))
+    initial = empty_cache(batch=batch, kv_heads=heads, dk=dk, dv=dv, length=5)
+    options = runtime.RuntimeSessionOptions(persistent_tensor_initial_capacity=8)
+    state = runtime.PersistentValueState(model, initial, options=options)
+    plain = type(model)()
+    plain.CopyFrom(model)
+    del plain.graph.persistent_bindings[:]  # onnxruntime gets the same graph, fed by hand
+    reference = ort.InferenceSession(plain.SerializeToString(),
+                                     providers=["CPUExecutionProvider"])
+    past = dict(initial)
     context = make_context()
-    run_pointers(state, context, token(1, batch=batch, q_heads=4, kv_heads=heads, dk=dk, dv=dv))
     per_token = 4 * batch * heads * (dk + dv)
-    assert take_storage(context) == counters(2, 6 * per_token, 5 * per_token, per_token, 0)
+    pointers = []
+    for t in range(1, 6):
+        feeds = token(t, batch=batch, q_heads=4, kv_heads=heads, dk=dk, dv=dv)
+        outputs = state.run(context, feeds)
+        key = numpy.asarray(outputs["present_key"])
+        assert key.shape == (batch, heads, 5 + t, dk)
+        # Head-major blocks of 8 then 16 rows: the view steps over the spare rows.
+        rows = 8 if 5 + t <= 8 else 16
+        assert key.strides == (heads * rows * dk * 4, rows * dk * 4, dk * 4, 4)
+        assert numpy.from_dlpack(outputs["present_key"]).strides == key.strides
+        y, present_key, present_value = reference.run(None, {**feeds, **past})
+        numpy.testing.assert_allclose(numpy.asarray(outputs["y"]), y, rtol=1e-5, atol=1e-6)
+        numpy.testing.assert_array_equal(key, present_key)
+        numpy.testing.assert_array_equal(numpy.asarray(outputs["present_value"]), present_value)
+        past = {"past_key": present_key, "past_value": present_value}
+        pointers.append(pointer(outputs["present_key"]))
+        del outputs, key
+        totals = take_storage(context)
+        if t == 1:  # the imported 5-token cache is copied once into 8-row blocks
+            assert totals == counters(2, 8 * per_token, 5 * per_token, per_token, 0)
+        elif t == 4:  # 9 rows > 8: 16-row blocks, each block's 8-row prefix copied once
+            assert totals == counters(2, 16 * per_token, 8 * per_token, per_token, 0)
+        else:
+            assert totals == counters(0, 0, 0, per_token, 2)
+    assert pointers[0] == pointers[1] == pointers[2]
+    assert pointers[3] == pointers[4] != pointers[2]
 
 
 @pytest.mark.parametrize("dtype,elem", [(numpy.float16, "float16")])

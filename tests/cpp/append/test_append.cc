@@ -110,8 +110,9 @@ RuntimeValueMap Token(int t, int64_t batch, int64_t hq, int64_t hkv, int64_t dk,
   return feeds;
 }
 
+// The first element of a returned or retained tensor, dense or strided.
 const void* Data(const RuntimeValueMap& values, const std::string& name) {
-  return values.at(name).tensor().raw_data();
+  return values.at(name).tensor().strided_data();
 }
 
 std::vector<float> Floats(const RuntimeValue& value) { return value.tensor().ToFloatVector(); }
@@ -276,18 +277,93 @@ TEST_CASE("Capacity is copied at state construction and 0 disables reservations"
   }
 }
 
-TEST_CASE("Several KV heads or batches use the dense fallback with the spec's byte formula") {
+TEST_CASE("Several KV heads and batches append per (batch, head) block without prefix copies") {
   const int64_t batch = 2, heads = 3, dk = 2, dv = 4;
+  const size_t blocks = batch * heads;
   auto model = DecodeModel(batch, 6, heads, dk, dv);
-  PersistentValueState state(model, Initial(batch, heads, 0, dk, dv), Capacity(32));
+  PersistentValueState state(model, Initial(batch, heads, 0, dk, dv), Capacity(2));
+  PersistentValueState dense(model, Initial(batch, heads, 0, dk, dv), Capacity(0));
   RuntimeContext context = EventContext();
-  for (int t = 1; t <= 3; ++t) {
-    { state.Run(context, Token(t, batch, 6, heads, dk, dv)); }
-    const size_t l = static_cast<size_t>(t - 1);
-    CheckTotals(TakeStorage(context), 2, 4 * batch * heads * (l + 1) * (dk + dv),
-                4 * batch * heads * l * (dk + dv), 4 * batch * heads * (dk + dv), 0);
+  RuntimeContext quiet;
+  const void* buffer = nullptr;
+  for (int t = 1; t <= 4; ++t) {
+    CAPTURE(t);
+    {
+      auto out = state.Run(context, Token(t, batch, 6, heads, dk, dv));
+      auto ref = dense.Run(quiet, Token(t, batch, 6, heads, dk, dv));
+      const Tensor& key = out.at("present_key").tensor();
+      CHECK(key.shape() == Shape{batch, heads, t, dk});
+      // Head-major blocks of `capacity` rows: the view steps over the spare rows.
+      const int64_t capacity = t <= 2 ? 2 : 4;
+      CHECK(key.strides() == Shape{heads * capacity * dk, capacity * dk, dk, 1});
+      // A full buffer (length == capacity) is dense again.
+      CHECK(key.contiguous() == (t == capacity));
+      if (t != capacity)
+        ExpectError([&] { (void)key.raw_data(); }, ErrorCode::kFailedPrecondition,
+                    "is a strided view");
+      CHECK(Floats(out.at("y")) == Floats(ref.at("y")));
+      CHECK(Floats(out.at("present_key")) == Floats(ref.at("present_key")));
+      CHECK(Floats(out.at("present_value")) == Floats(ref.at("present_value")));
+      if (t == 1 || t == 3) buffer = Data(out, "present_key");
+      CHECK(Data(out, "present_key") == buffer);
+      CHECK(Data(state.Values(), "past_key") == buffer);
+    }
+    const size_t append = 4 * blocks * (dk + dv);
+    const Totals totals = TakeStorage(context);
+    if (t == 1) {  // two buffers of 2 rows per block
+      CheckTotals(totals, 2, 4 * blocks * 2 * (dk + dv), 0, append, 0);
+    } else if (t == 3) {  // grown to 4 rows per block: each block's 2-row prefix copied once
+      CheckTotals(totals, 2, 4 * blocks * 4 * (dk + dv), 4 * blocks * 2 * (dk + dv), append, 0);
+    } else {  // only the new row of each block is written
+      CheckTotals(totals, 0, 0, 0, append, 2);
+    }
   }
-  CHECK(state.Values().at("past_key").tensor().shape() == Shape{batch, heads, 3, dk});
+  CHECK(state.Values().at("past_key").tensor().shape() == Shape{batch, heads, 4, dk});
+}
+
+TEST_CASE("A live strided output forces a fresh buffer and its bytes never change") {
+  const int64_t batch = 1, heads = 2, dk = 2, dv = 2;
+  auto model = DecodeModel(batch, 2, heads, dk, dv);
+  PersistentValueState state(model, Initial(batch, heads, 0, dk, dv), Capacity(8));
+  RuntimeContext context = EventContext();
+  { state.Run(context, Token(1, batch, 2, heads, dk, dv)); }
+  auto kept = state.Run(context, Token(2, batch, 2, heads, dk, dv));
+  const std::vector<float> before = Floats(kept.at("present_key"));
+  TakeStorage(context);
+  auto next = state.Run(context, Token(3, batch, 2, heads, dk, dv));
+  // `kept` shares the buffer: the state may not write even past its rows.
+  CheckTotals(TakeStorage(context), 2, 4 * 2 * 8 * (dk + dv), 4 * 2 * 2 * (dk + dv),
+              4 * 2 * (dk + dv), 0);
+  CHECK(Data(next, "present_key") != Data(kept, "present_key"));
+  CHECK(Floats(kept.at("present_key")) == before);
+  CHECK(kept.at("present_key").tensor().shape() == Shape{batch, heads, 2, dk});
+}
+
+TEST_CASE("Kernels that do not read strides get a dense copy of a strided cache") {
+  // summed = ReduceSum(present_key) and a Python-free Add read the cache through the
+  // executor's dense copy; Shape and Identity see the strided view itself.
+  const std::string tail =
+      "  summed = ReduceSum <keepdims = 0> (present_key)\n"
+      "  doubled = Add(present_key, present_key)\n"
+      "  dims = Shape(present_key)\n";
+  auto model = DecodeModel(1, 2, 2, 2, 2, "float", "",
+                           ", float summed, float[1,2,T,2] doubled, int64[4] dims", tail);
+  PersistentValueState state(model, Initial(1, 2, 0, 2, 2), Capacity(4));
+  RuntimeContext context;
+  for (int t = 1; t <= 3; ++t) {
+    auto out = state.Run(context, Token(t, 1, 2, 2, 2, 2));
+    const std::vector<float> key = Floats(out.at("present_key"));
+    float sum = 0;
+    std::vector<float> twice;
+    for (float k : key) {
+      sum += k;
+      twice.push_back(2 * k);
+    }
+    CHECK(out.at("summed").tensor().ToFloatVector().at(0) == doctest::Approx(sum));
+    CHECK(out.at("doubled").tensor().contiguous());
+    CHECK(Floats(out.at("doubled")) == twice);
+    CHECK(out.at("dims").tensor().ToInt64Vector() == std::vector<int64_t>{1, 2, t, 2});
+  }
 }
 
 TEST_CASE("Empty appended chunks copy nothing and keep the buffer") {

@@ -63,3 +63,84 @@ TEST_CASE("packed INT4 and INT2 storage") {
   PackedSet(DataType::kInt2, &b2, 3, -2);
   CHECK(PackedGet(DataType::kInt2, &b2, 3) == -2);
 }
+
+namespace {
+
+// A [2, 3, 2] view over a buffer with 4 rows per block (rows 2-3 of each block are spare).
+Tensor PaddedView(std::shared_ptr<std::vector<float>>* storage) {
+  *storage = std::make_shared<std::vector<float>>(2 * 4 * 2);
+  for (size_t i = 0; i < (*storage)->size(); ++i) (**storage)[i] = static_cast<float>(i);
+  return Tensor::StridedView("cache", DataType::kFloat, {2, 3, 2}, {8, 2, 1}, (*storage)->data(),
+                             *storage);
+}
+
+}  // namespace
+
+TEST_CASE("A strided view refuses dense access and names itself") {
+  std::shared_ptr<std::vector<float>> storage;
+  const Tensor t = PaddedView(&storage);
+  CHECK_FALSE(t.contiguous());
+  CHECK_FALSE(t.writable());
+  CHECK(t.strided_data() == storage->data());
+  CHECK(t.strides() == Shape{8, 2, 1});
+  CHECK(t.nbytes() == 12 * sizeof(float));
+  try {
+    (void)t.raw_data();
+    FAIL("raw_data() of a strided view must throw");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kFailedPrecondition);
+    CHECK(std::string(e.what()).find("tensor 'cache' of shape [2, 3, 2] is a strided view") !=
+          std::string::npos);
+  }
+  CHECK_THROWS_AS(t.data<float>(), Error);
+}
+
+TEST_CASE("Contiguous copies a strided view's values in row-major order") {
+  std::shared_ptr<std::vector<float>> storage;
+  const Tensor t = PaddedView(&storage);
+  const Tensor dense = t.Contiguous();
+  CHECK(dense.contiguous());
+  CHECK(dense.shape() == Shape{2, 3, 2});
+  CHECK(dense.ToFloatVector() == std::vector<float>{0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13});
+  CHECK(t.ToFloatVector() == dense.ToFloatVector());
+  // A dense tensor is returned shared, not copied.
+  CHECK(dense.Contiguous().raw_data() == dense.raw_data());
+}
+
+TEST_CASE("Dense strides make an ordinary tensor; block queries follow the strides") {
+  auto storage = std::make_shared<std::vector<float>>(6);
+  const Tensor t = Tensor::StridedView("x", DataType::kFloat, {2, 1, 3}, {3, 99, 1},
+                                       storage->data(), storage);
+  CHECK(t.contiguous());  // the size-1 dimension's stride does not matter
+  CHECK(t.raw_data() == storage->data());
+  std::shared_ptr<std::vector<float>> padded;
+  const Tensor v = PaddedView(&padded);
+  CHECK(v.DenseFrom(1));
+  CHECK_FALSE(v.DenseFrom(0));
+  CHECK(v.BlockOffset(1, 0) == 0);
+  CHECK(v.BlockOffset(1, 1) == 8);
+  CHECK(t.BlockOffset(1, 1) == 3);
+  CHECK_THROWS_AS(Tensor::StridedView("s", DataType::kString, {1}, {1}, nullptr, storage), Error);
+  CHECK_THROWS_AS(Tensor::StridedView("n", DataType::kFloat, {2}, {1}, storage->data(), nullptr),
+                  Error);
+}
+
+TEST_CASE("Reshaping a strided view keeps it a view when its dense runs allow it") {
+  std::shared_ptr<std::vector<float>> storage;
+  const Tensor t = PaddedView(&storage);
+  const Tensor unsqueezed = t.Reshaped({2, 1, 3, 2});
+  CHECK(unsqueezed.strided_data() == t.strided_data());
+  CHECK(unsqueezed.ToFloatVector() == t.ToFloatVector());
+  const Tensor split = t.Reshaped({2, 3, 2, 1});
+  CHECK(split.ToFloatVector() == t.ToFloatVector());
+  // Merging rows across the spare rows needs a copy.
+  CHECK_FALSE(t.CanViewAs({12}));
+  CHECK_THROWS_AS(t.Reshaped({12}), Error);
+  const Tensor flat = t.ReshapedOrCopy({12});
+  CHECK(flat.contiguous());
+  CHECK(flat.ToFloatVector() == t.ToFloatVector());
+  // The rows of one block can merge: [2, 6] steps 8 elements between blocks.
+  const Tensor rows = t.Reshaped({2, 6});
+  CHECK(rows.strides() == Shape{8, 1});
+  CHECK(rows.ToFloatVector() == t.ToFloatVector());
+}
