@@ -37,7 +37,8 @@ void StridedCopyToOutput(KernelCall& call, size_t index, const Tensor& in, int64
                          const Shape& out_shape, const std::vector<int64_t>& strides) {
   DispatchByWidth(call, in.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* src = in.data<T>();
+    // Strides are the caller's, so a strided view is read in place.
+    const T* src = static_cast<const T*>(in.strided_data());
     Tensor& out = call.AllocateOutput(index, in.dtype(), out_shape);
     StridedCopy(src, base, out_shape, strides, out.mutable_data<T>());
   });

@@ -10,6 +10,9 @@ class Expand final : public core::runtime::KernelBase {
  public:
   explicit Expand(const core::runtime::KernelContext&) {}
 
+  // One strided copy either way: a strided view (append-capacity cache) is read in place.
+  bool ReadsStridedInput(size_t index) const override { return index == 0; }
+
   void Compute(core::runtime::KernelCall& call) const override {
     const auto& x = call.input(0);
     const auto& shape_t = call.input(1);
@@ -22,7 +25,7 @@ class Expand final : public core::runtime::KernelBase {
     const core::runtime::Shape out_shape = elementwise::BroadcastShapes(
         call, shapes, "input of shape " + core::runtime::ShapeToString(x.shape()) + " to shape " +
                           core::runtime::ShapeToString(target));
-    const std::vector<int64_t> in_strides = elementwise::ContiguousStrides(x.shape());
+    const std::vector<int64_t> in_strides = x.strides();
     std::vector<int64_t> strides(out_shape.size(), 0);
     const size_t lead = out_shape.size() - x.shape().size();
     for (size_t d = 0; d < x.shape().size(); ++d)

@@ -15,6 +15,9 @@ class Transpose final : public core::runtime::KernelBase {
     perm_ = core::runtime::OptionalAttrInts(node, "perm");
   }
 
+  // One strided copy either way: a strided view (append-capacity cache) is read in place.
+  bool ReadsStridedInput(size_t index) const override { return index == 0; }
+
   void Compute(KernelCall& call) const override {
     const auto& x = call.input(0);
     const int64_t rank = x.rank();
@@ -33,7 +36,7 @@ class Transpose final : public core::runtime::KernelBase {
       if (seen[static_cast<size_t>(p)]) call.Fail("perm repeats axis " + std::to_string(p));
       seen[static_cast<size_t>(p)] = true;
     }
-    const std::vector<int64_t> in_strides = elementwise::ContiguousStrides(x.shape());
+    const std::vector<int64_t> in_strides = x.strides();
     Shape out_shape(static_cast<size_t>(rank));
     std::vector<int64_t> strides(static_cast<size_t>(rank));
     for (size_t d = 0; d < static_cast<size_t>(rank); ++d) {
