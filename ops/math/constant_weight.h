@@ -17,12 +17,16 @@
 // Memory: one float copy of the weight (4 * K * round_up(N, 16) bytes, twice the bytes of a
 // FLOAT16/BFLOAT16 weight) from the default allocator, only for weights used with M > 1 at
 // least twice, and only when the padding adds at most a quarter (always for N >= 52);
-// decode-only (M = 1) use never allocates it. Thread safety: Compute is const and
+// decode-only (M = 1) use never allocates it. All kept copies of the process together stay
+// within a budget (PackedWeightBudget(), 1 GiB by default): past it, weights are packed per
+// call, which costs little for weights too large for the caches anyway (then reading B from
+// memory, not packing it, bounds the product). Thread safety: Compute is const and
 // may run concurrently; calls are counted atomically, the pack is built under
 // std::call_once and immutable afterwards.
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -33,8 +37,18 @@
 
 namespace onnx_light::ops::math {
 
+// Bytes all kept packs may take together, and how many they take now.
+size_t PackedWeightBudget();
+void SetPackedWeightBudget(size_t bytes);  // affects packs kept from now on
+size_t PackedWeightBytes();
+
 class ConstantWeight {
  public:
+  ConstantWeight() = default;
+  ~ConstantWeight();
+  ConstantWeight(const ConstantWeight&) = delete;
+  ConstantWeight& operator=(const ConstantWeight&) = delete;
+
   // From KernelBase::OnConstantInput (before any Compute); ignores non-tensor values.
   void Declare(const core::runtime::RuntimeValue& value);
   bool declared() const { return constant_.defined(); }

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "executor/runtime_session.h"
+#include "ops/math/constant_weight.h"
 #include "ops/math/gemm.h"
 #include "op_test_util.h"
 
@@ -401,4 +402,30 @@ TEST_CASE("SGEMM matches the reference however it splits the work (1, 2 or 8 thr
           }
         });
       }
+}
+
+TEST_CASE("kept packs stay within the process-wide budget and give it back when they die") {
+  const size_t budget = math::PackedWeightBudget();
+  const size_t before = math::PackedWeightBytes();
+  const size_t w_bytes = 64 * 64 * sizeof(float);
+  math::SetPackedWeightBudget(before + w_bytes + w_bytes / 2);  // room for one 64 x 64 pack
+  const Tensor a = RandF32({4, 64}, -1, 1, 50);
+  const uint64_t packs = math::BPacksForTesting();
+  {
+    Kernel first("MatMul"), second("MatMul");
+    const Tensor w1 = RandF32({64, 64}, -1, 1, 51), w2 = RandF32({64, 64}, -1, 1, 52);
+    first.get().OnConstantInput(1, RuntimeValue(w1));
+    second.get().OnConstantInput(1, RuntimeValue(w2));
+    for (int call = 0; call < 3; ++call) {
+      CheckClose(Values(first.Run(a, w1)), Ref(false, 4, 64, 64, Values(a), Values(w1)), 1e-5,
+                 1e-5);
+      CheckClose(Values(second.Run(a, w2)), Ref(false, 4, 64, 64, Values(a), Values(w2)), 1e-5,
+                 1e-5);
+    }
+    CHECK(math::PackedWeightBytes() == before + w_bytes);  // the first kept its pack
+    // first: per call, then kept (2 packs); second: over budget, per call every time (3).
+    CHECK(math::BPacksForTesting() == packs + 5);
+  }
+  CHECK(math::PackedWeightBytes() == before);
+  math::SetPackedWeightBudget(budget);
 }
