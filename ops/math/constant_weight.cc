@@ -34,7 +34,8 @@ void ConstantWeight::Declare(const core::runtime::RuntimeValue& value) {
 
 const PackedB* ConstantWeight::Get(const core::runtime::Tensor& b, const float* values,
                                    bool trans_b, int64_t k, int64_t n, int64_t ldb) const {
-  if (!constant_.defined() || b.raw_data() != constant_.raw_data() ||
+  // A strided view (not dense) is never the declared dense constant, even over its bytes.
+  if (!constant_.defined() || !b.contiguous() || b.raw_data() != constant_.raw_data() ||
       b.dtype() != constant_.dtype() || b.shape() != constant_.shape() || k <= 0 || n <= 0)
     return nullptr;
   const int64_t padded_n = (n + 15) / 16 * 16;

@@ -8,8 +8,9 @@
 // for an initializer that is not a graph input (KernelBase::OnConstantInput), whose bytes do
 // not change while the plan lives, and this object holds a handle on that tensor, so its
 // storage stays allocated and no other tensor can occupy its address meanwhile. A call's B
-// is served from the pack only when it is that storage (same data pointer, dtype and shape);
-// any other B (another buffer, a reshaped view, a graph input) takes the per-call packing.
+// is served from the pack only when it is that storage (same data pointer, dtype and shape,
+// dense); any other B (another buffer, a reshaped or strided view, a graph input) takes the
+// per-call packing.
 // There is no process-wide table: the pack lives and dies with its kernel, so with the plan.
 // (A table shared across plans keyed on owner and address would be unsound: a model proto
 // stays mutable from Python while alive, so equal addresses need not mean equal bytes.)

@@ -429,3 +429,23 @@ TEST_CASE("kept packs stay within the process-wide budget and give it back when 
   CHECK(math::PackedWeightBytes() == before);
   math::SetPackedWeightBudget(budget);
 }
+
+TEST_CASE("a strided view over the constant's bytes is never served from its pack") {
+  const int64_t k = 64, n = 64;
+  const Tensor w = RandF32({k, n}, -1, 1, 60);
+  math::ConstantWeight weight;
+  weight.Declare(RuntimeValue(w));
+  const float* values = w.data<float>();
+  CHECK(weight.Get(w, values, false, k, n, n) == nullptr);  // first use: per call
+  const math::PackedB* kept = weight.Get(w, values, false, k, n, n);
+  REQUIRE(kept != nullptr);
+  // Same data pointer, shape and dtype, transposed layout: other values at each index.
+  const Tensor transposed = Tensor::StridedView("t", DataType::kFloat, {k, n}, {1, k},
+                                                w.strided_data(), w.owner());
+  REQUIRE(!transposed.contiguous());
+  CHECK(weight.Get(transposed, values, false, k, n, n) == nullptr);
+  // Dense strides make an ordinary tensor over the same bytes: the same operand.
+  const Tensor dense = Tensor::StridedView("d", DataType::kFloat, {k, n}, {n, 1},
+                                           w.strided_data(), w.owner());
+  CHECK(weight.Get(dense, values, false, k, n, n) == kept);
+}
