@@ -268,3 +268,27 @@ def test_events_disabled_record_nothing():
     second, _ = run_pointers(state, context, token(2))
     assert first == second
     assert context.events() == []
+
+
+def test_a_strided_cache_moves_to_another_state_without_a_copy():
+    """The runtime Tensor of a strided cache is accepted as it is (a NumPy view of it would
+    be refused as noncontiguous: inputs are never copied silently)."""
+    heads, dk, dv = 2, 4, 4
+    model = decode_model(q_heads=2, kv_heads=heads, dk=dk, dv=dv)
+    first = runtime.PersistentValueState(model, empty_cache(kv_heads=heads, dk=dk, dv=dv))
+    context = make_context()
+    for t in range(3):
+        first.run(context, token(t, q_heads=2, kv_heads=heads, dk=dk, dv=dv))
+    values = first.values
+    assert not numpy.asarray(values["past_key"]).flags.c_contiguous
+    with pytest.raises(ValueError, match="input 'past_(key|value)' is noncontiguous"):
+        runtime.PersistentValueState(
+            model, {name: numpy.asarray(v) for name, v in values.items()})
+    second = runtime.PersistentValueState(model, dict(values))
+    assert pointer(second.values["past_key"]) == pointer(values["past_key"])
+    del values
+    feeds = token(9, q_heads=2, kv_heads=heads, dk=dk, dv=dv)
+    a = {k: numpy.asarray(v).copy() for k, v in first.run(context, feeds).items()}
+    b = {k: numpy.asarray(v).copy() for k, v in second.run(context, feeds).items()}
+    for name in a:
+        numpy.testing.assert_array_equal(a[name], b[name])
