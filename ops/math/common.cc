@@ -66,7 +66,8 @@ void FromFloat(const float* src, DataType type, void* dst, int64_t n) {
 
 FloatView::FloatView(const Tensor& t) {
   if (t.dtype() == DataType::kFloat) {
-    ptr_ = t.data<float>();
+    // The first element: a kernel that accepts a strided input indexes it by its strides.
+    ptr_ = static_cast<const float*>(t.strided_data());
     return;
   }
   buffer_.resize(static_cast<size_t>(t.numel()));

@@ -45,9 +45,14 @@ class MatMul final : public core::runtime::KernelBase {
     if (index == 1) weight_.Declare(value);
   }
 
+  // A strided FLOAT operand whose matrices are dense (an append-capacity cache such as
+  // `MatMul(probs, present_value)`) is read matrix by matrix in place.
+  bool ReadsStridedInput(size_t index) const override { return index <= 1; }
+
   void Compute(KernelCall& call) const override {
-    const Tensor& a = call.input(0);
-    const Tensor& b = call.input(1);
+    Tensor a_dense, b_dense;
+    const Tensor& a = InPlaceOrDense(call.input(0), a_dense);
+    const Tensor& b = InPlaceOrDense(call.input(1), b_dense);
     if (a.dtype() != b.dtype())
       call.Fail("A is " + core::DataTypeName(a.dtype()) + " but B is " +
                 core::DataTypeName(b.dtype()));
@@ -89,7 +94,7 @@ class MatMul final : public core::runtime::KernelBase {
     if (y.numel() == 0) return;
     const math::FloatView av(a), bv(b);
     math::FloatSink yv(y);
-    if (ShapeNumel(b_batch) == 1) {
+    if (ShapeNumel(b_batch) == 1 && a.contiguous() && b.contiguous()) {
       // B is one matrix: A's batch is contiguous, fold it into M.
       math::GemmArgs g;
       g.m = nb * m;
@@ -109,16 +114,28 @@ class MatMul final : public core::runtime::KernelBase {
       const float* ap = av.data();
       const float* bp = bv.data();
       float* yp = yv.data();
+      // Matrix j of an operand: j * rows * cols when dense, else where its strides put it.
+      auto matrix = [](const Tensor& t, const float* base, int64_t j, int64_t size) {
+        return t.contiguous() ? base + j * size : base + t.BlockOffset(t.rank() - 2, j);
+      };
       math::ParallelFor(nb, 1, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i)
-          math::Sgemm(false, false, m, n, k, 1.0f, ap + ai[i] * m * k, bp + bi[i] * k * n, 0.0f,
-                      yp + i * m * n);
+          math::Sgemm(false, false, m, n, k, 1.0f, matrix(a, ap, ai[i], m * k),
+                      matrix(b, bp, bi[i], k * n), 0.0f, yp + i * m * n);
       });
     }
     yv.Finish();
   }
 
  private:
+  // `t` itself when dense or a strided FLOAT tensor with dense matrices; else a dense copy
+  // kept in `holder`.
+  static const Tensor& InPlaceOrDense(const Tensor& t, Tensor& holder) {
+    if (t.contiguous()) return t;
+    if (t.dtype() == DataType::kFloat && t.rank() >= 2 && t.DenseFrom(t.rank() - 2)) return t;
+    return holder = t.Contiguous();
+  }
+
   template <typename T>
   static void RunNaive(KernelCall& call, const Tensor& a, const Tensor& b, const Shape& batch,
                        const Shape& a_batch, const Shape& b_batch, const Shape& out_shape,

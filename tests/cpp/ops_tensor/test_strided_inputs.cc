@@ -74,6 +74,29 @@ TEST_CASE("Reshape-like kernels keep a strided view when they can and copy when 
   CHECK(Values<int64_t>(Op("Size").Run1({view})) == std::vector<int64_t>{24});
 }
 
+TEST_CASE("MatMul reads a strided operand matrix by matrix") {
+  const Tensor view = Cache(), dense = Cache().Contiguous();
+  std::vector<float> probs(3 * 5 * 2);
+  for (size_t i = 0; i < probs.size(); ++i) probs[i] = 0.1f * static_cast<float>(i % 7);
+  const Tensor a = F({1, 3, 5, 2}, probs);
+  // As B: probabilities x values (the GPT-2 export's MatMul(probs, present_value)).
+  CheckSame(Op("MatMul").Run1({a, view}), Op("MatMul").Run1({a, dense}));
+  // As A against one shared matrix: not folded into one GEMM, each block on its own.
+  std::vector<float> w(4 * 3);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.5f - 0.1f * static_cast<float>(i);
+  CheckSame(Op("MatMul").Run1({view, F({4, 3}, w)}), Op("MatMul").Run1({dense, F({4, 3}, w)}));
+  // FLOAT16 strided operands are made dense first.
+  auto halves = std::make_shared<std::vector<uint16_t>>(3 * 5 * 4);
+  for (size_t i = 0; i < halves->size(); ++i)
+    (*halves)[i] = onnx_light::core::FloatToHalf(0.25f * static_cast<float>(i % 9));
+  const Tensor half_view = Tensor::StridedView("h", DataType::kFloat16, {1, 3, 2, 4},
+                                               {60, 20, 4, 1}, halves->data(), halves);
+  std::vector<float> ones(3 * 2 * 2, 1.0f);
+  const Tensor half_a = Half({1, 3, 2, 2}, ones);
+  CheckSame(Op("MatMul").Run1({half_a, half_view}),
+            Op("MatMul").Run1({half_a, half_view.Contiguous()}));
+}
+
 TEST_CASE("Attention reads strided past_key and past_value in place") {
   const Tensor q = F({1, 3, 1, 4}, {0.1f, 0.2f, 0.3f, 0.4f, -0.1f, 0.5f, 0.0f, 0.2f,
                                     0.3f, -0.2f, 0.1f, 0.0f});
