@@ -1,5 +1,7 @@
 #include "core/allocator.h"
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdlib>
 #include <map>
@@ -9,12 +11,86 @@
 
 namespace onnx_light::core::runtime {
 
+namespace {
+
+// Small blocks (below kLargeBlockBytes) are cached too: aligned_alloc goes through glibc's
+// memalign path, which bypasses the per-thread tcache, so a decode step's dozens of small
+// results cost a locked malloc and free each. Dead small blocks wait on per-class free lists
+// instead. Classes are exact 64-byte multiples up to 512 bytes, then 8 steps per power of two
+// (at most 12.5% slack): a block is allocated with its class size so any request of the class
+// can reuse it. live_bytes still counts RoundedSize(bytes), as before.
+constexpr size_t kSmallExactBytes = 512;
+constexpr size_t kSmallClasses = kSmallExactBytes / 64 + 8 * 11 + 1;  // up to 1 MiB
+// Small blocks cached at most: 1/8 of the large budget, capped at 16 MiB.
+constexpr size_t kMaxSmallCachedBytes = size_t{16} << 20;
+
+struct SmallClass {
+  size_t index;
+  size_t bytes;
+};
+
+// `rounded` is a 64-byte multiple below kLargeBlockBytes.
+SmallClass ClassOf(size_t rounded) {
+  if (rounded <= kSmallExactBytes) return {rounded / 64 - 1, rounded};
+  size_t log2 = static_cast<size_t>(std::bit_width(rounded)) - 1;  // >= 9
+  size_t step = size_t{1} << (log2 - 3);
+  size_t k = (rounded + step - 1) / step;  // 8..16
+  if (k == 16) {
+    ++log2;
+    step <<= 1;
+    k = 8;
+  }
+  return {kSmallExactBytes / 64 + (log2 - 9) * 8 + (k - 8), k * step};
+}
+
+}  // namespace
+
 struct HeapAllocator::LargeCache {
-  explicit LargeCache(size_t max_bytes) : max_bytes(max_bytes) {}
+  explicit LargeCache(size_t max_bytes)
+      : max_bytes(max_bytes), max_small_bytes(std::min(max_bytes / 8, kMaxSmallCachedBytes)) {}
   std::mutex mu;
   size_t max_bytes;
   size_t bytes = 0;                               // guarded by mu
   std::map<size_t, std::vector<void*>> free;      // rounded size -> dead blocks; guarded by mu
+
+  // One free list per small class, linked through each dead block's first word. A mutex per
+  // class keeps it simple; the lock is uncontended in the common case and far cheaper than
+  // memalign + free.
+  struct alignas(64) SmallList {
+    std::mutex mu;
+    void* head = nullptr;  // guarded by mu
+  };
+  size_t max_small_bytes;
+  // Bytes on small free lists plus in-flight reservations; a block is pushed only after
+  // reserving its bytes, so the lists never hold more than max_small_bytes.
+  std::atomic<size_t> small_bytes{0};
+  std::array<SmallList, kSmallClasses> small;
+
+  void* PopSmall(const SmallClass& c) {
+    SmallList& list = small[c.index];
+    void* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(list.mu);
+      p = list.head;
+      if (p != nullptr) list.head = *static_cast<void**>(p);
+    }
+    if (p != nullptr) small_bytes.fetch_sub(c.bytes, std::memory_order_relaxed);
+    return p;
+  }
+
+  // False when the bound leaves no room: the caller frees the block.
+  bool PushSmall(void* p, const SmallClass& c) {
+    const size_t before = small_bytes.fetch_add(c.bytes, std::memory_order_relaxed);
+    if (before + c.bytes > max_small_bytes) {
+      small_bytes.fetch_sub(c.bytes, std::memory_order_relaxed);
+      return false;
+    }
+    SmallList& list = small[c.index];
+    std::lock_guard<std::mutex> lock(list.mu);
+    *static_cast<void**>(p) = list.head;
+    list.head = p;
+    return true;
+  }
 };
 
 HeapAllocator::HeapAllocator(size_t max_cached_bytes)
@@ -23,11 +99,18 @@ HeapAllocator::HeapAllocator(size_t max_cached_bytes)
 HeapAllocator::~HeapAllocator() {
   for (auto& [size, blocks] : cache_->free)
     for (void* p : blocks) std::free(p);
+  for (auto& list : cache_->small) {
+    while (list.head != nullptr) {
+      void* p = list.head;
+      list.head = *static_cast<void**>(p);
+      std::free(p);
+    }
+  }
 }
 
 size_t HeapAllocator::cached_bytes() const {
   std::lock_guard<std::mutex> lock(cache_->mu);
-  return cache_->bytes;
+  return cache_->bytes + cache_->small_bytes.load(std::memory_order_relaxed);
 }
 
 size_t HeapAllocator::RoundedSize(size_t bytes) {
@@ -43,7 +126,12 @@ std::shared_ptr<void> HeapAllocator::Allocate(size_t bytes) {
   constexpr size_t kAlign = 64;
   const size_t rounded = RoundedSize(bytes);
   void* p = nullptr;
-  if (rounded >= kLargeBlockBytes) {
+  size_t block_bytes = rounded;
+  if (rounded < kLargeBlockBytes) {
+    const SmallClass c = ClassOf(rounded);
+    block_bytes = c.bytes;
+    p = cache_->PopSmall(c);
+  } else {
     std::lock_guard<std::mutex> lock(cache_->mu);
     auto it = cache_->free.find(rounded);
     if (it != cache_->free.end() && !it->second.empty()) {
@@ -53,7 +141,7 @@ std::shared_ptr<void> HeapAllocator::Allocate(size_t bytes) {
       large_reuses_.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  if (p == nullptr) p = std::aligned_alloc(kAlign, rounded);
+  if (p == nullptr) p = std::aligned_alloc(kAlign, block_bytes);
   if (p == nullptr) throw std::bad_alloc();
   const size_t live = live_.fetch_add(rounded, std::memory_order_relaxed) + rounded;
   size_t peak = peak_.load(std::memory_order_relaxed);
@@ -64,7 +152,9 @@ std::shared_ptr<void> HeapAllocator::Allocate(size_t bytes) {
 
 void HeapAllocator::Release(void* p, size_t rounded) {
   live_.fetch_sub(rounded, std::memory_order_relaxed);
-  if (rounded >= kLargeBlockBytes) {
+  if (rounded < kLargeBlockBytes) {
+    if (cache_->PushSmall(p, ClassOf(rounded))) return;
+  } else {
     std::lock_guard<std::mutex> lock(cache_->mu);
     if (cache_->bytes + rounded <= cache_->max_bytes) {
       cache_->free[rounded].push_back(p);

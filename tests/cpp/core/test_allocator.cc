@@ -1,11 +1,13 @@
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/allocator.h"
@@ -52,9 +54,107 @@ TEST_CASE("the heap allocator reuses a dead large block of the same rounded size
     auto huge = heap.Allocate(size_t{9} << 20);  // dies with no room in the cache: freed
   }
   CHECK(heap.cached_bytes() == HeapAllocator::RoundedSize(big));
-  auto small = heap.Allocate(1000);  // small blocks are never cached
+  auto small = heap.Allocate(1000);  // a dead small block waits on its own class list
   small.reset();
-  CHECK(heap.cached_bytes() == HeapAllocator::RoundedSize(big));
+  CHECK(heap.cached_bytes() == HeapAllocator::RoundedSize(big) + 1024);
+  CHECK(heap.large_reuses() == 1);
+}
+
+TEST_CASE("the heap allocator hands a dead small block to the next request of its class") {
+  HeapAllocator heap;
+  auto a = heap.Allocate(100);
+  void* first = a.get();
+  auto live = heap.Allocate(100);
+  CHECK(live.get() != first);  // a live block is never handed out twice
+  a.reset();
+  CHECK(heap.cached_bytes() == 128);
+  auto b = heap.Allocate(120);  // same 128-byte class
+  CHECK(b.get() == first);
+  CHECK(heap.cached_bytes() == 0);
+  CHECK(heap.live_bytes() == 256);
+  b.reset();
+  auto other = heap.Allocate(64);  // another class: a fresh block
+  CHECK(other.get() != first);
+  // Above 512 bytes a class spans 1/8 of a power of two: 1200 and 1250 bytes share the
+  // 1280-byte class, while live_bytes still counts each request's 64-byte rounding.
+  auto c = heap.Allocate(1200);
+  CHECK(heap.live_bytes() == 128 + 64 + 1216);
+  void* c_ptr = c.get();
+  c.reset();
+  CHECK(heap.cached_bytes() == 128 + 1280);
+  auto d = heap.Allocate(1250);
+  CHECK(d.get() == c_ptr);
+  CHECK(heap.live_bytes() == 128 + 64 + 1280);
+  d.reset();
+  other.reset();
+  live.reset();
+  CHECK(heap.live_bytes() == 0);
+  CHECK(heap.peak_bytes() == 128 + 64 + 1280);
+  CHECK(heap.cached_bytes() == 2 * 128 + 64 + 1280);  // b and live share a class
+}
+
+TEST_CASE("the heap allocator caches at most an eighth of its budget in small blocks") {
+  HeapAllocator heap(size_t{1} << 20);  // 128 KiB for small blocks
+  const size_t block = size_t{64} << 10;
+  std::vector<std::shared_ptr<void>> owners;
+  std::set<void*> first_round;
+  for (int i = 0; i < 4; ++i) {
+    owners.push_back(heap.Allocate(block));
+    first_round.insert(owners.back().get());
+  }
+  CHECK(heap.live_bytes() == 4 * block);
+  owners.clear();  // two fit the bound, two go back to the C heap
+  CHECK(heap.cached_bytes() == 2 * block);
+  CHECK(heap.live_bytes() == 0);
+  CHECK(heap.peak_bytes() == 4 * block);
+  auto x = heap.Allocate(block);
+  auto y = heap.Allocate(block);
+  CHECK(x.get() != y.get());
+  CHECK(first_round.count(x.get()) == 1);
+  CHECK(first_round.count(y.get()) == 1);
+  CHECK(heap.cached_bytes() == 0);
+  auto z = heap.Allocate(block);  // the lists are empty: a fresh block
+  CHECK(z.get() != x.get());
+  CHECK(z.get() != y.get());
+  CHECK(heap.live_bytes() == 3 * block);
+}
+
+TEST_CASE("the heap allocator's small cache is correct under concurrent allocate and free") {
+  HeapAllocator heap(size_t{4} << 20);  // 512 KiB of small blocks: the bound is hit
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 20000;
+  constexpr size_t kKept = 8;
+  std::atomic<int> corrupted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&heap, &corrupted, t] {
+      std::mt19937 rng(static_cast<uint32_t>(t) + 1);
+      std::vector<std::pair<std::shared_ptr<void>, size_t>> kept(kKept);
+      for (int i = 0; i < kRounds; ++i) {
+        const size_t slot = rng() % kKept;
+        auto& [owner, bytes] = kept[slot];
+        if (owner) {  // the block still holds the pattern this thread wrote: not shared
+          const auto* b = static_cast<const unsigned char*>(owner.get());
+          const unsigned char tag = static_cast<unsigned char>(t * 64 + slot);
+          for (size_t k = 0; k < bytes; ++k)
+            if (b[k] != tag) {
+              corrupted.fetch_add(1);
+              break;
+            }
+        }
+        bytes = size_t{1} + rng() % 20000;
+        owner = heap.Allocate(bytes);
+        if (reinterpret_cast<uintptr_t>(owner.get()) % 64 != 0) corrupted.fetch_add(1);
+        std::memset(owner.get(), t * 64 + static_cast<int>(slot), bytes);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(corrupted.load() == 0);
+  CHECK(heap.live_bytes() == 0);
+  CHECK(heap.peak_bytes() <= kThreads * kKept * HeapAllocator::RoundedSize(20000));
+  CHECK(heap.cached_bytes() <= (size_t{512} << 10));
+  CHECK(heap.cached_bytes() > 0);
 }
 
 TEST_CASE("IoArena size classes are powers of two of at least 64 bytes") {
