@@ -114,3 +114,34 @@ def test_generation_rejects_a_non_empty_initial_cache(arch, paths):
     feeds["past_key_values.0.key"] = np.zeros((1, kv_heads, 2, head_dim), np.float32)
     with pytest.raises(ValueError, match="past_key_values.0.key.*empty prefix"):
         ReferenceEvaluator(bound_model(kv_path, arch)).generate(feeds, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_exported_caches_append_in_place_per_head(arch, paths, batch):
+    """The exporters' `present = Concat(past, new)` on [batch, kv_heads, length, head_dim]
+    caches: after the prompt step allocates each cache once, every decode step writes only
+    the new row of each (batch, head) block: no prefix byte is copied and nothing is
+    allocated, while the tokens stay those of onnxruntime."""
+    kv_path, _ = paths
+    layers, kv_heads, head_dim = export_hf.cache_shape(arch)
+    ids, mask = prompt_and_mask(batch)
+    feeds = {"input_ids": ids, **export_hf.empty_cache(arch, batch)}
+    if batch == 2:
+        feeds["attention_mask"] = mask
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)),
+                                     events_enabled=True)
+    options = runtime.GenerationOptions(max_new_tokens=NEW_TOKENS)
+    tokens = np.from_dlpack(runtime.generate(bound_model(kv_path, arch), context, feeds, options))
+    np.testing.assert_array_equal(tokens, onnxruntime_greedy(kv_path, arch, ids, mask, NEW_TOKENS))
+
+    storage = [e for e in context.events()
+               if e.action == runtime.RuntimeEventAction.kPersistentStorage]
+    caches = 2 * layers
+    steps = NEW_TOKENS  # the prompt step, then one step per further token
+    assert {e.op_type for e in storage} == {"Concat"}
+    assert sum(e.storage_allocations for e in storage) == caches
+    assert sum(e.storage_prefix_copied_bytes for e in storage) == 0
+    assert sum(e.storage_reuse_count for e in storage) == caches * (steps - 1)
+    row = batch * kv_heads * head_dim * 4  # one FLOAT token of one cache
+    rows = ids.shape[1] + (steps - 1)
+    assert sum(e.storage_append_copied_bytes for e in storage) == caches * rows * row
