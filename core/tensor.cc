@@ -210,7 +210,8 @@ void Tensor::ThrowNotContiguous() const {
 Shape Tensor::strides() const {
   if (!strides_.empty()) return strides_;
   Shape dense(shape_.size(), 1);
-  for (size_t i = shape_.size(); i-- > 1;) dense[i - 1] = dense[i] * std::max<int64_t>(shape_[i], 1);
+  for (size_t i = shape_.size(); i-- > 1;)
+    dense[i - 1] = dense[i] * std::max<int64_t>(shape_[i], 1);
   return dense;
 }
 

@@ -30,7 +30,8 @@ AppendLayout LayoutOf(const Shape& shape, int64_t axis, DataType dtype) {
   const int bits = ElementBits(dtype);
   if (bits <= 0 || bits % 8 != 0) return layout;
   layout.blocks = 1;
-  for (int64_t d = 0; d < axis; ++d) layout.blocks *= static_cast<size_t>(shape[static_cast<size_t>(d)]);
+  for (size_t d = 0; d < static_cast<size_t>(axis); ++d)
+    layout.blocks *= static_cast<size_t>(shape[d]);
   layout.row_elems = 1;
   for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d)
     layout.row_elems *= static_cast<size_t>(shape[d]);
@@ -137,10 +138,10 @@ std::optional<AppendReservation> PersistentTensor::AppendLease::Reserve(
     if (block_prefix > 0) {
       const auto* src = static_cast<const std::byte*>(input.strided_data());
       const size_t elem = row_bytes / layout.row_elems;
-      for (size_t b = 0; b < layout.blocks; ++b)
-        std::memcpy(base + b * capacity * row_bytes,
-                    src + static_cast<size_t>(input.BlockOffset(axis, static_cast<int64_t>(b))) * elem,
-                    block_prefix);
+      for (size_t b = 0; b < layout.blocks; ++b) {
+        const auto offset = static_cast<size_t>(input.BlockOffset(axis, static_cast<int64_t>(b)));
+        std::memcpy(base + b * capacity * row_bytes, src + offset * elem, block_prefix);
+      }
     }
     prefix_bytes = layout.blocks * block_prefix;
     owner = std::move(storage);

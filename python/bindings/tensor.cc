@@ -72,7 +72,8 @@ py::object NumpyDtype(DataType dtype) {
 
 std::vector<py::ssize_t> ByteStrides(const Tensor& t, size_t itemsize) {
   std::vector<py::ssize_t> strides;
-  for (int64_t s : t.strides()) strides.push_back(static_cast<py::ssize_t>(s * static_cast<int64_t>(itemsize)));
+  for (int64_t s : t.strides())
+    strides.push_back(static_cast<py::ssize_t>(s * static_cast<int64_t>(itemsize)));
   return strides;
 }
 

@@ -428,6 +428,42 @@ TEST_CASE("FLOAT16 caches append in place as 16-bit rows without converting the 
   }
 }
 
+TEST_CASE("BFLOAT16 caches with several heads append each head's bits in its own block") {
+  const int64_t heads = 3, d = 4;
+  auto model = DecodeModel(1, heads, heads, d, d, "bfloat16");
+  RuntimeValueMap initial;
+  for (const char* name : {"past_key", "past_value"})
+    initial.emplace(name, RuntimeValue(Tensor(name, DataType::kBFloat16, {1, heads, 0, d})));
+  PersistentValueState state(model, std::move(initial), Capacity(4));
+  RuntimeContext context = EventContext();
+  std::vector<std::vector<uint16_t>> per_head(heads);  // expected key bits of each head
+  const void* buffer = nullptr;
+  for (int t = 1; t <= 3; ++t) {
+    CAPTURE(t);
+    RuntimeValueMap feeds;
+    for (const char* name : {"q", "k", "v"}) {
+      Tensor x(name, DataType::kBFloat16, {1, heads, 1, d});
+      auto* p = x.mutable_data<uint16_t>();
+      for (int i = 0; i < x.numel(); ++i)
+        p[i] = FloatToBFloat16(0.25f * static_cast<float>(t * 7 + i));
+      if (std::string(name) == "k")
+        for (int64_t h = 0; h < heads; ++h)
+          per_head[h].insert(per_head[h].end(), p + h * d, p + (h + 1) * d);
+      feeds.emplace(name, RuntimeValue(std::move(x)));
+    }
+    const Tensor key = state.Run(context, std::move(feeds)).at("present_key").tensor();
+    if (t == 1) buffer = key.strided_data();
+    CHECK(key.strided_data() == buffer);
+    CHECK(key.strides() == Shape{heads * 4 * d, 4 * d, d, 1});
+    for (int64_t h = 0; h < heads; ++h)  // head h's rows start 4 rows after head h-1's
+      CHECK(std::memcmp(static_cast<const uint16_t*>(key.strided_data()) + h * 4 * d,
+                        per_head[h].data(), per_head[h].size() * 2) == 0);
+    const Totals totals = TakeStorage(context);
+    CHECK(totals.append == static_cast<size_t>(2 * heads * (d + d)));
+    CHECK(totals.prefix == 0);
+  }
+}
+
 TEST_CASE("A plain RuntimeSession run never reserves: the dense path reports its copies") {
   auto model = DecodeModel(1, 1, 1, 2, 2);
   RuntimeSession session(model);
