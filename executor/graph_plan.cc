@@ -62,6 +62,42 @@ void CollectFree(const GraphProto& graph, std::vector<std::string>& out,
   for (const auto& o : graph.output()) use(o.name());
 }
 
+// The kernel of `proto`: the context's custom kernels, then model-local functions, then
+// built-ins. `builtin_only`: null unless a built-in kernel serves it.
+std::unique_ptr<KernelBase> MakeNodeKernel(const NodeProto& proto, RuntimeContext& context,
+                                           const PlanBuildScope& scope,
+                                           bool builtin_only = false) {
+  const std::string domain = NormalDomain(proto.domain());
+  auto op = scope.opsets.find(domain);
+  const int64_t opset = op == scope.opsets.end() ? 0 : op->second;
+  const KernelFactory* factory = context.custom_kernels().Find(domain, proto.op_type(), opset);
+  const FunctionProto* function =
+      factory ? nullptr : FindModelFunction(scope.model, domain, proto.op_type());
+  if (builtin_only && (factory != nullptr || function != nullptr)) return nullptr;
+  if (function != nullptr) return MakeFunctionKernel(proto, *function, context, scope);
+  if (factory == nullptr) factory = BuiltinKernels().Find(domain, proto.op_type(), opset);
+  if (builtin_only && factory == nullptr) return nullptr;
+  OL_CHECK(factory != nullptr, ErrorCode::kNotImplemented,
+           "no kernel for " + DomainLabel(domain) + "::" + proto.op_type() + " (opset " +
+               std::to_string(opset) + ") needed by node '" + proto.name() + "'");
+  std::unique_ptr<KernelBase> kernel = (*factory)(proto, context);
+  OL_CHECK(kernel != nullptr, ErrorCode::kInvalidModel,
+           "the kernel factory for " + DomainLabel(domain) + "::" + proto.op_type() +
+               " returned no kernel for node '" + proto.name() + "'");
+  return kernel;
+}
+
+// Ops whose result depends on more than their inputs: never folded.
+bool Deterministic(const NodeProto& proto) {
+  static const std::unordered_set<std::string> random = {
+      "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+      "Multinomial",  "Bernoulli",        "Dropout"};
+  if (random.count(proto.op_type())) return false;
+  for (const auto& a : proto.attribute())
+    if (a.has_g() || a.graphs_size() > 0) return false;  // control flow
+  return true;
+}
+
 }  // namespace
 
 const PlanBuildScope* CurrentPlanBuildScope() { return current_scope; }
@@ -91,9 +127,11 @@ std::vector<std::string> ImplicitInputs(const NodeProto& node) {
 // Build
 
 std::unique_ptr<GraphPlan> GraphPlan::BuildModel(std::shared_ptr<const ModelProto> model,
-                                                 RuntimeContext& context) {
+                                                 RuntimeContext& context,
+                                                 bool fold_constants) {
   OL_CHECK(model != nullptr, ErrorCode::kInvalidArgument, "null model");
   PlanBuildScope scope;
+  scope.fold_constants = fold_constants;
   scope.model = model.get();
   scope.opsets = context.kernel_ctx().opsets();
   for (const auto& o : model->opset_import())
@@ -164,7 +202,7 @@ std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeCont
   const size_t defined_before_nodes = p.slot_names_.size();
 
   // Node outputs.
-  const int n = graph.node_size();
+  int n = graph.node_size();
   std::vector<int> producer;  // slot -> node index in graph order (-1 for non-node values)
   producer.assign(defined_before_nodes, -1);
   for (int i = 0; i < n; ++i) {
@@ -245,7 +283,12 @@ std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeCont
       }
     }
   }
-  std::vector<int> position(static_cast<size_t>(n));
+  // Kernels (folding included) see the plan's scope.
+  ScopeGuard guard(&p.scope_);
+  if (scope.fold_constants) p.FoldConstants(context, order, in_slots, producer);
+  const int n_graph = n;
+  n = static_cast<int>(order.size());  // the nodes left to run
+  std::vector<int> position(static_cast<size_t>(n_graph), -1);
   for (int k = 0; k < n; ++k) position[static_cast<size_t>(order[static_cast<size_t>(k)])] = k;
 
   // Readers per slot (graph outputs are always kept).
@@ -264,7 +307,6 @@ std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeCont
   }
 
   // Nodes: kernels, slots, release lists, edges and levels.
-  ScopeGuard guard(&p.scope_);
   p.nodes_.resize(static_cast<size_t>(n));
   for (int k = 0; k < n; ++k) {
     const int i = order[static_cast<size_t>(k)];
@@ -300,25 +342,7 @@ std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeCont
     p.total_inputs_ += node.inputs.size();
     p.total_outputs_ += node.outputs.size();
 
-    // Kernel: the context's custom kernels, then model-local functions, then built-ins.
-    const std::string domain = NormalDomain(proto.domain());
-    auto op = p.scope_.opsets.find(domain);
-    const int64_t opset = op == p.scope_.opsets.end() ? 0 : op->second;
-    const KernelFactory* factory = context.custom_kernels().Find(domain, proto.op_type(), opset);
-    const FunctionProto* function =
-        factory ? nullptr : FindModelFunction(p.scope_.model, domain, proto.op_type());
-    if (function != nullptr) {
-      node.kernel = MakeFunctionKernel(proto, *function, context, p.scope_);
-    } else {
-      if (factory == nullptr) factory = BuiltinKernels().Find(domain, proto.op_type(), opset);
-      OL_CHECK(factory != nullptr, ErrorCode::kNotImplemented,
-               "no kernel for " + DomainLabel(domain) + "::" + proto.op_type() + " (opset " +
-                   std::to_string(opset) + ") needed by node '" + proto.name() + "'");
-      node.kernel = (*factory)(proto, context);
-      OL_CHECK(node.kernel != nullptr, ErrorCode::kInvalidModel,
-               "the kernel factory for " + DomainLabel(domain) + "::" + proto.op_type() +
-                   " returned no kernel for node '" + proto.name() + "'");
-    }
+    node.kernel = MakeNodeKernel(proto, context, p.scope_);
     // Constants never change while the plan lives: kernels may precompute from them.
     for (int j = 0; j < proto.input_size(); ++j) {
       const int s = node.inputs[static_cast<size_t>(j)];
@@ -338,6 +362,111 @@ std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeCont
     p.width_ = std::max(p.width_, ++per_level[static_cast<size_t>(node.level)]);
   }
   return plan;
+}
+
+// ---------------------------------------------------------------------------------------
+// Constant folding
+
+void GraphPlan::FoldConstants(RuntimeContext& context, std::vector<int>& order,
+                              const std::vector<std::vector<int>>& in_slots,
+                              std::vector<int>& producer) {
+  const GraphProto& graph = *graph_;
+  std::vector<bool> is_output(slot_names_.size(), false);
+  for (const auto& o : outputs_) is_output[static_cast<size_t>(o.slot)] = true;
+  // Every (node, input position) that reads a slot.
+  std::vector<std::vector<std::pair<int, int>>> uses(slot_names_.size());
+  for (size_t i = 0; i < in_slots.size(); ++i)
+    for (size_t j = 0; j < in_slots[i].size(); ++j)
+      if (in_slots[i][j] >= 0)
+        uses[static_cast<size_t>(in_slots[i][j])].emplace_back(static_cast<int>(i),
+                                                               static_cast<int>(j));
+  std::vector<int> left;
+  for (int i : order) {
+    const NodeProto& proto = graph.node(i);
+    const std::vector<int>& ins = in_slots[static_cast<size_t>(i)];
+    bool foldable = Deterministic(proto) && static_cast<int>(ins.size()) == proto.input_size();
+    for (int s : ins)
+      foldable = foldable && (s < 0 || (is_constant(s) && constant(s)->is_tensor()));
+    for (const auto& o : proto.output())
+      foldable = foldable && (o.empty() || !is_output[static_cast<size_t>(slot_of_.at(o))]);
+    std::vector<RuntimeValue> results;
+    if (foldable) results = FoldNode(proto, ins, uses, context);
+    if (results.empty()) {
+      left.push_back(i);
+      continue;
+    }
+    for (int o = 0; o < proto.output_size(); ++o) {
+      if (proto.output(o).empty()) continue;
+      const int slot = slot_of_.at(proto.output(o));
+      constant_storage_.push_back(
+          std::make_unique<RuntimeValue>(std::move(results[static_cast<size_t>(o)])));
+      constants_[static_cast<size_t>(slot)] = constant_storage_.back().get();
+      producer[static_cast<size_t>(slot)] = -1;
+    }
+    ++folded_nodes_;
+  }
+  order = std::move(left);
+}
+
+std::vector<RuntimeValue> GraphPlan::FoldNode(
+    const NodeProto& proto, const std::vector<int>& ins,
+    const std::vector<std::vector<std::pair<int, int>>>& uses, RuntimeContext& context) {
+  std::vector<RuntimeValue> results(static_cast<size_t>(proto.output_size()));
+  if (FoldTransposedView(proto, ins, uses, results)) return results;
+  std::vector<const RuntimeValue*> in;
+  for (int s : ins) in.push_back(s < 0 ? nullptr : constant(s));
+  std::vector<RuntimeValue*> out;
+  for (int o = 0; o < proto.output_size(); ++o)
+    out.push_back(proto.output(o).empty() ? nullptr : &results[static_cast<size_t>(o)]);
+  size_t bytes = 0;
+  try {
+    std::unique_ptr<KernelBase> kernel = MakeNodeKernel(proto, context, scope_, true);
+    if (kernel == nullptr) return {};
+    for (size_t j = 0; j < in.size(); ++j)
+      if (in[j] != nullptr) kernel->OnConstantInput(j, *in[j]);
+    KernelCall call(&context, proto, std::span<const RuntimeValue* const>(in.data(), in.size()),
+                    std::span<RuntimeValue*>(out.data(), out.size()), DefaultAllocator());
+    kernel->Compute(call);
+  } catch (const std::exception&) {
+    return {};  // the node stays: the same error reaches the caller at run time
+  }
+  for (size_t o = 0; o < results.size(); ++o) {
+    if (out[o] == nullptr) continue;
+    if (!results[o].is_tensor()) return {};
+    Tensor& t = results[o].mutable_tensor();
+    t.Seal();
+    bool shares_input = false;
+    for (const RuntimeValue* v : in)
+      shares_input = shares_input || (v != nullptr && t.has_owner() &&
+                                      v->tensor().owner() == t.owner());
+    if (!shares_input) bytes += t.nbytes();
+  }
+  if (folded_bytes_ + bytes > kFoldBudgetBytes) return {};
+  folded_bytes_ += bytes;
+  return results;
+}
+
+bool GraphPlan::FoldTransposedView(const NodeProto& proto, const std::vector<int>& ins,
+                                   const std::vector<std::vector<std::pair<int, int>>>& uses,
+                                   std::vector<RuntimeValue>& results) const {
+  if (proto.op_type() != "Transpose" || !NormalDomain(proto.domain()).empty() ||
+      ins.size() != 1 || proto.output_size() != 1 || proto.output(0).empty())
+    return false;
+  const Tensor& x = constant(ins[0])->tensor();
+  if (x.rank() != 2 || x.dtype() != DataType::kFloat || !x.contiguous() || !x.has_owner())
+    return false;
+  for (const auto& a : proto.attribute())
+    if (a.name() == "perm" && !(a.ints_size() == 2 && a.ints(0) == 1 && a.ints(1) == 0))
+      return false;
+  for (const auto& [node, index] : uses[static_cast<size_t>(slot_of_.at(proto.output(0)))]) {
+    const NodeProto& reader = graph_->node(node);
+    if (reader.op_type() != "MatMul" || !NormalDomain(reader.domain()).empty() || index != 1)
+      return false;
+  }
+  results[0] = RuntimeValue(Tensor::StridedView(proto.output(0), x.dtype(),
+                                                {x.dim(1), x.dim(0)}, {1, x.dim(1)},
+                                                x.raw_data(), x.owner()));
+  return true;
 }
 
 int GraphPlan::FindSlot(const std::string& name) const {

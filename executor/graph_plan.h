@@ -42,6 +42,8 @@ struct PlanBuildScope {
   OpsetMap opsets;                    // the model's opset_import over the context's
   int depth = 0;                      // nesting of sub-plans (bounded against recursion)
   std::string base_dir;               // where external initializer data lives (model file's dir)
+  // Evaluate nodes whose inputs are all constants once, at build time (see Build).
+  bool fold_constants = true;
 };
 // Non-null only inside GraphPlan::Build (on the building thread).
 const PlanBuildScope* CurrentPlanBuildScope();
@@ -83,12 +85,21 @@ class GraphPlan {
 
   // Compiles `graph`. `owner` keeps the graph's protos alive (initializers become zero-copy
   // views on it). `captures` are names provided by an enclosing scope (subgraphs).
+  // With scope.fold_constants, a deterministic built-in node whose inputs are all constants
+  // (initializers that are not graph inputs, or outputs of such folded nodes) and none of
+  // whose outputs is a graph output runs once here; its outputs become plan constants and
+  // the node leaves the plan. A node that reads a graph input or a captured value is never
+  // folded. Folded bytes per plan stay within kFoldBudgetBytes (larger results stay nodes);
+  // a Transpose of a FLOAT matrix read only as MatMul's B folds to a transposed view of the
+  // constant's bytes (no copy: MatMul reads it as B^T).
+  static constexpr size_t kFoldBudgetBytes = size_t{1} << 30;
   static std::unique_ptr<GraphPlan> Build(const GraphProto& graph, RuntimeContext& context,
                                           const PlanBuildScope& scope,
                                           const std::vector<std::string>& captures = {});
   // A root plan for `model`'s main graph.
   static std::unique_ptr<GraphPlan> BuildModel(std::shared_ptr<const ModelProto> model,
-                                               RuntimeContext& context);
+                                               RuntimeContext& context,
+                                               bool fold_constants = true);
 
   const GraphProto& graph() const { return *graph_; }
   size_t slot_count() const { return slot_names_.size(); }
@@ -106,12 +117,26 @@ class GraphPlan {
   int width() const { return width_; }  // size of the widest level (an antichain)
   // Distinct reader nodes of a releasable slot (0 for constants and graph outputs).
   int readers(int slot) const { return readers_[static_cast<size_t>(slot)]; }
+  // Nodes evaluated at build time (removed from nodes()) and the bytes they allocated.
+  size_t folded_node_count() const { return folded_nodes_; }
+  size_t folded_bytes() const { return folded_bytes_; }
   size_t total_node_inputs() const { return total_inputs_; }
   size_t total_node_outputs() const { return total_outputs_; }
   const PlanBuildScope& scope() const { return scope_; }
 
  private:
   GraphPlan() = default;
+  // Constant folding (see Build): removes folded nodes from `order` and their outputs from
+  // `producer`; `in_slots` are the graph nodes' input slots.
+  void FoldConstants(RuntimeContext& context, std::vector<int>& order,
+                     const std::vector<std::vector<int>>& in_slots, std::vector<int>& producer);
+  // The outputs of `proto` evaluated on its constant inputs; empty when it is not folded.
+  std::vector<RuntimeValue> FoldNode(const NodeProto& proto, const std::vector<int>& ins,
+                                     const std::vector<std::vector<std::pair<int, int>>>& uses,
+                                     RuntimeContext& context);
+  bool FoldTransposedView(const NodeProto& proto, const std::vector<int>& ins,
+                          const std::vector<std::vector<std::pair<int, int>>>& uses,
+                          std::vector<RuntimeValue>& results) const;
 
   const GraphProto* graph_ = nullptr;
   PlanBuildScope scope_;
@@ -127,6 +152,7 @@ class GraphPlan {
   std::vector<int> readers_;
   int width_ = 0;
   size_t total_inputs_ = 0, total_outputs_ = 0;
+  size_t folded_nodes_ = 0, folded_bytes_ = 0;
 };
 
 // One run's slots. Bind it to a child context with context.MakeChild(&frame) so custom

@@ -63,7 +63,7 @@ RuntimeSession::CachedPlan& RuntimeSession::Cached(RuntimeContext& context) {
   auto cached = std::make_unique<CachedPlan>();
   cached->config_id = context.config_id();
   cached->keepalive = context.config_keepalive();
-  cached->plan = GraphPlan::BuildModel(model_, context);
+  cached->plan = GraphPlan::BuildModel(model_, context, options_.fold_constants);
   impl_->plans.push_back(std::move(cached));
   return *impl_->plans.back();
 }

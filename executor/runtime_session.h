@@ -27,6 +27,9 @@ struct RuntimeSessionOptions {
   size_t persistent_tensor_initial_capacity = 32;
   enum class ExecutorMode { kAuto, kInline, kFlowGraph };
   ExecutorMode executor = ExecutorMode::kAuto;
+  // Evaluate subgraphs that depend only on constants once, when the plan is built
+  // (GraphPlan::Build). Off: every node runs on every call (for comparisons).
+  bool fold_constants = true;
 };
 
 class RuntimeSession {

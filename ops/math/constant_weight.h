@@ -1,34 +1,36 @@
 // The B operand of a MatMul/Gemm node that the plan declared constant, and its packed
-// panels, built on the second call that needs them (M > 1) and reused by every later call.
-// Not on the first: a plan that multiplies its weights by several rows once (a prompt, then
-// decode steps of one row, which stream B unpacked) gains nothing from a copy; the per-call
-// path packs B into small per-thread buffers that stay in cache, cheaper than a new copy.
+// panels, built on the second call of any shape and reused by every later call: prompts
+// (M > 1) run the packed micro-kernel on it, decode steps (M = 1) a GEMV that streams its
+// panels sequentially, much faster than reading a row-major [K, N] weight in column blocks.
+// Not on the first call: a plan run once gains nothing from a copy (the per-call path packs
+// B into small per-thread buffers that stay in cache).
 //
 // Why a cached pack is never used for other bytes: the plan declares an input constant only
-// for an initializer that is not a graph input (KernelBase::OnConstantInput), whose bytes do
-// not change while the plan lives, and this object holds a handle on that tensor, so its
-// storage stays allocated and no other tensor can occupy its address meanwhile. A call's B
-// is served from the pack only when it is that storage (same data pointer, dtype and shape,
-// dense); any other B (another buffer, a reshaped or strided view, a graph input) takes the
-// per-call packing.
+// for an initializer (or a value folded from initializers) that is not a graph input
+// (KernelBase::OnConstantInput), whose bytes do not change while the plan lives, and this
+// object holds a handle on that tensor, so its storage stays allocated and no other tensor
+// can occupy its address meanwhile. A call's B is served from the pack only when it is that
+// storage with the same layout (data pointer, strides, dtype and shape); any other B
+// (another buffer, a reshaped view, a graph input) takes the per-call path. The declared
+// constant may be dense or a FLOAT matrix viewed transposed (a folded Transpose of a tied
+// embedding): then the pack holds op(B) = the view, built from the underlying rows.
 // There is no process-wide table: the pack lives and dies with its kernel, so with the plan.
 // (A table shared across plans keyed on owner and address would be unsound: a model proto
 // stays mutable from Python while alive, so equal addresses need not mean equal bytes.)
 //
 // Memory: one float copy of the weight (4 * K * round_up(N, 16) bytes, twice the bytes of a
-// FLOAT16/BFLOAT16 weight) from the default allocator, only for weights used with M > 1 at
-// least twice, and only when the padding adds at most a quarter (always for N >= 52);
-// decode-only (M = 1) use never allocates it. All kept copies of the process together stay
-// within a budget (PackedWeightBudget(), 1 GiB by default): past it, weights are packed per
-// call, which costs little for weights too large for the caches anyway (then reading B from
-// memory, not packing it, bounds the product). Thread safety: Compute is const and
-// may run concurrently; calls are counted atomically, the pack is built under
+// FLOAT16/BFLOAT16 weight) from the default allocator, only for weights used at least twice,
+// and only when the padding adds at most a quarter (always for N >= 52). All kept copies of
+// the process together stay within a budget (PackedWeightBudget(), by default half of the
+// machine's memory, at least 1 GiB): past it, weights run unpacked. Thread safety: Compute
+// is const and may run concurrently; calls are counted atomically, the pack is built under
 // std::call_once and immutable afterwards.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -54,11 +56,17 @@ class ConstantWeight {
   void Declare(const core::runtime::RuntimeValue& value);
   bool declared() const { return constant_.defined(); }
 
-  // The pack of op(B) when `b` is the declared constant's storage and a pack is worth
-  // keeping (see above), built now if this is the second such call; null otherwise.
-  // `values` are b's elements as float (FloatView), K/N/ldb as Sgemm takes them.
-  const PackedB* Get(const core::runtime::Tensor& b, const float* values, bool trans_b,
-                     int64_t k, int64_t n, int64_t ldb) const;
+  // The pack of op(B) when `b` is the declared constant (same storage, layout, dtype and
+  // shape) and a pack is worth keeping (see above), built now if this is the second such
+  // call; null otherwise. K/N/ldb as Sgemm takes them; `values` gives b's elements as float
+  // in that layout and is called only to build the pack.
+  const PackedB* Get(const core::runtime::Tensor& b, bool trans_b, int64_t k, int64_t n,
+                     int64_t ldb, const std::function<const float*()>& values) const;
+  // Whether `b` is the declared constant (same storage, layout, dtype and shape).
+  bool Serves(const core::runtime::Tensor& b) const;
+  // The row stride of a FLOAT matrix viewed transposed (strides {1, ld}, ld >= rows), whose
+  // product reads it as op(B) = B^T over the underlying rows; 0 for any other tensor.
+  static int64_t TransposedLd(const core::runtime::Tensor& t);
 
  private:
   core::runtime::Tensor constant_;

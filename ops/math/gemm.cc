@@ -504,6 +504,120 @@ void Gemv(const GemmArgs& g, bool avx2) {
               });
 }
 
+// ---- GEMV over a PackedB: M == 1 with a constant weight. ----
+// Panel q of depth block p0 is kc x 16 contiguous floats, so a task that owns a range of
+// panels reads one sequential stream per depth block: the bandwidth-bound best case. The
+// 16 accumulated columns of a panel stay in registers across all depth blocks.
+
+// y[16 q .. 16 q + 16) for panels [q0, q1): `a` is K contiguous floats.
+void GemvPackedPortable(const PackedB& b, const float* a, int64_t q0, int64_t q1, float* y) {
+  const int64_t k = b.k();
+  for (int64_t q = q0; q < q1; ++q) {
+    float acc[kNr] = {};
+    for (int64_t p0 = 0; p0 < k; p0 += kKc) {
+      const int64_t kc = std::min(kKc, k - p0);
+      const float* panel = b.block(p0) + q * kNr * kc;
+      for (int64_t p = 0; p < kc; ++p)
+        for (int64_t j = 0; j < kNr; ++j) acc[j] += a[p0 + p] * panel[p * kNr + j];
+    }
+    std::memcpy(y + (q - q0) * kNr, acc, sizeof(acc));
+  }
+}
+
+#ifdef OL_HAVE_X86
+OL_AVX2 void GemvPackedAvx2(const PackedB& b, const float* a, int64_t q0, int64_t q1,
+                            float* y) {
+  const int64_t k = b.k();
+  for (int64_t q = q0; q < q1; ++q) {
+    __m256 lo[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 hi[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t p0 = 0; p0 < k; p0 += kKc) {
+      const int64_t kc = std::min(kKc, k - p0);
+      const float* panel = b.block(p0) + q * kNr * kc;
+      const float* av = a + p0;
+      int64_t p = 0;
+      for (; p + 2 <= kc; p += 2) {
+        const __m256 a0 = _mm256_broadcast_ss(av + p), a1 = _mm256_broadcast_ss(av + p + 1);
+        lo[0] = _mm256_fmadd_ps(a0, _mm256_load_ps(panel + p * kNr), lo[0]);
+        hi[0] = _mm256_fmadd_ps(a0, _mm256_load_ps(panel + p * kNr + 8), hi[0]);
+        lo[1] = _mm256_fmadd_ps(a1, _mm256_load_ps(panel + (p + 1) * kNr), lo[1]);
+        hi[1] = _mm256_fmadd_ps(a1, _mm256_load_ps(panel + (p + 1) * kNr + 8), hi[1]);
+      }
+      for (; p < kc; ++p) {
+        const __m256 a0 = _mm256_broadcast_ss(av + p);
+        lo[0] = _mm256_fmadd_ps(a0, _mm256_load_ps(panel + p * kNr), lo[0]);
+        hi[0] = _mm256_fmadd_ps(a0, _mm256_load_ps(panel + p * kNr + 8), hi[0]);
+      }
+    }
+    float* out = y + (q - q0) * kNr;
+    _mm256_storeu_ps(out, _mm256_add_ps(lo[0], lo[1]));
+    _mm256_storeu_ps(out + 8, _mm256_add_ps(hi[0], hi[1]));
+  }
+}
+
+OL_AVX512 void GemvPackedAvx512(const PackedB& b, const float* a, int64_t q0, int64_t q1,
+                                float* y) {
+  const int64_t k = b.k();
+  for (int64_t q = q0; q < q1; ++q) {
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
+    for (int64_t p0 = 0; p0 < k; p0 += kKc) {
+      const int64_t kc = std::min(kKc, k - p0);
+      const float* panel = b.block(p0) + q * kNr * kc;
+      const float* av = a + p0;
+      int64_t p = 0;
+      for (; p + 4 <= kc; p += 4) {
+        const float* r = panel + p * kNr;
+        acc0 = _mm512_fmadd_ps(_mm512_set1_ps(av[p]), _mm512_load_ps(r), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_set1_ps(av[p + 1]), _mm512_load_ps(r + kNr), acc1);
+        acc2 = _mm512_fmadd_ps(_mm512_set1_ps(av[p + 2]), _mm512_load_ps(r + 2 * kNr), acc2);
+        acc3 = _mm512_fmadd_ps(_mm512_set1_ps(av[p + 3]), _mm512_load_ps(r + 3 * kNr), acc3);
+      }
+      for (; p < kc; ++p)
+        acc0 = _mm512_fmadd_ps(_mm512_set1_ps(av[p]), _mm512_load_ps(panel + p * kNr), acc0);
+    }
+    _mm512_storeu_ps(y + (q - q0) * kNr,
+                     _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+  }
+}
+#endif
+
+void GemvPacked(const GemmArgs& g, const PackedB& b, GemmPath path) {
+  // A as K contiguous floats (a column of a transposed A is gathered once: K is small).
+  std::vector<float> a_dense;
+  const float* a = g.a;
+  if (g.trans_a && g.lda != 1) {
+    a_dense.resize(static_cast<size_t>(g.k));
+    for (int64_t p = 0; p < g.k; ++p) a_dense[static_cast<size_t>(p)] = g.a[p * g.lda];
+    a = a_dense.data();
+  }
+  const int64_t panels = (g.n + kNr - 1) / kNr;
+  // About 64 KiB of weights per task: enough tasks to balance, few enough to be cheap.
+  const int64_t grain = std::max<int64_t>(1, 65536 / (g.k * kNr * int64_t{sizeof(float)}));
+  ParallelFor(panels, grain, [&](int64_t q0, int64_t q1) {
+    constexpr int64_t kChunk = 32;  // panels per pass: y stays in L1
+    alignas(64) float y[kChunk * kNr];
+    for (int64_t c0 = q0; c0 < q1; c0 += kChunk) {
+      const int64_t c1 = std::min(q1, c0 + kChunk);
+#ifdef OL_HAVE_X86
+      if (path != GemmPath::kPortable && path != GemmPath::kAvx2 && CpuHasAvx512()) {
+        GemvPackedAvx512(b, a, c0, c1, y);
+      } else if (UseAvx2(path)) {
+        GemvPackedAvx2(b, a, c0, c1, y);
+      } else {
+        GemvPackedPortable(b, a, c0, c1, y);
+      }
+#else
+      GemvPackedPortable(b, a, c0, c1, y);
+#endif
+      const int64_t j0 = c0 * kNr, w = std::min(g.n, c1 * kNr) - j0;
+      float* c = g.c + j0;
+      for (int64_t j = 0; j < w; ++j)
+        c[j] = g.alpha * y[j] + (g.beta == 0.0f ? 0.0f : g.beta * c[j]);
+    }
+  });
+}
+
 }  // namespace
 
 PackedB::PackedB(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb)
@@ -548,7 +662,7 @@ void Sgemm(const GemmArgs& g, const PackedB* packed, GemmPath path) {
     return;
   }
   const bool avx2 = UseAvx2(path);
-  if (g.m == 1) return Gemv(g, avx2);
+  if (g.m == 1) return packed != nullptr ? GemvPacked(g, *packed, path) : Gemv(g, avx2);
   PackedGemm(g, packed, SelectKernels(path));
 }
 

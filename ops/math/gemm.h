@@ -66,10 +66,11 @@ class PackedB {
 // AVX-512F, kAvx2 to kPortable without AVX2/FMA. kAuto is the best the CPU has. The M == 1
 // path is AVX2 for both kAvx2 and kAvx512 (it is bound by memory, not arithmetic).
 void Sgemm(const GemmArgs& args, GemmPath path = GemmPath::kAuto);
-// The same product with B's panels taken from `packed` when M > 1 (M == 1 still streams
-// args.b, which is faster than the padded panels). `packed` must hold op(args.b): the same
-// trans_b, K and N (checked: a mismatch throws kInvalidArgument) and the same values (the
-// caller's duty). A null `packed` is plain Sgemm.
+// The same product with B's panels taken from `packed`: M > 1 runs the packed micro-kernel,
+// M == 1 a GEMV that streams the panels (one sequential read per task and depth block).
+// `packed` must hold op(args.b): the same trans_b, K and N (checked: a mismatch throws
+// kInvalidArgument) and the same values (the caller's duty; args.b is not read). A null
+// `packed` is plain Sgemm.
 void Sgemm(const GemmArgs& args, const PackedB* packed, GemmPath path = GemmPath::kAuto);
 
 // How many times B was packed (per call without a PackedB, plus PackedB constructions)

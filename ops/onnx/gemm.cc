@@ -2,6 +2,7 @@
 // unidirectionally broadcast to [M, N] (optional since opset 11). Float types run the
 // packed SGEMM (FLOAT16/BFLOAT16 converted at the edges); DOUBLE a plain loop. A constant B
 // (an initializer) is packed once and reused by every call with M > 1 (ConstantWeight).
+#include <optional>
 #include <vector>
 
 #include "executor/attributes.h"
@@ -70,7 +71,12 @@ class Gemm final : public core::runtime::KernelBase {
     if (!math::IsFloatType(dt)) math::ThrowUnsupportedType(call.node(), "input 'A'", dt);
     Tensor& y = call.AllocateOutput(0, dt, out_shape);
     if (y.numel() == 0) return;
-    const math::FloatView av(a), bv(b);
+    const math::FloatView av(a);
+    std::optional<math::FloatView> bv;
+    auto b_values = [&]() -> const float* {
+      if (!bv) bv.emplace(b);
+      return bv->data();
+    };
     math::FloatSink yv(y);
     float* yp = yv.data();
     float beta = 0.0f;
@@ -88,13 +94,15 @@ class Gemm final : public core::runtime::KernelBase {
     g.alpha = alpha_;
     g.a = av.data();
     g.lda = a.shape()[1];
-    g.b = bv.data();
     g.ldb = b.shape()[1];
     g.beta = beta;
     g.c = yp;
     g.ldc = n;
-    const bool pack = m > 1 && weight_.declared();
-    math::Sgemm(g, pack ? weight_.Get(b, bv.data(), trans_b_, k, n, g.ldb) : nullptr);
+    // A kept pack of a constant B replaces reading (and converting) B's values.
+    const math::PackedB* pack =
+        weight_.declared() ? weight_.Get(b, trans_b_, k, n, g.ldb, b_values) : nullptr;
+    g.b = pack != nullptr ? nullptr : b_values();
+    math::Sgemm(g, pack);
     yv.Finish();
   }
 

@@ -3,6 +3,7 @@
 // through the packed SGEMM (FLOAT16/BFLOAT16 converted at the edges); a weight without
 // batch dimensions folds the batch into M so that one GEMM streams it once. A constant B
 // (an initializer) is packed once and reused by every call with M > 1 (ConstantWeight).
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -92,23 +93,16 @@ class MatMul final : public core::runtime::KernelBase {
     }
     Tensor& y = call.AllocateOutput(0, dt, out_shape);
     if (y.numel() == 0) return;
-    const math::FloatView av(a), bv(b);
+    const int64_t transposed_ld = math::ConstantWeight::TransposedLd(b);
+    if (ShapeNumel(b_batch) == 1 && a.contiguous() && (b.contiguous() || transposed_ld > 0)) {
+      MultiplyOneMatrix(a, b, transposed_ld, nb * m, n, k, y);
+      return;
+    }
+    Tensor b_copy;
+    const Tensor& bd = transposed_ld > 0 ? (b_copy = b.Contiguous()) : b;
+    const math::FloatView av(a), bv(bd);
     math::FloatSink yv(y);
-    if (ShapeNumel(b_batch) == 1 && a.contiguous() && b.contiguous()) {
-      // B is one matrix: A's batch is contiguous, fold it into M.
-      math::GemmArgs g;
-      g.m = nb * m;
-      g.n = n;
-      g.k = k;
-      g.a = av.data();
-      g.lda = k;
-      g.b = bv.data();
-      g.ldb = n;
-      g.c = yv.data();
-      g.ldc = n;
-      const bool pack = g.m > 1 && weight_.declared();
-      math::Sgemm(g, pack ? weight_.Get(b, bv.data(), false, k, n, n) : nullptr);
-    } else {
+    {
       const std::vector<int64_t> ai = math::BroadcastIndex(batch, a_batch);
       const std::vector<int64_t> bi = math::BroadcastIndex(batch, b_batch);
       const float* ap = av.data();
@@ -121,19 +115,51 @@ class MatMul final : public core::runtime::KernelBase {
       math::ParallelFor(nb, 1, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i)
           math::Sgemm(false, false, m, n, k, 1.0f, matrix(a, ap, ai[i], m * k),
-                      matrix(b, bp, bi[i], k * n), 0.0f, yp + i * m * n);
+                      matrix(bd, bp, bi[i], k * n), 0.0f, yp + i * m * n);
       });
     }
     yv.Finish();
   }
 
  private:
-  // `t` itself when dense or a strided FLOAT tensor with dense matrices; else a dense copy
-  // kept in `holder`.
+  // `t` itself when dense, a strided FLOAT tensor with dense matrices or a FLOAT matrix
+  // viewed transposed; else a dense copy kept in `holder`.
   static const Tensor& InPlaceOrDense(const Tensor& t, Tensor& holder) {
     if (t.contiguous()) return t;
     if (t.dtype() == DataType::kFloat && t.rank() >= 2 && t.DenseFrom(t.rank() - 2)) return t;
+    if (math::ConstantWeight::TransposedLd(t) > 0) return t;
     return holder = t.Contiguous();
+  }
+
+  // Y[M, N] = A[M, K] * B with one B matrix (A's batch folded into M): B dense [K, N] or,
+  // with `transposed_ld` > 0, a transposed view of a FLOAT [N, K] matrix with that row
+  // stride. A declared constant B is served from its kept pack; then B's values are not
+  // read (a FLOAT16 weight is not converted per call).
+  void MultiplyOneMatrix(const Tensor& a, const Tensor& b, int64_t transposed_ld, int64_t m,
+                         int64_t n, int64_t k, Tensor& y) const {
+    std::optional<math::FloatView> bv;
+    auto b_values = [&]() -> const float* {
+      if (b.dtype() == DataType::kFloat) return static_cast<const float*>(b.strided_data());
+      if (!bv) bv.emplace(b);
+      return bv->data();
+    };
+    math::GemmArgs g;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.trans_b = transposed_ld > 0;
+    g.ldb = g.trans_b ? transposed_ld : n;
+    const math::PackedB* pack =
+        weight_.declared() ? weight_.Get(b, g.trans_b, k, n, g.ldb, b_values) : nullptr;
+    const math::FloatView av(a);
+    math::FloatSink yv(y);
+    g.a = av.data();
+    g.lda = k;
+    g.b = pack != nullptr ? nullptr : b_values();
+    g.c = yv.data();
+    g.ldc = n;
+    math::Sgemm(g, pack);
+    yv.Finish();
   }
 
   template <typename T>

@@ -1,6 +1,6 @@
 // A constant B of MatMul/Gemm is packed once and reused (ops/math/constant_weight.h): the
 // reused pack gives the per-call results, is never served for other bytes, is built once
-// under concurrent calls, on the second call with M > 1, and only for inputs the plan
+// under concurrent calls, on the second call of any shape, and only for inputs the plan
 // declares constant.
 #include <cstring>
 #include <memory>
@@ -174,13 +174,13 @@ TEST_CASE("MatMul packs a declared constant B on its second call with M > 1, the
   CHECK(Values(y4) == Values(y1));
   CheckClose(Values(y1), Ref(false, 6, n, k, Values(a), Values(w)), 1e-5, 1e-5);
 
-  // M == 1 streams B (no pack at all).
+  // M == 1 streams the kept pack (no new pack).
   const Tensor row = RandF32({1, k}, -1, 1, 5);
   CheckClose(Values(mm.Run(row, w)), Ref(false, 1, n, k, Values(row), Values(w)), 1e-5, 1e-5);
   CHECK(math::BPacksForTesting() == packs0 + 2);
 }
 
-TEST_CASE("a MatMul whose constant B meets M > 1 only once keeps no copy of it") {
+TEST_CASE("a MatMul whose constant B is used once keeps no copy; the second use keeps one") {
   const int64_t k = 32, n = 64;
   const Tensor w = RandF32({k, n}, -1, 1, 19);
   Kernel mm("MatMul");
@@ -189,16 +189,98 @@ TEST_CASE("a MatMul whose constant B meets M > 1 only once keeps no copy of it")
   const Tensor prompt = RandF32({16, k}, -1, 1, 20);
   const Tensor y = mm.Run(prompt, w);
   const size_t live = heap.live_bytes();
-  for (int step = 0; step < 3; ++step) {  // decode-shaped calls: one row each
+  CheckClose(Values(y), Ref(false, 16, n, k, Values(prompt), Values(w)), 1e-5, 1e-5);
+  // The next call, decode-shaped (one row), keeps the copy: K * N floats, and every later
+  // one streams it (M == 1 GEMV over the panels).
+  for (int step = 0; step < 3; ++step) {
     const Tensor row = RandF32({1, k}, -1, 1, static_cast<uint32_t>(21 + step));
     CheckClose(Values(mm.Run(row, w)), Ref(false, 1, n, k, Values(row), Values(w)), 1e-5, 1e-5);
+    CHECK(heap.live_bytes() >= live + static_cast<size_t>(k * n) * sizeof(float));
   }
-  CHECK(heap.live_bytes() == live);
-  CheckClose(Values(y), Ref(false, 16, n, k, Values(prompt), Values(w)), 1e-5, 1e-5);
-  // The second call with several rows keeps the copy: K * N floats from the allocator.
-  const Tensor y2 = mm.Run(prompt, w);
-  CHECK(heap.live_bytes() >= live + static_cast<size_t>(k * n) * sizeof(float));
-  CHECK(Values(y2) == Values(y));
+  CHECK(Values(mm.Run(prompt, w)) == Values(y));
+}
+
+TEST_CASE("the M == 1 GEMV over a packed B matches the reference on every path") {
+  // N crosses the 16-column panel and the 32-panel pass; K the 256-deep block and the
+  // 4-step unroll.
+  for (int64_t n : {16, 67, 300, 1000})
+    for (int64_t k : {5, 256, 259, 600})
+      for (bool tb : {false, true})
+        for (bool ta : {false, true})
+          for (math::GemmPath path : kAllPaths) {
+            CAPTURE(n);
+            CAPTURE(k);
+            CAPTURE(tb);
+            CAPTURE(ta);
+            const std::vector<float> b = Random(k * n, -1, 1, 31);
+            // A transposed A is a column of a [K, 3] matrix (stride 3).
+            const std::vector<float> a_store = Random(3 * k, -1, 1, 32);
+            std::vector<float> a(static_cast<size_t>(k));
+            for (int64_t p = 0; p < k; ++p)
+              a[static_cast<size_t>(p)] = ta ? a_store[static_cast<size_t>(p * 3 + 1)]
+                                             : a_store[static_cast<size_t>(p)];
+            const math::PackedB packed(tb, k, n, b.data(), tb ? k : n);
+            std::vector<float> c(static_cast<size_t>(n), std::nanf(""));
+            math::GemmArgs g;
+            g.trans_a = ta;
+            g.trans_b = tb;
+            g.m = 1;
+            g.n = n;
+            g.k = k;
+            g.a = ta ? a_store.data() + 1 : a_store.data();
+            g.lda = ta ? 3 : k;
+            g.c = c.data();
+            g.ldc = n;
+            g.ldb = tb ? k : n;  // g.b stays null: the pack replaces it
+            math::Sgemm(g, &packed, path);
+            CheckClose(c, Ref(tb, 1, n, k, a, b), 1e-5, 1e-5);
+            // alpha and beta apply as in the unpacked path.
+            std::vector<float> c2(static_cast<size_t>(n), 2.0f);
+            g.c = c2.data();
+            g.alpha = 0.5f;
+            g.beta = 3.0f;
+            math::Sgemm(g, &packed, path);
+            std::vector<double> expected = Ref(tb, 1, n, k, a, b);
+            for (double& e : expected) e = 0.5 * e + 6.0;
+            CheckClose(c2, expected, 1e-5, 1e-5);
+          }
+}
+
+TEST_CASE("MatMul reads a constant B viewed transposed (a folded Transpose) without a copy") {
+  const int64_t k = 48, n = 80;
+  const Tensor e = RandF32({n, k}, -1, 1, 33);  // an embedding [vocab, hidden]
+  const Tensor view = Tensor::StridedView("eT", DataType::kFloat, {k, n}, {1, k},
+                                          e.strided_data(), e.owner());
+  REQUIRE(!view.contiguous());
+  REQUIRE(math::ConstantWeight::TransposedLd(view) == k);
+  std::vector<float> b_dense(static_cast<size_t>(k * n));  // e^T, row-major [K, N]
+  const std::vector<float> ev = Values(e);
+  for (int64_t p = 0; p < k; ++p)
+    for (int64_t j = 0; j < n; ++j)
+      b_dense[static_cast<size_t>(p * n + j)] = ev[static_cast<size_t>(j * k + p)];
+  Kernel mm("MatMul");
+  CHECK(mm.get().ReadsStridedInput(1));
+  mm.get().OnConstantInput(1, RuntimeValue(view));
+  const uint64_t packs = math::BPacksForTesting();
+  for (int64_t m : {1, 6, 1, 1}) {
+    CAPTURE(m);
+    const Tensor a = RandF32({m, k}, -1, 1, static_cast<uint32_t>(34 + m));
+    CheckClose(Values(mm.Run(a, view)), Ref(false, m, n, k, Values(a), b_dense), 1e-5, 1e-5);
+  }
+  // Unpacked on the first call, one pack built on the second, reused after.
+  CHECK(math::BPacksForTesting() == packs + 1);
+  // Not the declared view: another transposed view is multiplied unpacked, correctly.
+  const Tensor other = RandF32({n, k}, -1, 1, 40);
+  const Tensor other_view = Tensor::StridedView("oT", DataType::kFloat, {k, n}, {1, k},
+                                                other.strided_data(), other.owner());
+  const Tensor a = RandF32({1, k}, -1, 1, 41);
+  std::vector<float> other_dense(static_cast<size_t>(k * n));
+  const std::vector<float> ov = Values(other);
+  for (int64_t p = 0; p < k; ++p)
+    for (int64_t j = 0; j < n; ++j)
+      other_dense[static_cast<size_t>(p * n + j)] = ov[static_cast<size_t>(j * k + p)];
+  CheckClose(Values(mm.Run(a, other_view)), Ref(false, 1, n, k, Values(a), other_dense), 1e-5,
+             1e-5);
 }
 
 TEST_CASE("MatMul never serves the cached pack for a B in other storage or of another shape") {
@@ -435,17 +517,17 @@ TEST_CASE("a strided view over the constant's bytes is never served from its pac
   const Tensor w = RandF32({k, n}, -1, 1, 60);
   math::ConstantWeight weight;
   weight.Declare(RuntimeValue(w));
-  const float* values = w.data<float>();
-  CHECK(weight.Get(w, values, false, k, n, n) == nullptr);  // first use: per call
-  const math::PackedB* kept = weight.Get(w, values, false, k, n, n);
+  const auto values = [&] { return w.data<float>(); };
+  CHECK(weight.Get(w, false, k, n, n, values) == nullptr);  // first use: per call
+  const math::PackedB* kept = weight.Get(w, false, k, n, n, values);
   REQUIRE(kept != nullptr);
   // Same data pointer, shape and dtype, transposed layout: other values at each index.
   const Tensor transposed = Tensor::StridedView("t", DataType::kFloat, {k, n}, {1, k},
                                                 w.strided_data(), w.owner());
   REQUIRE(!transposed.contiguous());
-  CHECK(weight.Get(transposed, values, false, k, n, n) == nullptr);
+  CHECK(weight.Get(transposed, false, k, n, n, values) == nullptr);
   // Dense strides make an ordinary tensor over the same bytes: the same operand.
   const Tensor dense = Tensor::StridedView("d", DataType::kFloat, {k, n}, {n, 1},
                                            w.strided_data(), w.owner());
-  CHECK(weight.Get(dense, values, false, k, n, n) == kept);
+  CHECK(weight.Get(dense, false, k, n, n, values) == kept);
 }

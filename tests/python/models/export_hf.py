@@ -27,6 +27,13 @@ import warnings
 MODEL_DIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "..",
                                           "build", "models"))
 
+_SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048,
+                rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True)
+_QWEN05 = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864,
+               num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=2048,
+               rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True)
+
 # Named configs. "tiny" runs in CI on 2 cores; "bench" (Llama only) gives the generation
 # benchmark a model big enough that kernel time, not call overhead, dominates.
 CONFIGS = {
@@ -39,6 +46,12 @@ CONFIGS = {
                              max_position_embeddings=1024, rms_norm_eps=1e-6,
                              tie_word_embeddings=False),
     ("gpt2", "tiny"): dict(vocab_size=128, n_positions=256, n_embd=64, n_layer=2, n_head=4),
+    # Real sizes (perf/bench_real_decode.py): the shapes of SmolLM2-135M and Qwen2.5-0.5B,
+    # random weights. "*2l" keeps every width of the real shape with 2 layers (tests).
+    ("llama", "smollm2"): dict(_SMOLLM2, num_hidden_layers=30),
+    ("llama", "smollm2_2l"): dict(_SMOLLM2, num_hidden_layers=2),
+    ("qwen2", "qwen05"): dict(_QWEN05, num_hidden_layers=24),
+    ("qwen2", "qwen05_2l"): dict(_QWEN05, num_hidden_layers=2),
 }
 
 
@@ -50,6 +63,9 @@ def build(arch: str, size: str = "tiny"):
     if arch == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
         return LlamaForCausalLM(LlamaConfig(**CONFIGS[(arch, size)])).eval()
+    if arch == "qwen2":
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+        return Qwen2ForCausalLM(Qwen2Config(**CONFIGS[(arch, size)])).eval()
     if arch == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
         return GPT2LMHeadModel(GPT2Config(**CONFIGS[(arch, size)])).eval()
@@ -67,7 +83,7 @@ def tiny_gpt2():
 def cache_shape(arch: str, size: str = "tiny") -> tuple[int, int, int]:
     """(layers, kv_heads, head_dim) of the KV cache of a named config."""
     c = CONFIGS[(arch, size)]
-    if arch == "llama":
+    if arch in ("llama", "qwen2"):
         return (c["num_hidden_layers"], c["num_key_value_heads"],
                 c["hidden_size"] // c["num_attention_heads"])
     return c["n_layer"], c["n_head"], c["n_embd"] // c["n_head"]

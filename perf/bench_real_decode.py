@@ -1,0 +1,259 @@
+"""Real-size decoders: onnx-light against onnxruntime on the same exported file, same run.
+
+Shapes (tests/python/models/export_hf.py, random seeded weights, FLOAT, tied embeddings,
+exported with torch.onnx.export (dynamo) with KV caches; exports cached under build/models):
+  smollm2  Llama architecture, the shape of SmolLM2-135M (hidden 576, 30 layers, 9/3 heads,
+           vocab 49152)
+  qwen05   Qwen2 architecture, the shape of Qwen2.5-0.5B (hidden 896, 24 layers, 14/2 heads,
+           vocab 151936)
+  *_2l     the same widths with 2 layers (quick checks)
+
+Engines, batch 1, greedy, prompt then one token per step, caches fed back:
+  onnx-light   runtime.generate on the bound model (per-token times from on_token)
+  onnxruntime  InferenceSession with IOBinding (outputs bound to ORT-allocated values, the
+               presents fed back as the next pasts without a NumPy round trip)
+  onnxruntime-genai / llama-cpp-python are not run: they need their own conversions of the
+               weights (see perf/README.md); the script says so when they are installed.
+The engines run interleaved, round by round, so a change in the machine's speed hits both.
+Every round checks that both produce the same tokens.
+
+The machine's read bandwidth is measured in the same run (a 1 GiB float32 reduction with 1
+and 2 threads, best of several, between rounds) and each engine's decode step is reported
+against the bytes-per-token bound: weights read once (every initializer's bytes, the tied
+embedding counted once) plus the cache at the mean decode length.
+
+    PYTHONPATH=. .venv/bin/python perf/bench_real_decode.py [--shapes smollm2 qwen05]
+        [--prompts 128 1024] [--new-tokens 128] [--rounds 3] [--threads 2] [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "python"))
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))  # the exporter of the HF models
+
+import numpy as np  # noqa: E402
+
+from models import export_hf  # noqa: E402
+
+SHAPES = {"smollm2": "llama", "smollm2_2l": "llama", "qwen05": "qwen2", "qwen05_2l": "qwen2"}
+
+
+def weight_bytes(path: str) -> int:
+    """Bytes of every initializer of an exported file (what a decode step reads once)."""
+    import onnx
+
+    proto = onnx.load(path, load_external_data=False)
+    total = 0
+    for t in proto.graph.initializer:
+        n = int(np.prod(t.dims)) if len(t.dims) else 1
+        total += n * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    return total
+
+
+def read_bandwidth(threads: int, repeats: int = 5) -> float:
+    """GB/s of a 1 GiB float32 sum split over `threads` Python threads (NumPy releases the
+    GIL in the reduction), best of `repeats`."""
+    data = np.ones(1 << 28, np.float32)
+    parts = np.array_split(data, threads)
+    best = float("inf")
+    for _ in range(repeats):
+        workers = [threading.Thread(target=np.add.reduce, args=(p,)) for p in parts]
+        t0 = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        best = min(best, time.perf_counter() - t0)
+    return data.nbytes / best / 1e9
+
+
+class Shape:
+    def __init__(self, name: str):
+        self.name, self.arch = name, SHAPES[name]
+        self.path = export_hf.ensure(self.arch, with_cache=True, size=name)
+        self.layers, self.kv_heads, self.head_dim = export_hf.cache_shape(self.arch, name)
+        self.vocab = export_hf.vocab_size(self.arch, name)
+        self.pairs = export_hf.cache_names(self.layers)
+        self.weights = weight_bytes(self.path)
+
+    def empty_cache(self):
+        return export_hf.empty_cache(self.arch, 1, self.name)
+
+    def cache_bytes(self, length: float) -> float:
+        return 2 * self.layers * self.kv_heads * self.head_dim * 4 * length
+
+
+class OnnxLight:
+    name = "onnx-light"
+
+    def __init__(self, shape: Shape, threads: int):
+        from onnx_light import onnx as ol_onnx
+        from onnx_light.onnx_py._onnxpykernels import runtime
+
+        self.runtime, self.shape, self.threads = runtime, shape, threads
+        t0 = time.perf_counter()
+        self.model = ol_onnx.load_model(shape.path)
+        export_hf.add_cache_bindings(self.model, shape.layers)
+        self.load_s = time.perf_counter() - t0
+        self.context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+
+    def generate(self, prompt, new_tokens):
+        rt = self.runtime
+        stamps = []
+        options = rt.GenerationOptions(max_new_tokens=new_tokens)
+        session_options = rt.RuntimeSessionOptions(intra_op_threads=self.threads)
+        start = time.perf_counter()
+        tokens = rt.generate(self.model, self.context, {"input_ids": prompt,
+                                                        **self.shape.empty_cache()},
+                             options, session_options,
+                             on_token=lambda step, t: stamps.append(time.perf_counter()))
+        steps = np.diff(np.array([start] + stamps))
+        return np.from_dlpack(tokens)[0, prompt.shape[1]:].tolist(), steps
+
+
+class OnnxRuntime:
+    name = "onnxruntime"
+
+    def __init__(self, shape: Shape, threads: int):
+        import onnxruntime as ort
+
+        self.ort, self.shape = ort, shape
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        t0 = time.perf_counter()
+        self.session = ort.InferenceSession(shape.path, options,
+                                            providers=["CPUExecutionProvider"])
+        self.load_s = time.perf_counter() - t0
+        self.outputs = [o.name for o in self.session.get_outputs()]
+
+    def generate(self, prompt, new_tokens):
+        ort, s = self.ort, self.session
+        cache = {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in self.shape.empty_cache().items()}
+        ids, start, out, steps = prompt, 0, [], []
+        total = prompt.shape[1]
+        for _ in range(new_tokens):
+            t0 = time.perf_counter()
+            binding = s.io_binding()
+            binding.bind_cpu_input("input_ids", ids)
+            binding.bind_cpu_input("attention_mask", np.ones((1, total), np.int64))
+            binding.bind_cpu_input("position_ids",
+                                   np.arange(start, start + ids.shape[1], dtype=np.int64)[None])
+            for past, value in cache.items():
+                binding.bind_ortvalue_input(past, value)
+            for name in self.outputs:
+                binding.bind_output(name, "cpu")
+            s.run_with_iobinding(binding)
+            values = dict(zip(self.outputs, binding.get_outputs()))
+            token = int(values["logits"].numpy()[0, -1].argmax())
+            steps.append(time.perf_counter() - t0)
+            cache = {past: values[present] for past, present in self.shape.pairs}
+            start += ids.shape[1]
+            total += 1
+            ids = np.array([[token]], np.int64)
+            out.append(token)
+        return out, np.array(steps)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def bench_shape(shape: Shape, args, report):
+    engines = [OnnxLight(shape, args.threads), OnnxRuntime(shape, args.threads)]
+    rng = np.random.default_rng(0)
+    for prompt_len in args.prompts:
+        prompt = rng.integers(0, shape.vocab, size=(1, prompt_len), dtype=np.int64)
+        for e in engines:
+            e.generate(prompt[:, :8], 2)  # warm-up: plans, packs, page faults
+        prefill = {e.name: [] for e in engines}
+        decode = {e.name: [] for e in engines}
+        totals = {e.name: [] for e in engines}
+        bandwidth = []
+        reference = None
+        for r in range(args.rounds):
+            bandwidth.append(read_bandwidth(args.threads))
+            for e in engines if r % 2 == 0 else engines[::-1]:
+                t0 = time.perf_counter()
+                tokens, steps = e.generate(prompt, args.new_tokens)
+                totals[e.name].append(time.perf_counter() - t0)
+                if reference is None:
+                    reference = tokens
+                if tokens != reference:
+                    raise SystemExit(f"{shape.name}: {e.name} generated {tokens[:16]}..., "
+                                     f"expected {reference[:16]}...")
+                prefill[e.name].append(steps[0] * 1e3)
+                decode[e.name].extend((steps[1:] * 1e3).tolist())
+        gbps = max(bandwidth)
+        bound_ms = (shape.weights + shape.cache_bytes(prompt_len + args.new_tokens / 2)) / (
+            gbps * 1e9) * 1e3
+        rows = {}
+        for e in engines:
+            d = np.array(decode[e.name])
+            rows[e.name] = {
+                "prefill_ms": float(np.median(prefill[e.name])),
+                "decode_ms_p50": float(np.median(d)),
+                "decode_ms_p90": float(np.percentile(d, 90)),
+                "tokens_per_s": args.new_tokens / float(np.median(totals[e.name])),
+                "bound_fraction": bound_ms / float(np.median(d)),
+                "load_s": e.load_s,
+            }
+        base = rows["onnxruntime"]
+        print(f"\n{shape.name} ({shape.arch}, {shape.weights / 1e6:.0f} MB weights), prompt "
+              f"{prompt_len}, {args.new_tokens} new tokens, {args.threads} threads; read rate "
+              f"{gbps:.1f} GB/s (best of {len(bandwidth)} rounds), bound {bound_ms:.2f} ms/token")
+        print(f"{'engine':<13}{'prefill ms':>11}{'decode p50':>11}{'p90':>8}{'tok/s':>8}"
+              f"{'bound %':>9}{'prefill x':>10}{'decode x':>10}")
+        for name, r in rows.items():
+            print(f"{name:<13}{r['prefill_ms']:>11.1f}{r['decode_ms_p50']:>11.2f}"
+                  f"{r['decode_ms_p90']:>8.2f}{r['tokens_per_s']:>8.1f}"
+                  f"{100 * r['bound_fraction']:>8.0f}%"
+                  f"{r['prefill_ms'] / base['prefill_ms']:>9.2f}x"
+                  f"{r['decode_ms_p50'] / base['decode_ms_p50']:>9.2f}x")
+        report["results"].append({"shape": shape.name, "prompt": prompt_len,
+                                  "read_gbps": gbps, "bandwidth_rounds": bandwidth,
+                                  "bound_ms": bound_ms, "identical_tokens": True,
+                                  "engines": rows})
+    del engines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", nargs="+", default=["smollm2", "qwen05"],
+                        choices=sorted(SHAPES))
+    parser.add_argument("--prompts", nargs="+", type=int, default=[128, 1024])
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    args = parser.parse_args()
+    for optional in ("onnxruntime_genai", "llama_cpp"):
+        try:
+            __import__(optional)
+            print(f"note: {optional} is installed but needs its own conversion of the weights; "
+                  "not run here")
+        except ImportError:
+            pass
+    import onnxruntime
+
+    report = {"threads": args.threads, "new_tokens": args.new_tokens,
+              "onnxruntime": onnxruntime.__version__, "results": []}
+    for name in args.shapes:
+        bench_shape(Shape(name), args, report)
+    report["peak_rss_mb"] = peak_rss_mb()
+    print(f"\npeak RSS of the process (both engines): {report['peak_rss_mb']:.0f} MB")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
