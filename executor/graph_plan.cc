@@ -4,6 +4,7 @@
 #include "core/model_io.h"
 
 #include <algorithm>
+#include <chrono>
 #include <queue>
 #include <unordered_set>
 
@@ -630,7 +631,9 @@ void RunPlanNode(const GraphPlan& plan, size_t index, RunFrame& frame, RuntimeCo
   for (size_t i = 0; i < node.outputs.size(); ++i)
     out[i] = node.outputs[i] < 0 ? nullptr : &frame.mutable_slot(node.outputs[i]);
 
+  std::chrono::steady_clock::time_point start;
   try {
+    if (context.events_enabled()) start = std::chrono::steady_clock::now();
     // Strided views (append-capacity caches) reach only kernels that read them through
     // strides; every other kernel gets a dense copy that lives for this call.
     std::vector<RuntimeValue> dense_copies;
@@ -650,6 +653,8 @@ void RunPlanNode(const GraphPlan& plan, size_t index, RunFrame& frame, RuntimeCo
   }
   if (context.events_enabled()) {
     RuntimeEvent event;
+    event.duration_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now() - start).count();
     event.action = RuntimeEventAction::kKernel;
     event.node_name = node.proto->name();
     event.op_type = node.proto->op_type();

@@ -44,6 +44,7 @@ struct RuntimeEvent {
   size_t storage_prefix_copied_bytes = 0;
   size_t storage_append_copied_bytes = 0;
   size_t storage_reuse_count = 0;
+  int64_t duration_ns = 0;  // kKernel: wall time of the node's Compute (0 if unknown)
 };
 
 // Name lookup in the frame a child context is bound to (implemented by the executor).

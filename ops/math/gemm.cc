@@ -505,82 +505,85 @@ void Gemv(const GemmArgs& g, bool avx2) {
 }
 
 // ---- GEMV over a PackedB: M == 1 with a constant weight. ----
-// Panel q of depth block p0 is kc x 16 contiguous floats, so a task that owns a range of
-// panels reads one sequential stream per depth block: the bandwidth-bound best case. The
-// 16 accumulated columns of a panel stay in registers across all depth blocks.
+// Panel q of depth block p0 is kc x 16 contiguous floats, and the panels of a block follow
+// each other, so a task that owns a run of panels reads, per depth block, one sequential
+// stream: the bandwidth-bound best case. Partial sums of the run's columns wait in `y` (in
+// L1) between depth blocks.
 
-// y[16 q .. 16 q + 16) for panels [q0, q1): `a` is K contiguous floats.
-void GemvPackedPortable(const PackedB& b, const float* a, int64_t q0, int64_t q1, float* y) {
-  const int64_t k = b.k();
+// y[16 (q - q0) ..] (+)= a[p0 : p0 + kc] . panels [q0, q1) of depth block p0.
+void GemvBlockPortable(const float* block, int64_t kc, const float* a, int64_t q0, int64_t q1,
+                       bool first, float* y) {
   for (int64_t q = q0; q < q1; ++q) {
-    float acc[kNr] = {};
-    for (int64_t p0 = 0; p0 < k; p0 += kKc) {
-      const int64_t kc = std::min(kKc, k - p0);
-      const float* panel = b.block(p0) + q * kNr * kc;
-      for (int64_t p = 0; p < kc; ++p)
-        for (int64_t j = 0; j < kNr; ++j) acc[j] += a[p0 + p] * panel[p * kNr + j];
-    }
-    std::memcpy(y + (q - q0) * kNr, acc, sizeof(acc));
+    float* acc = y + (q - q0) * kNr;
+    if (first) std::fill(acc, acc + kNr, 0.0f);
+    const float* panel = block + q * kNr * kc;
+    for (int64_t p = 0; p < kc; ++p)
+      for (int64_t j = 0; j < kNr; ++j) acc[j] += a[p] * panel[p * kNr + j];
   }
 }
 
 #ifdef OL_HAVE_X86
-OL_AVX2 void GemvPackedAvx2(const PackedB& b, const float* a, int64_t q0, int64_t q1,
-                            float* y) {
-  const int64_t k = b.k();
+OL_AVX2 void GemvBlockAvx2(const float* block, int64_t kc, const float* a, int64_t q0,
+                           int64_t q1, bool first, float* y) {
   for (int64_t q = q0; q < q1; ++q) {
-    __m256 lo[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    __m256 hi[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t p0 = 0; p0 < k; p0 += kKc) {
-      const int64_t kc = std::min(kKc, k - p0);
-      const float* panel = b.block(p0) + q * kNr * kc;
-      const float* av = a + p0;
-      int64_t p = 0;
-      for (; p + 2 <= kc; p += 2) {
-        const __m256 a0 = _mm256_broadcast_ss(av + p), a1 = _mm256_broadcast_ss(av + p + 1);
-        lo[0] = _mm256_fmadd_ps(a0, _mm256_load_ps(panel + p * kNr), lo[0]);
-        hi[0] = _mm256_fmadd_ps(a0, _mm256_load_ps(panel + p * kNr + 8), hi[0]);
-        lo[1] = _mm256_fmadd_ps(a1, _mm256_load_ps(panel + (p + 1) * kNr), lo[1]);
-        hi[1] = _mm256_fmadd_ps(a1, _mm256_load_ps(panel + (p + 1) * kNr + 8), hi[1]);
-      }
-      for (; p < kc; ++p) {
-        const __m256 a0 = _mm256_broadcast_ss(av + p);
-        lo[0] = _mm256_fmadd_ps(a0, _mm256_load_ps(panel + p * kNr), lo[0]);
-        hi[0] = _mm256_fmadd_ps(a0, _mm256_load_ps(panel + p * kNr + 8), hi[0]);
-      }
-    }
     float* out = y + (q - q0) * kNr;
-    _mm256_storeu_ps(out, _mm256_add_ps(lo[0], lo[1]));
-    _mm256_storeu_ps(out + 8, _mm256_add_ps(hi[0], hi[1]));
+    __m256 lo0 = first ? _mm256_setzero_ps() : _mm256_load_ps(out);
+    __m256 hi0 = first ? _mm256_setzero_ps() : _mm256_load_ps(out + 8);
+    __m256 lo1 = _mm256_setzero_ps(), hi1 = _mm256_setzero_ps();
+    const float* panel = block + q * kNr * kc;
+    int64_t p = 0;
+    for (; p + 2 <= kc; p += 2) {
+      const __m256 a0 = _mm256_broadcast_ss(a + p), a1 = _mm256_broadcast_ss(a + p + 1);
+      const float* r = panel + p * kNr;
+      lo0 = _mm256_fmadd_ps(a0, _mm256_load_ps(r), lo0);
+      hi0 = _mm256_fmadd_ps(a0, _mm256_load_ps(r + 8), hi0);
+      lo1 = _mm256_fmadd_ps(a1, _mm256_load_ps(r + 16), lo1);
+      hi1 = _mm256_fmadd_ps(a1, _mm256_load_ps(r + 24), hi1);
+    }
+    if (p < kc) {
+      const __m256 a0 = _mm256_broadcast_ss(a + p);
+      lo0 = _mm256_fmadd_ps(a0, _mm256_load_ps(panel + p * kNr), lo0);
+      hi0 = _mm256_fmadd_ps(a0, _mm256_load_ps(panel + p * kNr + 8), hi0);
+    }
+    _mm256_store_ps(out, _mm256_add_ps(lo0, lo1));
+    _mm256_store_ps(out + 8, _mm256_add_ps(hi0, hi1));
   }
 }
 
-OL_AVX512 void GemvPackedAvx512(const PackedB& b, const float* a, int64_t q0, int64_t q1,
-                                float* y) {
-  const int64_t k = b.k();
+OL_AVX512 void GemvBlockAvx512(const float* block, int64_t kc, const float* a, int64_t q0,
+                               int64_t q1, bool first, float* y) {
   for (int64_t q = q0; q < q1; ++q) {
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
-    for (int64_t p0 = 0; p0 < k; p0 += kKc) {
-      const int64_t kc = std::min(kKc, k - p0);
-      const float* panel = b.block(p0) + q * kNr * kc;
-      const float* av = a + p0;
-      int64_t p = 0;
-      for (; p + 4 <= kc; p += 4) {
-        const float* r = panel + p * kNr;
-        acc0 = _mm512_fmadd_ps(_mm512_set1_ps(av[p]), _mm512_load_ps(r), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_set1_ps(av[p + 1]), _mm512_load_ps(r + kNr), acc1);
-        acc2 = _mm512_fmadd_ps(_mm512_set1_ps(av[p + 2]), _mm512_load_ps(r + 2 * kNr), acc2);
-        acc3 = _mm512_fmadd_ps(_mm512_set1_ps(av[p + 3]), _mm512_load_ps(r + 3 * kNr), acc3);
-      }
-      for (; p < kc; ++p)
-        acc0 = _mm512_fmadd_ps(_mm512_set1_ps(av[p]), _mm512_load_ps(panel + p * kNr), acc0);
+    float* out = y + (q - q0) * kNr;
+    __m512 acc0 = first ? _mm512_setzero_ps() : _mm512_load_ps(out);
+    __m512 acc1 = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
+    const float* panel = block + q * kNr * kc;
+    int64_t p = 0;
+    for (; p + 4 <= kc; p += 4) {
+      const float* r = panel + p * kNr;
+      acc0 = _mm512_fmadd_ps(_mm512_set1_ps(a[p]), _mm512_load_ps(r), acc0);
+      acc1 = _mm512_fmadd_ps(_mm512_set1_ps(a[p + 1]), _mm512_load_ps(r + kNr), acc1);
+      acc2 = _mm512_fmadd_ps(_mm512_set1_ps(a[p + 2]), _mm512_load_ps(r + 2 * kNr), acc2);
+      acc3 = _mm512_fmadd_ps(_mm512_set1_ps(a[p + 3]), _mm512_load_ps(r + 3 * kNr), acc3);
     }
-    _mm512_storeu_ps(y + (q - q0) * kNr,
-                     _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+    for (; p < kc; ++p)
+      acc0 = _mm512_fmadd_ps(_mm512_set1_ps(a[p]), _mm512_load_ps(panel + p * kNr), acc0);
+    _mm512_store_ps(out, _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
   }
 }
 #endif
+
+using GemvBlockFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, bool,
+                             float*);
+
+GemvBlockFn SelectGemvBlock(GemmPath path) {
+#ifdef OL_HAVE_X86
+  if (path != GemmPath::kPortable && path != GemmPath::kAvx2 && CpuHasAvx512())
+    return GemvBlockAvx512;
+  if (UseAvx2(path)) return GemvBlockAvx2;
+#endif
+  (void)path;
+  return GemvBlockPortable;
+}
 
 void GemvPacked(const GemmArgs& g, const PackedB& b, GemmPath path) {
   // A as K contiguous floats (a column of a transposed A is gathered once: K is small).
@@ -591,26 +594,20 @@ void GemvPacked(const GemmArgs& g, const PackedB& b, GemmPath path) {
     for (int64_t p = 0; p < g.k; ++p) a_dense[static_cast<size_t>(p)] = g.a[p * g.lda];
     a = a_dense.data();
   }
+  const GemvBlockFn kernel = SelectGemvBlock(path);
+  constexpr int64_t kMaxRun = 32;  // panels per task at most: partial sums stay in L1
   const int64_t panels = (g.n + kNr - 1) / kNr;
-  // About 64 KiB of weights per task: enough tasks to balance, few enough to be cheap.
-  const int64_t grain = std::max<int64_t>(1, 65536 / (g.k * kNr * int64_t{sizeof(float)}));
-  ParallelFor(panels, grain, [&](int64_t q0, int64_t q1) {
-    constexpr int64_t kChunk = 32;  // panels per pass: y stays in L1
-    alignas(64) float y[kChunk * kNr];
-    for (int64_t c0 = q0; c0 < q1; c0 += kChunk) {
-      const int64_t c1 = std::min(q1, c0 + kChunk);
-#ifdef OL_HAVE_X86
-      if (path != GemmPath::kPortable && path != GemmPath::kAvx2 && CpuHasAvx512()) {
-        GemvPackedAvx512(b, a, c0, c1, y);
-      } else if (UseAvx2(path)) {
-        GemvPackedAvx2(b, a, c0, c1, y);
-      } else {
-        GemvPackedPortable(b, a, c0, c1, y);
-      }
-#else
-      GemvPackedPortable(b, a, c0, c1, y);
-#endif
-      const int64_t j0 = c0 * kNr, w = std::min(g.n, c1 * kNr) - j0;
+  // At least two runs per thread (balance), each as long as that allows (long streams).
+  const int64_t want = 2 * tbb::this_task_arena::max_concurrency();
+  const int64_t run = std::clamp<int64_t>((panels + want - 1) / want, 1, kMaxRun);
+  const int64_t runs = (panels + run - 1) / run;
+  ParallelFor(runs, 1, [&](int64_t r0, int64_t r1) {
+    alignas(64) float y[kMaxRun * kNr];
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t q0 = r * run, q1 = std::min(panels, q0 + run);
+      for (int64_t p0 = 0; p0 < g.k; p0 += kKc)
+        kernel(b.block(p0), std::min(kKc, g.k - p0), a + p0, q0, q1, p0 == 0, y);
+      const int64_t j0 = q0 * kNr, w = std::min(g.n, q1 * kNr) - j0;
       float* c = g.c + j0;
       for (int64_t j = 0; j < w; ++j)
         c[j] = g.alpha * y[j] + (g.beta == 0.0f ? 0.0f : g.beta * c[j]);

@@ -166,6 +166,7 @@ void RegisterSession(py::module_& runtime) {
       .def_readonly("storage_prefix_copied_bytes", &RuntimeEvent::storage_prefix_copied_bytes)
       .def_readonly("storage_append_copied_bytes", &RuntimeEvent::storage_append_copied_bytes)
       .def_readonly("storage_reuse_count", &RuntimeEvent::storage_reuse_count)
+      .def_readonly("duration_ns", &RuntimeEvent::duration_ns)
       .def("__repr__", [](const RuntimeEvent& e) {
         return std::string("RuntimeEvent(") + core::runtime::RuntimeEventActionName(e.action) +
                ", node='" + e.node_name + "', op='" + e.op_type + "')";
