@@ -11,6 +11,8 @@
 #include "core/tensor_proto.h"
 #include "executor/attributes.h"
 #include "executor/function_kernel.h"
+#include "executor/fusion.h"
+#include "executor/kernel_registry.h"
 #include "onnx_light.pb.h"
 
 namespace onnx_light::core::runtime {
@@ -63,6 +65,8 @@ void CollectFree(const GraphProto& graph, std::vector<std::string>& out,
   for (const auto& o : graph.output()) use(o.name());
 }
 
+constexpr const char* kFusedDomain = "ai.onnx_light.fused";
+
 // The kernel of `proto`: the context's custom kernels, then model-local functions, then
 // built-ins. `builtin_only`: null unless a built-in kernel serves it.
 std::unique_ptr<KernelBase> MakeNodeKernel(const NodeProto& proto, RuntimeContext& context,
@@ -70,7 +74,8 @@ std::unique_ptr<KernelBase> MakeNodeKernel(const NodeProto& proto, RuntimeContex
                                            bool builtin_only = false) {
   const std::string domain = NormalDomain(proto.domain());
   auto op = scope.opsets.find(domain);
-  const int64_t opset = op == scope.opsets.end() ? 0 : op->second;
+  // Fused nodes (executor/fusion.h) come from the plan, not the model's imports.
+  const int64_t opset = domain == kFusedDomain ? 1 : op == scope.opsets.end() ? 0 : op->second;
   const KernelFactory* factory = context.custom_kernels().Find(domain, proto.op_type(), opset);
   const FunctionProto* function =
       factory ? nullptr : FindModelFunction(scope.model, domain, proto.op_type());
@@ -89,6 +94,7 @@ std::unique_ptr<KernelBase> MakeNodeKernel(const NodeProto& proto, RuntimeContex
 }
 
 // Ops whose result depends on more than their inputs: never folded.
+
 bool Deterministic(const NodeProto& proto) {
   static const std::unordered_set<std::string> random = {
       "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
@@ -129,10 +135,11 @@ std::vector<std::string> ImplicitInputs(const NodeProto& node) {
 
 std::unique_ptr<GraphPlan> GraphPlan::BuildModel(std::shared_ptr<const ModelProto> model,
                                                  RuntimeContext& context,
-                                                 bool fold_constants) {
+                                                 bool fold_constants, bool fuse_subgraphs) {
   OL_CHECK(model != nullptr, ErrorCode::kInvalidArgument, "null model");
   PlanBuildScope scope;
   scope.fold_constants = fold_constants;
+  scope.fuse_subgraphs = fuse_subgraphs;
   scope.model = model.get();
   scope.opsets = context.kernel_ctx().opsets();
   for (const auto& o : model->opset_import())
@@ -287,9 +294,9 @@ std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeCont
   // Kernels (folding included) see the plan's scope.
   ScopeGuard guard(&p.scope_);
   if (scope.fold_constants) p.FoldConstants(context, order, in_slots, producer);
-  const int n_graph = n;
+  if (scope.fuse_subgraphs) p.ApplyFusions(order, in_slots, producer);
   n = static_cast<int>(order.size());  // the nodes left to run
-  std::vector<int> position(static_cast<size_t>(n_graph), -1);
+  std::vector<int> position(in_slots.size(), -1);
   for (int k = 0; k < n; ++k) position[static_cast<size_t>(order[static_cast<size_t>(k)])] = k;
 
   // Readers per slot (graph outputs are always kept).
@@ -311,7 +318,7 @@ std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeCont
   p.nodes_.resize(static_cast<size_t>(n));
   for (int k = 0; k < n; ++k) {
     const int i = order[static_cast<size_t>(k)];
-    const NodeProto& proto = graph.node(i);
+    const NodeProto& proto = p.NodeAt(i);
     Node& node = p.nodes_[static_cast<size_t>(k)];
     node.proto = &proto;
     node.inputs = in_slots[static_cast<size_t>(i)];
@@ -468,6 +475,52 @@ bool GraphPlan::FoldTransposedView(const NodeProto& proto, const std::vector<int
                                                 {x.dim(1), x.dim(0)}, {1, x.dim(1)},
                                                 x.raw_data(), x.owner()));
   return true;
+}
+
+// ---------------------------------------------------------------------------------------
+// Fusions
+
+void GraphPlan::ApplyFusions(std::vector<int>& order, std::vector<std::vector<int>>& in_slots,
+                             std::vector<int>& producer) {
+  const int n_graph = graph_->node_size();
+  std::vector<bool> alive(static_cast<size_t>(n_graph), false);
+  for (int i : order) alive[static_cast<size_t>(i)] = true;
+  auto constant_tensor = [&](const std::string& name) -> const Tensor* {
+    auto it = slot_of_.find(name);
+    if (it == slot_of_.end() || !is_constant(it->second)) return nullptr;
+    const RuntimeValue* v = constant(it->second);
+    return v->is_tensor() ? &v->tensor() : nullptr;
+  };
+  auto graph_output = [&](const std::string& name) {
+    return std::any_of(outputs_.begin(), outputs_.end(),
+                       [&](const Output& o) { return o.name == name; });
+  };
+  for (Fusion& f : FindFusions(*graph_, alive, constant_tensor, graph_output)) {
+    if (BuiltinKernels().Find(f.node.domain(), f.node.op_type(), 1) == nullptr) continue;
+    const int index = n_graph + static_cast<int>(synthesized_.size());
+    synthesized_.push_back(std::make_unique<NodeProto>(std::move(f.node)));
+    const NodeProto& node = *synthesized_.back();
+    std::vector<int> slots;
+    for (const auto& in : node.input()) slots.push_back(in.empty() ? -1 : slot_of_.at(in));
+    in_slots.push_back(std::move(slots));
+    for (const auto& o : node.output()) producer[static_cast<size_t>(slot_of_.at(o))] = index;
+    // The substitute runs where the last replaced node ran: all its inputs are ready there.
+    const std::unordered_set<int> removed(f.removed.begin(), f.removed.end());
+    size_t last = 0;
+    for (size_t k = 0; k < order.size(); ++k)
+      if (removed.count(order[k])) last = k;
+    std::vector<int> next;
+    for (size_t k = 0; k < order.size(); ++k) {
+      if (k == last) next.push_back(index);
+      else if (!removed.count(order[k])) next.push_back(order[k]);
+    }
+    order = std::move(next);
+  }
+}
+
+const NodeProto& GraphPlan::NodeAt(int i) const {
+  const int n_graph = graph_->node_size();
+  return i < n_graph ? graph_->node(i) : *synthesized_[static_cast<size_t>(i - n_graph)];
 }
 
 int GraphPlan::FindSlot(const std::string& name) const {

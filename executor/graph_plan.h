@@ -44,6 +44,8 @@ struct PlanBuildScope {
   std::string base_dir;               // where external initializer data lives (model file's dir)
   // Evaluate nodes whose inputs are all constants once, at build time (see Build).
   bool fold_constants = true;
+  // Replace exported subgraphs by fused kernels (executor/fusion.h).
+  bool fuse_subgraphs = true;
 };
 // Non-null only inside GraphPlan::Build (on the building thread).
 const PlanBuildScope* CurrentPlanBuildScope();
@@ -99,7 +101,8 @@ class GraphPlan {
   // A root plan for `model`'s main graph.
   static std::unique_ptr<GraphPlan> BuildModel(std::shared_ptr<const ModelProto> model,
                                                RuntimeContext& context,
-                                               bool fold_constants = true);
+                                               bool fold_constants = true,
+                                               bool fuse_subgraphs = true);
 
   const GraphProto& graph() const { return *graph_; }
   size_t slot_count() const { return slot_names_.size(); }
@@ -119,6 +122,8 @@ class GraphPlan {
   int readers(int slot) const { return readers_[static_cast<size_t>(slot)]; }
   // Nodes evaluated at build time (removed from nodes()) and the bytes they allocated.
   size_t folded_node_count() const { return folded_nodes_; }
+  // Nodes the plan substituted for exported subgraphs (executor/fusion.h).
+  size_t fused_node_count() const { return synthesized_.size(); }
   size_t folded_bytes() const { return folded_bytes_; }
   size_t total_node_inputs() const { return total_inputs_; }
   size_t total_node_outputs() const { return total_outputs_; }
@@ -134,6 +139,11 @@ class GraphPlan {
   std::vector<RuntimeValue> FoldNode(const NodeProto& proto, const std::vector<int>& ins,
                                      const std::vector<std::vector<std::pair<int, int>>>& uses,
                                      RuntimeContext& context);
+  // Substitutes fused nodes (executor/fusion.h) in `order`; their indices follow the
+  // graph's nodes (NodeAt).
+  void ApplyFusions(std::vector<int>& order, std::vector<std::vector<int>>& in_slots,
+                    std::vector<int>& producer);
+  const NodeProto& NodeAt(int i) const;
   bool FoldTransposedView(const NodeProto& proto, const std::vector<int>& ins,
                           const std::vector<std::vector<std::pair<int, int>>>& uses,
                           std::vector<RuntimeValue>& results) const;
@@ -153,6 +163,7 @@ class GraphPlan {
   int width_ = 0;
   size_t total_inputs_ = 0, total_outputs_ = 0;
   size_t folded_nodes_ = 0, folded_bytes_ = 0;
+  std::vector<std::unique_ptr<NodeProto>> synthesized_;  // fused nodes, owned by the plan
 };
 
 // One run's slots. Bind it to a child context with context.MakeChild(&frame) so custom

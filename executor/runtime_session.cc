@@ -63,7 +63,8 @@ RuntimeSession::CachedPlan& RuntimeSession::Cached(RuntimeContext& context) {
   auto cached = std::make_unique<CachedPlan>();
   cached->config_id = context.config_id();
   cached->keepalive = context.config_keepalive();
-  cached->plan = GraphPlan::BuildModel(model_, context, options_.fold_constants);
+  cached->plan = GraphPlan::BuildModel(model_, context, options_.fold_constants,
+                                      options_.fuse_subgraphs);
   impl_->plans.push_back(std::move(cached));
   return *impl_->plans.back();
 }

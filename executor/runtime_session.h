@@ -30,6 +30,9 @@ struct RuntimeSessionOptions {
   // Evaluate subgraphs that depend only on constants once, when the plan is built
   // (GraphPlan::Build). Off: every node runs on every call (for comparisons).
   bool fold_constants = true;
+  // Replace subgraphs exporters write (torch's decomposed attention) by fused kernels when
+  // the plan is built (executor/fusion.h). Off: the graph's own nodes run.
+  bool fuse_subgraphs = true;
 };
 
 class RuntimeSession {

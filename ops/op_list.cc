@@ -13,6 +13,7 @@ using core::runtime::RuntimeContext;
   std::unique_ptr<KernelBase> Make##Class(const NodeProto& node, RuntimeContext& ctx);
 #include "ops/op_list_attention.inc"
 #include "ops/op_list_control.inc"
+#include "ops/op_list_fused.inc"
 #include "ops/op_list_math.inc"
 #include "ops/op_list_sequence.inc"
 #include "ops/op_list_tensor.inc"
@@ -28,6 +29,7 @@ const KernelRegistry& BuiltinKernels() {
   r.Register(domain, op_type, symbolic::Device::kCPU, &ops::Make##Class, since);
 #include "ops/op_list_attention.inc"
 #include "ops/op_list_control.inc"
+#include "ops/op_list_fused.inc"
 #include "ops/op_list_math.inc"
 #include "ops/op_list_sequence.inc"
 #include "ops/op_list_tensor.inc"

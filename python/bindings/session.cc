@@ -219,7 +219,8 @@ void RegisterSession(py::module_& runtime) {
       .def("ClearEvents", &RuntimeContext::ClearEvents);
 
   py::class_<RuntimeSessionOptions>(runtime, "RuntimeSessionOptions")
-      .def(py::init([](int intra_op_threads, py::object capacity, const std::string& executor) {
+      .def(py::init([](int intra_op_threads, py::object capacity, const std::string& executor,
+                       bool fold_constants, bool fuse_subgraphs) {
              if (intra_op_threads < 0)
                throw py::value_error("intra_op_threads must be >= 0, got " +
                                      std::to_string(intra_op_threads));
@@ -227,10 +228,18 @@ void RegisterSession(py::module_& runtime) {
              o.intra_op_threads = intra_op_threads;
              o.persistent_tensor_initial_capacity = CapacityFromPython(capacity);
              o.executor = ExecutorFromName(executor);
+             o.fold_constants = fold_constants;
+             o.fuse_subgraphs = fuse_subgraphs;
              return o;
            }),
            py::kw_only(), py::arg("intra_op_threads") = 0,
-           py::arg("persistent_tensor_initial_capacity") = 32, py::arg("executor") = "auto")
+           py::arg("persistent_tensor_initial_capacity") = 32, py::arg("executor") = "auto",
+           py::arg("fold_constants") = true, py::arg("fuse_subgraphs") = true)
+      .def_readwrite("fold_constants", &RuntimeSessionOptions::fold_constants,
+                     "Evaluate constant-only subgraphs once, when the plan is built.")
+      .def_readwrite("fuse_subgraphs", &RuntimeSessionOptions::fuse_subgraphs,
+                     "Replace exported subgraphs (torch's decomposed attention) by fused "
+                     "kernels when the plan is built.")
       .def_property(
           "intra_op_threads", [](const RuntimeSessionOptions& o) { return o.intra_op_threads; },
           [](RuntimeSessionOptions& o, int v) {
@@ -251,7 +260,9 @@ void RegisterSession(py::module_& runtime) {
         return "RuntimeSessionOptions(intra_op_threads=" + std::to_string(o.intra_op_threads) +
                ", persistent_tensor_initial_capacity=" +
                std::to_string(o.persistent_tensor_initial_capacity) + ", executor='" +
-               ExecutorName(o.executor) + "')";
+               ExecutorName(o.executor) + "', fold_constants=" +
+               (o.fold_constants ? "True" : "False") + ", fuse_subgraphs=" +
+               (o.fuse_subgraphs ? "True" : "False") + ")";
       });
 
   py::class_<RuntimeSession, std::shared_ptr<RuntimeSession>>(

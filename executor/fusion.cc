@@ -1,0 +1,305 @@
+#include "executor/fusion.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+namespace onnx_light::core::runtime {
+
+namespace {
+
+using ConstantFn = std::function<const Tensor*(const std::string&)>;
+
+// Producers and readers of the graph's values, over the nodes still to run.
+class GraphIndex {
+ public:
+  GraphIndex(const GraphProto& graph, const std::vector<bool>& alive) : graph_(graph) {
+    for (int i = 0; i < graph.node_size(); ++i) {
+      if (!alive[static_cast<size_t>(i)]) continue;
+      for (const auto& o : graph.node(i).output())
+        if (!o.empty()) producer_[o] = i;
+      for (const auto& in : graph.node(i).input())
+        if (!in.empty()) readers_[in].push_back(i);
+    }
+  }
+  // The node producing `name` when it is a default-domain `op`, else -1.
+  int Producer(const std::string& name, const char* op) const {
+    auto it = producer_.find(name);
+    if (it == producer_.end()) return -1;
+    const NodeProto& n = graph_.node(it->second);
+    return n.op_type() == op && (n.domain().empty() || n.domain() == "ai.onnx") ? it->second
+                                                                                : -1;
+  }
+  const std::vector<int>& Readers(const std::string& name) const {
+    static const std::vector<int> none;
+    auto it = readers_.find(name);
+    return it == readers_.end() ? none : it->second;
+  }
+  const NodeProto& node(int i) const { return graph_.node(i); }
+
+ private:
+  const GraphProto& graph_;
+  std::unordered_map<std::string, int> producer_;
+  std::unordered_map<std::string, std::vector<int>> readers_;
+};
+
+std::optional<std::vector<int64_t>> ConstInts(const ConstantFn& constant, const std::string& name) {
+  const Tensor* t = constant(name);
+  if (t == nullptr || (t->dtype() != DataType::kInt64 && t->dtype() != DataType::kInt32))
+    return std::nullopt;
+  return t->ToInt64Vector();
+}
+
+std::optional<float> ConstScalar(const ConstantFn& constant, const std::string& name) {
+  const Tensor* t = constant(name);
+  if (t == nullptr || t->numel() != 1 || t->dtype() != DataType::kFloat) return std::nullopt;
+  return t->ToFloatVector()[0];
+}
+
+const AttributeProto* Attr(const NodeProto& n, const char* name) {
+  for (const auto& a : n.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+// Matches one attention subgraph ending at a MatMul, collecting the nodes it replaces.
+class AttentionMatch {
+ public:
+  AttentionMatch(const GraphIndex& ix, const ConstantFn& constant) : ix_(ix), constant_(constant) {}
+
+  std::optional<Fusion> Run(int final_matmul) {
+    const NodeProto& m2 = ix_.node(final_matmul);
+    Take(final_matmul);
+    std::string probs = m2.input(0);
+    if (int w = ix_.Producer(probs, "Where"); w >= 0) {  // Where(IsNaN(s), 0, s)
+      const NodeProto& where = ix_.node(w);
+      const int isnan = ix_.Producer(where.input(0), "IsNaN");
+      const auto zero = ConstScalar(constant_, where.input(1));
+      if (isnan < 0 || ix_.node(isnan).input(0) != where.input(2) || !zero || *zero != 0.0f)
+        return std::nullopt;
+      Take(w);
+      Take(isnan);
+      probs = where.input(2);
+    }
+    const int softmax = ix_.Producer(probs, "Softmax");
+    if (softmax < 0) return std::nullopt;
+    const AttributeProto* axis = Attr(ix_.node(softmax), "axis");
+    if (axis == nullptr || (axis->i() != -1 && axis->i() != 3)) return std::nullopt;
+    Take(softmax);
+    std::string scores = ix_.node(softmax).input(0), mask;
+    int m1 = ix_.Producer(scores, "MatMul");
+    if (m1 < 0) {
+      const int add = ix_.Producer(scores, "Add");
+      if (add < 0) return std::nullopt;
+      const NodeProto& a = ix_.node(add);
+      for (int side = 0; side < 2 && m1 < 0; ++side) {
+        m1 = ix_.Producer(a.input(side), "MatMul");
+        mask = a.input(1 - side);
+      }
+      if (m1 < 0) return std::nullopt;
+      Take(add);
+    }
+    Take(m1);
+    const NodeProto& qk = ix_.node(m1);
+    float q_scale = 1.0f, k_scale = 1.0f;
+    const std::string q = Unscaled(qk.input(0), &q_scale);
+    const std::string kt = Unscaled(qk.input(1), &k_scale);
+    const std::optional<std::string> k_rep = Untransposed(kt);
+    if (!k_rep) return std::nullopt;
+    std::string k_expand, k_reshape, v_expand, v_reshape;
+    const std::string k = Unrepeated(*k_rep, &k_expand, &k_reshape);
+    const std::string v = Unrepeated(m2.input(1), &v_expand, &v_reshape);
+
+    Fusion f;
+    f.removed.assign(taken_.begin(), taken_.end());
+    NodeProto& n = f.node;
+    n.set_op_type("ScaledDotProductAttention");
+    n.set_domain("ai.onnx_light.fused");
+    n.set_name((m2.name().empty() ? m2.output(0) : m2.name()) + "/fused_attention");
+    for (const std::string& in : std::vector<std::string>{q, k, v, mask, k_expand, k_reshape,
+                                                          transpose_in_, transpose_out_,
+                                                          v_expand, v_reshape})
+      n.add_input(in);
+    n.add_output(m2.output(0));
+    for (auto [name, value] : {std::pair{"q_scale", q_scale}, std::pair{"k_scale", k_scale}}) {
+      AttributeProto* a = n.add_attribute();
+      a->set_name(name);
+      a->set_type(AttributeProto::FLOAT);
+      a->set_f(value);
+    }
+    return f;
+  }
+
+ private:
+  void Take(int i) { taken_.insert(i); }
+
+  // x of Mul(x, c) / Mul(c, x) with a scalar constant c (into *scale), else `name`.
+  std::string Unscaled(const std::string& name, float* scale) {
+    const int mul = ix_.Producer(name, "Mul");
+    if (mul < 0) return name;
+    const NodeProto& m = ix_.node(mul);
+    for (int side = 0; side < 2; ++side)
+      if (auto c = ConstScalar(constant_, m.input(side))) {
+        *scale = *c;
+        Take(mul);
+        return m.input(1 - side);
+      }
+    return name;
+  }
+
+  // X where `name` is X with its last two axes swapped: Transpose(X, [0, 1, 3, 2]), or
+  // Reshape(Transpose(Reshape(X, [-1, T, D]), [0, 2, 1]), [B, H, D, T]) with both shapes
+  // built from X's own shape (torch's matmul of a transposed 4D operand).
+  std::optional<std::string> Untransposed(const std::string& name) {
+    if (int t = ix_.Producer(name, "Transpose"); t >= 0) {
+      if (!HasPerm(ix_.node(t), {0, 1, 3, 2})) return std::nullopt;
+      Take(t);
+      return ix_.node(t).input(0);
+    }
+    const int r2 = ix_.Producer(name, "Reshape");
+    if (r2 < 0) return std::nullopt;
+    const int t = ix_.Producer(ix_.node(r2).input(0), "Transpose");
+    if (t < 0 || !HasPerm(ix_.node(t), {0, 2, 1})) return std::nullopt;
+    const int r0 = ix_.Producer(ix_.node(t).input(0), "Reshape");
+    if (r0 < 0) return std::nullopt;
+    const std::string x = ix_.node(r0).input(0);
+    // [-1, T, D] and [B, H, D, T] from Shape(x): then the three nodes are a transpose.
+    std::vector<int> shape_nodes;
+    if (ShapeConcat(ix_.node(r0).input(1), x, {{-1, -1}, {2, 3}, {3, 4}}, &shape_nodes) &&
+        ShapeConcat(ix_.node(r2).input(1), x, {{0, 2}, {3, 4}, {2, 3}}, &shape_nodes)) {
+      for (int i : shape_nodes) Take(i);
+    } else {  // shapes from elsewhere: the kernel checks their values at run time
+      transpose_in_ = ix_.node(r0).input(1);
+      transpose_out_ = ix_.node(r2).input(1);
+    }
+    Take(r2);
+    Take(t);
+    Take(r0);
+    return x;
+  }
+
+  // Whether `name` is Concat(axis 0) of parts, each {start, end} a Slice of Shape(x) over
+  // axes [start, end) of a 4D x, or {-1, -1} the constant [-1]; its nodes go to `taken`.
+  bool ShapeConcat(const std::string& name, const std::string& x,
+                   const std::vector<std::pair<int64_t, int64_t>>& parts, std::vector<int>* taken) {
+    const int c = ix_.Producer(name, "Concat");
+    if (c < 0 || ix_.node(c).input_size() != static_cast<int>(parts.size())) return false;
+    std::vector<int> nodes = {c};
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const std::string& in = ix_.node(c).input(static_cast<int>(i));
+      if (parts[i].first < 0) {
+        if (ConstInts(constant_, in) != std::vector<int64_t>{-1}) return false;
+        continue;
+      }
+      const int s = ix_.Producer(in, "Slice");
+      if (s < 0) return false;
+      const NodeProto& slice = ix_.node(s);
+      const int shape = ix_.Producer(slice.input(0), "Shape");
+      if (shape < 0 || ix_.node(shape).input(0) != x || !WholeShape(ix_.node(shape)) ||
+          slice.input_size() < 3)
+        return false;
+      const auto starts = ConstInts(constant_, slice.input(1));
+      const auto ends = ConstInts(constant_, slice.input(2));
+      if (!starts || !ends || starts->size() != 1 || ends->size() != 1) return false;
+      if (slice.input_size() > 3 && ConstInts(constant_, slice.input(3)) != std::vector<int64_t>{0})
+        return false;
+      if (slice.input_size() > 4 && ConstInts(constant_, slice.input(4)) != std::vector<int64_t>{1})
+        return false;
+      auto norm = [](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + 4 : v, 0, 4); };
+      if (norm((*starts)[0]) != parts[i].first || norm((*ends)[0]) != parts[i].second)
+        return false;
+      nodes.push_back(s);
+      nodes.push_back(shape);
+    }
+    taken->insert(taken->end(), nodes.begin(), nodes.end());
+    return true;
+  }
+
+  // K of Reshape(Expand(Unsqueeze(K, [2]), E), R) (the GQA head repeat; E and R go to the
+  // kernel, which checks them), else `name` itself.
+  std::string Unrepeated(const std::string& name, std::string* expand, std::string* reshape) {
+    const int r = ix_.Producer(name, "Reshape");
+    if (r < 0) return name;
+    const int e = ix_.Producer(ix_.node(r).input(0), "Expand");
+    if (e < 0) return name;
+    const int u = ix_.Producer(ix_.node(e).input(0), "Unsqueeze");
+    if (u < 0) return name;
+    const NodeProto& un = ix_.node(u);
+    std::optional<std::vector<int64_t>> axes;
+    if (un.input_size() > 1) {
+      axes = ConstInts(constant_, un.input(1));
+    } else if (const AttributeProto* a = Attr(un, "axes")) {
+      axes = std::vector<int64_t>(a->ints().begin(), a->ints().end());
+    }
+    if (!axes || axes->size() != 1 || ((*axes)[0] != 2 && (*axes)[0] != -3)) return name;
+    Take(r);
+    Take(e);
+    Take(u);
+    *expand = ix_.node(e).input(1);
+    *reshape = ix_.node(r).input(1);
+    return un.input(0);
+  }
+
+  // Shape with no `end` and `start` absent or 0: every dimension.
+  static bool WholeShape(const NodeProto& shape) {
+    const AttributeProto* start = Attr(shape, "start");
+    return Attr(shape, "end") == nullptr && (start == nullptr || start->i() == 0);
+  }
+
+  static bool HasPerm(const NodeProto& n, const std::vector<int64_t>& perm) {
+    const AttributeProto* a = Attr(n, "perm");
+    return a != nullptr && std::vector<int64_t>(a->ints().begin(), a->ints().end()) == perm;
+  }
+
+  const GraphIndex& ix_;
+  const ConstantFn& constant_;
+  std::set<int> taken_;
+  std::string transpose_in_, transpose_out_;
+};
+
+// Every value a fusion removes is read only inside it and is not a graph output.
+bool Private(const GraphIndex& ix, const Fusion& f,
+             const std::function<bool(const std::string&)>& graph_output) {
+  const std::set<int> removed(f.removed.begin(), f.removed.end());
+  const std::string& kept = f.node.output(0);
+  for (int i : f.removed)
+    for (const auto& o : ix.node(i).output()) {
+      if (o.empty() || o == kept) continue;
+      if (graph_output(o)) return false;
+      for (int reader : ix.Readers(o))
+        if (!removed.count(reader)) return false;
+    }
+  // The substitute reads nothing the subgraph computed.
+  for (const auto& in : f.node.input())
+    for (int i : f.removed)
+      for (const auto& o : ix.node(i).output())
+        if (!in.empty() && in == o) return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<Fusion> FindFusions(const GraphProto& graph, const std::vector<bool>& alive,
+                                const ConstantFn& constant,
+                                const std::function<bool(const std::string&)>& graph_output) {
+  const GraphIndex ix(graph, alive);
+  std::vector<Fusion> out;
+  std::set<int> used;
+  for (int i = 0; i < graph.node_size(); ++i) {
+    if (!alive[static_cast<size_t>(i)] || ix.Producer(graph.node(i).output(0), "MatMul") != i)
+      continue;
+    AttentionMatch match(ix, constant);
+    std::optional<Fusion> f = match.Run(i);
+    if (!f || !Private(ix, *f, graph_output)) continue;
+    if (std::any_of(f->removed.begin(), f->removed.end(), [&](int n) { return used.count(n); }))
+      continue;
+    used.insert(f->removed.begin(), f->removed.end());
+    out.push_back(std::move(*f));
+  }
+  return out;
+}
+
+}  // namespace onnx_light::core::runtime

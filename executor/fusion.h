@@ -1,0 +1,34 @@
+// Plan-time fusions: subgraphs that exporters write as many small nodes, replaced by one
+// node of a kernel the plan knows (domain ai.onnx_light.fused, ops/op_list_fused.inc).
+// A fusion never changes what the graph computes: it matches only when every value inside
+// the subgraph is read by the subgraph alone (not by other nodes, not a graph output), and
+// the substitute kernel checks at run time the shapes the subgraph's structure cannot fix.
+//
+// Patterns:
+//  - scaled dot-product attention as torch exports it (GQA head repeat by Unsqueeze/
+//    Expand/Reshape, K transposed by Reshape/Transpose/Reshape or one Transpose, scalar
+//    Muls of Q and K, MatMul, optional additive mask, Softmax, optional IsNaN/Where that
+//    zeroes fully masked rows, MatMul with V) -> ScaledDotProductAttention.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "onnx_light.pb.h"
+
+namespace onnx_light::core::runtime {
+
+struct Fusion {
+  std::vector<int> removed;  // graph node indices replaced (the last one's outputs remain)
+  NodeProto node;            // the substitute; its outputs are those of the last node
+};
+
+// `alive[i]`: node i is still to run (not folded). `constant(name)`: the plan constant of
+// that name, or null. `graph_output(name)`: whether the graph returns it.
+std::vector<Fusion> FindFusions(const GraphProto& graph, const std::vector<bool>& alive,
+                                const std::function<const Tensor*(const std::string&)>& constant,
+                                const std::function<bool(const std::string&)>& graph_output);
+
+}  // namespace onnx_light::core::runtime

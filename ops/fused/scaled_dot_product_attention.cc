@@ -1,0 +1,273 @@
+// ai.onnx_light.fused::ScaledDotProductAttention — what the plan substitutes for the
+// decomposed attention that torch exports (executor/fusion.cc): repeat the KV heads
+// (Unsqueeze/Expand/Reshape), transpose K, scale Q and K, MatMul, add the mask, Softmax,
+// zero fully masked rows (IsNaN/Where), MatMul with V.
+//
+// Inputs: Q [B, H, S, D]; K [B, Hkv, T, D] and V [B, Hkv, T, Dv] (FLOAT; may be strided
+// append-capacity caches, read in place); optional additive FLOAT mask broadcastable to
+// [B, H, S, T]; then the int64 shape operands of the replaced Expand/Reshape nodes, checked
+// against the GQA layout so that the substitution is exact (inputs 4-9: K's Expand shape,
+// K's Reshape shape, the [-1, T, D] Reshape, the [B, H, D, T] Reshape, V's Expand shape, V's
+// Reshape shape; each may be empty when that node was absent).
+// Attributes: q_scale, k_scale (the two scalar Muls). Output: Y [B, H, S, Dv].
+//
+// Each task takes one (batch, KV head, query) and the H/Hkv query heads that share the KV
+// head, so every K/V row is read once for the whole group, over a key range with an online
+// softmax (no score matrix); with few tasks and many keys (decode), keys are split across
+// tasks and the partial states merged by log-sum-exp. A row whose keys are all masked gives
+// zeros, as the replaced IsNaN/Where does.
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "executor/attributes.h"
+#include "ops/kernel_factory.h"
+#include "ops/math/vector_ops.h"
+
+namespace onnx_light::ops {
+
+using core::DataType;
+using core::runtime::KernelCall;
+using core::runtime::Shape;
+using core::runtime::ShapeToString;
+using core::runtime::Tensor;
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int64_t kMaxGroup = 16;      // query heads per KV head handled in one task
+constexpr int64_t kKeyBlock = 32;      // keys scored per online-softmax step
+constexpr int64_t kSplitMinKeys = 256;  // below this a task's key range is never split
+
+// Resolves a Reshape target against the input shape (0 copies, -1 infers).
+Shape ResolveReshape(const Shape& in, const std::vector<int64_t>& target) {
+  Shape out(target.begin(), target.end());
+  int64_t known = 1, infer = -1, total = 1;
+  for (int64_t d : in) total *= d;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == 0 && i < in.size()) out[i] = in[i];
+    if (out[i] == -1) {
+      infer = static_cast<int64_t>(i);
+    } else {
+      known *= out[i];
+    }
+  }
+  if (infer >= 0 && known != 0) out[static_cast<size_t>(infer)] = total / known;
+  return out;
+}
+
+// Rows of one (batch, KV head) of a [B, Hkv, T, D] tensor whose last dim is dense.
+struct Rows {
+  const float* base = nullptr;
+  int64_t stride = 0;
+  const float* Row(int64_t j) const { return base + j * stride; }
+};
+
+Rows RowsOf(const Tensor& t, int64_t b, int64_t h) {
+  const Shape st = t.strides();
+  return {static_cast<const float*>(t.strided_data()) + b * st[0] + h * st[1], st[2]};
+}
+
+struct Partial {
+  float max = kNegInf;
+  float sum = 0;
+};
+
+class ScaledDotProductAttention final : public core::runtime::KernelBase {
+ public:
+  explicit ScaledDotProductAttention(const core::runtime::KernelContext&) {}
+
+  bool ReadsStridedInput(size_t index) const override { return index == 1 || index == 2; }
+
+  void Compute(KernelCall& call) const override {
+    const Tensor& q = call.input(0);
+    const Tensor& k = call.input(1);
+    const Tensor& v = call.input(2);
+    const Tensor* mask = call.has_input(3) ? &call.input(3) : nullptr;
+    for (const Tensor* t : {&q, &k, &v})
+      if (t->dtype() != DataType::kFloat || t->rank() != 4)
+        call.Fail("Q, K and V must be 4D FLOAT, got " + core::DataTypeName(t->dtype()) + " " +
+                  ShapeToString(t->shape()));
+    const int64_t batch = q.dim(0), heads = q.dim(1), sq = q.dim(2), dk = q.dim(3);
+    const int64_t kv_heads = k.dim(1), total = k.dim(2), dv = v.dim(3);
+    if (k.dim(0) != batch || v.dim(0) != batch || k.dim(3) != dk || v.dim(1) != kv_heads ||
+        v.dim(2) != total || kv_heads <= 0 || heads % kv_heads != 0 ||
+        heads / kv_heads > kMaxGroup || k.strides()[3] != 1 || v.strides()[3] != 1)
+      call.Fail("Q " + ShapeToString(q.shape()) + ", K " + ShapeToString(k.shape()) + ", V " +
+                ShapeToString(v.shape()) + " are not a grouped-query attention");
+    CheckLayout(call, batch, heads, kv_heads, total, dk, dv);
+    const int64_t group = heads / kv_heads;
+
+    // Mask strides over [B, H, S, T] (0 where broadcast).
+    int64_t ms[4] = {0, 0, 0, 0};
+    const float* mask_data = nullptr;
+    Tensor mask_dense;
+    if (mask != nullptr) {
+      if (mask->dtype() != DataType::kFloat || mask->rank() > 4)
+        call.Fail("the mask must be FLOAT of rank <= 4, got " + mask->DebugString());
+      mask_dense = mask->Contiguous();
+      const int64_t want[4] = {batch, heads, sq, total};
+      int64_t stride = 1;
+      for (int64_t i = mask->rank() - 1; i >= 0; --i) {
+        const int64_t axis = 4 - mask->rank() + i, d = mask->dim(i);
+        if (d != 1 && d != want[axis])
+          call.Fail("mask " + ShapeToString(mask->shape()) + " does not broadcast to scores [" +
+                    std::to_string(batch) + ", " + std::to_string(heads) + ", " +
+                    std::to_string(sq) + ", " + std::to_string(total) + "]");
+        ms[axis] = d == 1 ? 0 : stride;
+        stride *= d;
+      }
+      mask_data = mask_dense.data<float>();
+    }
+
+    Tensor& y = call.AllocateOutput(0, DataType::kFloat, {batch, heads, sq, dv});
+    float* yp = y.mutable_data<float>();
+    const Tensor qd = q.Contiguous();
+    const float* qp = qd.data<float>();
+    const float scale = q_scale_ * k_scale_;
+
+    // Tasks: (b, kv head, query) x key chunks.
+    const int64_t rows = batch * kv_heads * sq;
+    const int64_t threads = std::max<int64_t>(1, tbb::this_task_arena::max_concurrency());
+    int64_t chunks = 1;
+    if (rows < 2 * threads && total >= kSplitMinKeys)
+      chunks = std::min<int64_t>((2 * threads + rows - 1) / rows, total / (kSplitMinKeys / 2));
+    const int64_t chunk_len = (total + chunks - 1) / chunks;
+    std::vector<Partial> partials(static_cast<size_t>(rows * chunks * group));
+    std::vector<float> acc(static_cast<size_t>(rows * chunks * group * dv), 0.0f);
+
+    auto run = [&](int64_t task) {
+      const int64_t row = task / chunks, chunk = task % chunks;
+      const int64_t i = row % sq, kh = (row / sq) % kv_heads, b = row / (sq * kv_heads);
+      const Rows keys = RowsOf(k, b, kh), values = RowsOf(v, b, kh);
+      Partial* part = &partials[static_cast<size_t>(task * group)];
+      float* out = &acc[static_cast<size_t>(task * group * dv)];
+      const int64_t j_begin = chunk * chunk_len, j_end = std::min(total, j_begin + chunk_len);
+      float scores[kMaxGroup][kKeyBlock];
+      for (int64_t j0 = j_begin; j0 < j_end; j0 += kKeyBlock) {
+        const int64_t n = std::min(kKeyBlock, j_end - j0);
+        for (int64_t g = 0; g < group; ++g) {
+          const int64_t h = kh * group + g;
+          const float* qrow = qp + ((b * heads + h) * sq + i) * dk;
+          const float* mrow = mask_data ? mask_data + b * ms[0] + h * ms[1] + i * ms[2] : nullptr;
+          float block_max = kNegInf;
+          for (int64_t t = 0; t < n; ++t) {
+            const int64_t j = j0 + t;
+            const float bias = mrow ? mrow[j * ms[3]] : 0.0f;
+            const float s = bias == kNegInf ? kNegInf
+                                            : math::Dot(qrow, keys.Row(j), dk) * scale + bias;
+            scores[g][t] = s;
+            block_max = std::max(block_max, s);
+          }
+          Partial& p = part[g];
+          if (block_max == kNegInf) {
+            for (int64_t t = 0; t < n; ++t) scores[g][t] = kNegInf;
+            continue;
+          }
+          if (block_max > p.max) {
+            const float r = p.max == kNegInf ? 0.0f : std::exp(p.max - block_max);
+            p.sum *= r;
+            for (int64_t d = 0; d < dv; ++d) out[g * dv + d] *= r;
+            p.max = block_max;
+          }
+          for (int64_t t = 0; t < n; ++t)
+            scores[g][t] = scores[g][t] == kNegInf ? 0.0f : std::exp(scores[g][t] - p.max);
+        }
+        // Values: each row read once for the whole group.
+        for (int64_t t = 0; t < n; ++t) {
+          const float* vrow = values.Row(j0 + t);
+          for (int64_t g = 0; g < group; ++g) {
+            const float w = scores[g][t];
+            if (w == 0.0f) continue;
+            part[g].sum += w;
+            math::Axpy(w, vrow, out + g * dv, dv);
+          }
+        }
+      }
+    };
+    tbb::parallel_for(int64_t{0}, rows * chunks, [&](int64_t task) { run(task); });
+
+    // Merge the chunks of each (row, head) and write Y; fully masked rows give zeros.
+    tbb::parallel_for(int64_t{0}, rows, [&](int64_t row) {
+      const int64_t i = row % sq, kh = (row / sq) % kv_heads, b = row / (sq * kv_heads);
+      for (int64_t g = 0; g < group; ++g) {
+        float max = kNegInf;
+        for (int64_t c = 0; c < chunks; ++c)
+          max = std::max(max, partials[static_cast<size_t>((row * chunks + c) * group + g)].max);
+        float* dst = yp + ((b * heads + kh * group + g) * sq + i) * dv;
+        std::fill(dst, dst + dv, 0.0f);
+        if (max == kNegInf) continue;
+        float sum = 0;
+        for (int64_t c = 0; c < chunks; ++c) {
+          const size_t at = static_cast<size_t>((row * chunks + c) * group + g);
+          if (partials[at].max == kNegInf) continue;
+          const float r = std::exp(partials[at].max - max);
+          sum += partials[at].sum * r;
+          math::Axpy(r, &acc[at * static_cast<size_t>(dv)], dst, dv);
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t d = 0; d < dv; ++d) dst[d] *= inv;
+      }
+    });
+  }
+
+ protected:
+  void Configure(const NodeProto& node) override {
+    q_scale_ = core::runtime::AttrFloat(node, "q_scale", 1.0f);
+    k_scale_ = core::runtime::AttrFloat(node, "k_scale", 1.0f);
+  }
+
+ private:
+  // The replaced Expand/Reshape nodes must have produced exactly the GQA layout: heads
+  // repeated kv-head-major, K transposed per head.
+  void CheckLayout(KernelCall& call, int64_t batch, int64_t heads, int64_t kv_heads,
+                   int64_t total, int64_t dk, int64_t dv) const {
+    const int64_t rep = heads / kv_heads;
+    auto operand = [&](size_t i) -> std::vector<int64_t> {
+      if (!call.has_input(i)) return {};
+      return call.input(i).ToInt64Vector();
+    };
+    auto expect = [&](size_t i, const Shape& in, const Shape& want, bool expand) {
+      const std::vector<int64_t> target = operand(i);
+      if (target.empty() && !call.has_input(i)) return;
+      Shape got;
+      if (expand) {  // numpy broadcast of `in` against `target`
+        const size_t r = std::max(in.size(), target.size());
+        got.assign(r, 1);
+        for (size_t a = 0; a < r; ++a) {
+          const int64_t x = a + in.size() >= r ? in[a + in.size() - r] : 1;
+          const int64_t t = a + target.size() >= r ? target[a + target.size() - r] : 1;
+          got[a] = x == 1 ? t : x;
+        }
+      } else {
+        got = ResolveReshape(in, target);
+      }
+      if (got != want)
+        call.Fail("the fused attention's layout operand " + std::to_string(i) + " gives " +
+                  ShapeToString(got) + " where grouped-query attention needs " +
+                  ShapeToString(want));
+    };
+    const bool repeated = call.has_input(4);
+    expect(4, {batch, kv_heads, 1, total, dk}, {batch, kv_heads, rep, total, dk}, true);
+    expect(5, {batch, kv_heads, rep, total, dk}, {batch, heads, total, dk}, false);
+    if (!repeated && rep != 1) call.Fail("K has fewer heads than Q but is not repeated");
+    expect(6, {batch, heads, total, dk}, {batch * heads, total, dk}, false);
+    expect(7, {batch * heads, dk, total}, {batch, heads, dk, total}, false);
+    expect(8, {batch, kv_heads, 1, total, dv}, {batch, kv_heads, rep, total, dv}, true);
+    expect(9, {batch, kv_heads, rep, total, dv}, {batch, heads, total, dv}, false);
+    if (!call.has_input(8) && rep != 1) call.Fail("V has fewer heads than Q but is not repeated");
+  }
+
+  float q_scale_ = 1.0f, k_scale_ = 1.0f;
+};
+
+}  // namespace
+
+OL_KERNEL_FACTORY(ScaledDotProductAttention)
+
+}  // namespace onnx_light::ops

@@ -1,0 +1,13 @@
+// Short float vector primitives for kernels that work row by row (attention): a dot
+// product and y += alpha * x, AVX2/FMA when the CPU has it (chosen at run time), else
+// portable loops the compiler vectorises.
+#pragma once
+
+#include <cstdint>
+
+namespace onnx_light::ops::math {
+
+float Dot(const float* a, const float* b, int64_t n);
+void Axpy(float alpha, const float* x, float* y, int64_t n);
+
+}  // namespace onnx_light::ops::math
