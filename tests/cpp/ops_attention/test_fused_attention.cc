@@ -1,0 +1,185 @@
+// ai.onnx_light.fused::ScaledDotProductAttention (the plan's substitute for torch's
+// decomposed attention) against a naive reference: repeated KV heads, scaled scores, an
+// additive mask, softmax, fully masked rows as zeros; K/V read in place from strided
+// (append-capacity) views; layout operands that are not the GQA layout are refused.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "core/error.h"
+#include "executor/kernel_registry.h"
+#include "executor/runtime_context.h"
+#include "onnx_light.pb.h"
+
+using namespace onnx_light;
+using namespace onnx_light::core::runtime;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+struct Shape4 {
+  int64_t b, h, s, d;
+};
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0, 1);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// y[b, h, i] = softmax_j(q . k[h / group, j] * qs * ks + mask[b, i, j]) . v; 0 when all -inf.
+std::vector<float> Reference(const std::vector<float>& q, const std::vector<float>& k,
+                             const std::vector<float>& v, const std::vector<float>& mask,
+                             Shape4 qs, int64_t hkv, int64_t t, float scale) {
+  const int64_t group = qs.h / hkv;
+  std::vector<float> y(static_cast<size_t>(qs.b * qs.h * qs.s * qs.d), 0.0f);
+  for (int64_t b = 0; b < qs.b; ++b)
+    for (int64_t h = 0; h < qs.h; ++h)
+      for (int64_t i = 0; i < qs.s; ++i) {
+        std::vector<double> p(static_cast<size_t>(t));
+        double max = -kInf;
+        for (int64_t j = 0; j < t; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < qs.d; ++d)
+            s += q[((b * qs.h + h) * qs.s + i) * qs.d + d] *
+                 k[((b * hkv + h / group) * t + j) * qs.d + d];
+          p[j] = s * scale + (mask.empty() ? 0.0 : mask[(b * qs.s + i) * t + j]);
+          max = std::max(max, p[j]);
+        }
+        if (max == -kInf) continue;
+        double sum = 0;
+        for (auto& x : p) sum += (x = std::exp(x - max));
+        for (int64_t j = 0; j < t; ++j)
+          for (int64_t d = 0; d < qs.d; ++d)
+            y[((b * qs.h + h) * qs.s + i) * qs.d + d] +=
+                static_cast<float>(p[j] / sum) * v[((b * hkv + h / group) * t + j) * qs.d + d];
+      }
+  return y;
+}
+
+// K/V [b, hkv, t, d] held in a buffer with room for `capacity` rows per head (strided).
+Tensor CacheView(const std::vector<float>& dense, int64_t b, int64_t hkv, int64_t t, int64_t d,
+                 int64_t capacity, std::shared_ptr<std::vector<float>>& store) {
+  store = std::make_shared<std::vector<float>>(static_cast<size_t>(b * hkv * capacity * d), 7.0f);
+  for (int64_t x = 0; x < b * hkv; ++x)
+    std::copy(dense.begin() + x * t * d, dense.begin() + (x + 1) * t * d,
+              store->begin() + x * capacity * d);
+  return Tensor::StridedView("cache", DataType::kFloat, {b, hkv, t, d},
+                             {hkv * capacity * d, capacity * d, d, 1}, store->data(), store);
+}
+
+Tensor Ints(std::vector<int64_t> v) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  return Tensor::FromInt64("shape", {n}, std::move(v));
+}
+
+struct Run {
+  NodeProto node;
+  std::unique_ptr<KernelBase> kernel;
+  RuntimeContext context;
+  Run(float q_scale, float k_scale) {
+    node.set_op_type("ScaledDotProductAttention");
+    node.set_domain("ai.onnx_light.fused");
+    node.set_name("sdpa");
+    for (auto [name, value] : {std::pair{"q_scale", q_scale}, std::pair{"k_scale", k_scale}}) {
+      auto* a = node.add_attribute();
+      a->set_name(name);
+      a->set_type(AttributeProto::FLOAT);
+      a->set_f(value);
+    }
+    for (int i = 0; i < 10; ++i) node.add_input("in" + std::to_string(i));
+    node.add_output("y");
+    const auto* factory = BuiltinKernels().Find("ai.onnx_light.fused", node.op_type(), 1);
+    REQUIRE(factory != nullptr);
+    kernel = (*factory)(node, context);
+  }
+  Tensor operator()(std::vector<const Tensor*> inputs) {
+    std::vector<RuntimeValue> values;
+    values.reserve(inputs.size());
+    std::vector<const RuntimeValue*> in;
+    for (const Tensor* t : inputs) {
+      if (t == nullptr) {
+        in.push_back(nullptr);
+        continue;
+      }
+      values.emplace_back(*t);
+      in.push_back(&values.back());
+    }
+    RuntimeValue out;
+    RuntimeValue* outs[] = {&out};
+    KernelCall call(&context, node, in, outs);
+    kernel->Compute(call);
+    return out.tensor();
+  }
+};
+
+void CheckClose(const std::vector<float>& got, const std::vector<float>& want, float tol) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= tol);
+}
+
+}  // namespace
+
+TEST_CASE("fused attention equals the decomposed computation for grouped heads and masks") {
+  for (int64_t s : {1, 5})
+    for (int64_t t : {7, 300})  // 300 keys with one query split the keys over tasks
+      for (bool with_mask : {false, true}) {
+        CAPTURE(s);
+        CAPTURE(t);
+        CAPTURE(with_mask);
+        const Shape4 qs{2, 6, s, 16};
+        const int64_t hkv = 2, rep = 3;
+        const auto q = Random(static_cast<size_t>(qs.b * qs.h * s * qs.d), 1);
+        const auto k = Random(static_cast<size_t>(qs.b * hkv * t * qs.d), 2);
+        const auto v = Random(static_cast<size_t>(qs.b * hkv * t * qs.d), 3);
+        // Causal over the last s positions; batch 1's first query sees nothing (zeros).
+        std::vector<float> mask;
+        if (with_mask) {
+          mask.assign(static_cast<size_t>(qs.b * s * t), 0.0f);
+          for (int64_t b = 0; b < qs.b; ++b)
+            for (int64_t i = 0; i < s; ++i)
+              for (int64_t j = 0; j < t; ++j)
+                if (j > t - s + i || (b == 1 && i == 0)) mask[(b * s + i) * t + j] = -kInf;
+        }
+        std::shared_ptr<std::vector<float>> k_store, v_store;
+        const Tensor qt = Tensor::FromFloat("q", {qs.b, qs.h, s, qs.d}, q);
+        const Tensor kt = CacheView(k, qs.b, hkv, t, qs.d, t + 9, k_store);
+        const Tensor vt = CacheView(v, qs.b, hkv, t, qs.d, t + 9, v_store);
+        const Tensor mt = Tensor::FromFloat("m", {qs.b, 1, s, t}, mask);
+        const Tensor ek = Ints({qs.b, hkv, rep, t, qs.d}), rk = Ints({qs.b, qs.h, t, qs.d});
+        const Tensor ev = Ints({qs.b, hkv, rep, t, qs.d}), rv = Ints({0, -1, t, qs.d});
+        Run run(0.5f, 0.25f);
+        const Tensor y = run({&qt, &kt, &vt, with_mask ? &mt : nullptr, &ek, &rk, nullptr,
+                              nullptr, &ev, &rv});
+        CHECK(y.shape() == Shape{qs.b, qs.h, s, qs.d});
+        CheckClose(y.ToFloatVector(), Reference(q, k, v, mask, qs, hkv, t, 0.125f), 2e-5f);
+        if (with_mask) {  // the fully masked row of batch 1, query 0: zeros in every head
+          const auto yv = y.ToFloatVector();
+          for (int64_t h = 0; h < qs.h; ++h)
+            for (int64_t d = 0; d < qs.d; ++d) CHECK(yv[((qs.h + h) * s) * qs.d + d] == 0.0f);
+        }
+      }
+}
+
+TEST_CASE("fused attention refuses layout operands that are not the grouped-query layout") {
+  const Shape4 qs{1, 4, 1, 8};
+  const int64_t hkv = 2, t = 3;
+  const Tensor q = Tensor::FromFloat("q", {1, 4, 1, 8}, Random(32, 4));
+  const Tensor k = Tensor::FromFloat("k", {1, 2, 3, 8}, Random(48, 5));
+  const Tensor v = Tensor::FromFloat("v", {1, 2, 3, 8}, Random(48, 6));
+  const Tensor ek = Ints({1, hkv, 2, t, 8});
+  // Heads merged in the wrong order would be [1, t, 4, 8]: not what the kernel computes.
+  const Tensor wrong = Ints({1, t, qs.h, 8});
+  Run run(1.0f, 1.0f);
+  CHECK_THROWS_WITH_AS(run({&q, &k, &v, nullptr, &ek, &wrong, nullptr, nullptr, &ek,
+                            &wrong}),
+                       doctest::Contains("grouped-query attention needs [1, 4, 3, 8]"),
+                       core::Error);
+  // K with fewer heads than Q and no repeat at all is refused too.
+  CHECK_THROWS_WITH_AS(run({&q, &k, &v}), doctest::Contains("not repeated"), core::Error);
+}

@@ -1,0 +1,109 @@
+"""What the plan-time optimisations (constant folding, the attention fusion, packed weights)
+must not change, on decoders exported by torch.onnx.export with KV caches
+(tests/python/models/export_hf.py): the tiny Llama, and 2-layer models with every width of
+the SmolLM2-135M (Llama) and Qwen2.5-0.5B (Qwen2) shapes, random weights.
+
+  - logits within 1e-4 of onnxruntime on the same file, prompt then decode steps with the
+    caches bound (the unpacked first call, the packing second call, packed calls after);
+  - the fused plan replaces every layer's decomposed attention by one
+    ScaledDotProductAttention node, and folding removes the LM head's Transpose;
+  - folded/unfolded and fused/unfused plans give the same tokens and logits within 1e-5.
+"""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from models import export_hf
+from onnx_light import onnx as ol_onnx
+from onnx_light.onnx_py._onnxpykernels import runtime
+
+CASES = [("llama", "tiny"), ("llama", "smollm2_2l"), ("qwen2", "qwen05_2l")]
+STEPS = 5
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[f"{a}-{s}" for a, s in CASES])
+def case(request):
+    arch, size = request.param
+    return arch, size, export_hf.ensure(arch, with_cache=True, size=size)
+
+
+def feeds(ids, start):
+    return {"input_ids": ids, "attention_mask": np.ones((1, start + ids.shape[1]), np.int64),
+            "position_ids": np.arange(start, start + ids.shape[1], dtype=np.int64)[None]}
+
+
+def onnxruntime_steps(path, arch, size, prompt):
+    """Logits of every step (prompt, then the greedy token), presents fed back."""
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    pairs = export_hf.cache_names(export_hf.cache_shape(arch, size)[0])
+    cache = export_hf.empty_cache(arch, 1, size)
+    ids, start, logits = prompt, 0, []
+    for _ in range(STEPS):
+        out = dict(zip(names, session.run(None, {**feeds(ids, start), **cache})))
+        logits.append(out["logits"])
+        cache = {past: out[present] for past, present in pairs}
+        start += ids.shape[1]
+        ids = np.array([[int(out["logits"][0, -1].argmax())]], np.int64)
+    return logits
+
+
+def onnx_light_steps(path, arch, size, prompt, **options):
+    """Logits of every step and the op types of the kernel events of the last one."""
+    model = ol_onnx.load_model(path)
+    export_hf.add_cache_bindings(model, export_hf.cache_shape(arch, size)[0])
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)),
+                                     events_enabled=True)
+    state = runtime.PersistentValueState(
+        model, initial=export_hf.empty_cache(arch, 1, size),
+        options=runtime.RuntimeSessionOptions(**options))
+    ids, start, logits, ops = prompt, 0, [], None
+    for _ in range(STEPS):
+        before = len(context.events())
+        out = state.run(context, feeds(ids, start))
+        logits.append(np.from_dlpack(out["logits"]).copy())
+        del out
+        ops = collections.Counter(e.op_type for e in context.events()[before:]
+                                  if e.action == runtime.RuntimeEventAction.kKernel)
+        start += ids.shape[1]
+        ids = np.array([[int(logits[-1][0, -1].argmax())]], np.int64)
+    return logits, ops
+
+
+def prompt_for(arch, size):
+    return np.random.default_rng(3).integers(0, export_hf.vocab_size(arch, size), (1, 9),
+                                             dtype=np.int64)
+
+
+def test_optimised_plan_matches_onnxruntime_within_1e_4(case):
+    arch, size, path = case
+    prompt = prompt_for(arch, size)
+    ours, ops = onnx_light_steps(path, arch, size, prompt)
+    theirs = onnxruntime_steps(path, arch, size, prompt)
+    for step, (a, b) in enumerate(zip(ours, theirs)):
+        assert a.shape == b.shape
+        assert np.abs(a - b).max() <= 1e-4, f"step {step}"
+    layers = export_hf.cache_shape(arch, size)[0]
+    # One fused attention per layer; no attention Softmax (or its NaN guard) left to run.
+    assert ops["ScaledDotProductAttention"] == layers
+    assert ops["Softmax"] == 0 and ops["IsNaN"] == 0
+
+
+def test_folding_and_fusion_change_no_token_and_no_logit_beyond_1e_5(case):
+    arch, size, path = case
+    prompt = prompt_for(arch, size)
+    reference, plain_ops = onnx_light_steps(path, arch, size, prompt, fold_constants=False,
+                                            fuse_subgraphs=False)
+    assert plain_ops["ScaledDotProductAttention"] == 0
+    for options in ({"fold_constants": False}, {"fuse_subgraphs": False}, {}):
+        logits, ops = onnx_light_steps(path, arch, size, prompt, **options)
+        if options.get("fold_constants", True) and size != "tiny":
+            # The tied LM head's Transpose of the embedding is folded to a view.
+            assert ops["Transpose"] < plain_ops["Transpose"]
+        for a, b in zip(logits, reference):
+            assert int(a[0, -1].argmax()) == int(b[0, -1].argmax())
+            assert np.abs(a - b).max() <= 1e-5, options
