@@ -260,6 +260,179 @@ class AttentionMatch {
   std::string transpose_in_, transpose_out_;
 };
 
+// The other operand of a two-input node when one of them is `name`, else "".
+std::string Other(const NodeProto& n, const std::string& name) {
+  if (n.input_size() != 2) return "";
+  return n.input(0) == name ? n.input(1) : n.input(1) == name ? n.input(0) : "";
+}
+
+bool IsLastAxis(const std::optional<std::vector<int64_t>>& axes) {
+  return axes && axes->size() == 1 && (*axes)[0] == -1;
+}
+
+AttributeProto FloatAttr(const char* name, float value) {
+  AttributeProto a;
+  a.set_name(name);
+  a.set_type(AttributeProto::FLOAT);
+  a.set_f(value);
+  return a;
+}
+
+AttributeProto IntAttr(const char* name, int64_t value) {
+  AttributeProto a;
+  a.set_name(name);
+  a.set_type(AttributeProto::INT);
+  a.set_i(value);
+  return a;
+}
+
+Fusion MakeFusion(std::set<int> removed, const char* op, const std::string& name,
+                  const std::vector<std::string>& inputs, const std::string& output,
+                  const std::vector<AttributeProto>& attributes) {
+  Fusion f;
+  f.removed.assign(removed.begin(), removed.end());
+  f.node.set_op_type(op);
+  f.node.set_domain("ai.onnx_light.fused");
+  f.node.set_name((name.empty() ? output : name) + "/fused");
+  for (const auto& in : inputs) f.node.add_input(in);
+  f.node.add_output(output);
+  for (const auto& a : attributes) *f.node.add_attribute() = a;
+  return f;
+}
+
+// [W *] X / sqrt(ReduceMean(Pow(X, 2), [-1]) + eps), the reciprocal as Reciprocal + Mul or
+// as Div -> RMSNormalization(X[, W]), W a constant vector.
+std::optional<Fusion> MatchRmsNorm(const GraphIndex& ix, const ConstantFn& constant, int final_mul) {
+  std::set<int> taken = {final_mul};
+  const NodeProto& last = ix.node(final_mul);
+  auto normalized = [&](const std::string& name, std::string* x, float* eps) -> bool {
+    std::set<int> mine;  // merged into `taken` only on a match
+    std::string root;  // Sqrt(...) output
+    if (int m = ix.Producer(name, "Mul"); m >= 0) {
+      const NodeProto& mul = ix.node(m);
+      for (int side = 0; side < 2 && root.empty(); ++side)
+        if (int r = ix.Producer(mul.input(side), "Reciprocal"); r >= 0) {
+          *x = mul.input(1 - side);
+          root = ix.node(r).input(0);
+          mine.insert({m, r});
+        }
+    } else if (int d = ix.Producer(name, "Div"); d >= 0) {
+      *x = ix.node(d).input(0);
+      root = ix.node(d).input(1);
+      mine.insert(d);
+    }
+    const int sq = root.empty() ? -1 : ix.Producer(root, "Sqrt");
+    const int add = sq < 0 ? -1 : ix.Producer(ix.node(sq).input(0), "Add");
+    if (add < 0) return false;
+    std::string mean;
+    for (int side = 0; side < 2 && mean.empty(); ++side)
+      if (auto e = ConstScalar(constant, ix.node(add).input(side))) {
+        *eps = *e;
+        mean = ix.node(add).input(1 - side);
+      }
+    const int rm = mean.empty() ? -1 : ix.Producer(mean, "ReduceMean");
+    if (rm < 0) return false;
+    const NodeProto& reduce = ix.node(rm);
+    const AttributeProto* keep = Attr(reduce, "keepdims");
+    std::optional<std::vector<int64_t>> axes;
+    if (reduce.input_size() > 1) axes = ConstInts(constant, reduce.input(1));
+    else if (const AttributeProto* a = Attr(reduce, "axes"))
+      axes = std::vector<int64_t>(a->ints().begin(), a->ints().end());
+    if ((keep != nullptr && keep->i() != 1) || !IsLastAxis(axes)) return false;
+    const int pw = ix.Producer(reduce.input(0), "Pow");
+    if (pw < 0 || ix.node(pw).input(0) != *x || ConstScalar(constant, ix.node(pw).input(1)) != 2.0f)
+      return false;
+    mine.insert({sq, add, rm, pw});
+    taken.insert(mine.begin(), mine.end());
+    return true;
+  };
+  std::string x, scale;
+  float eps = 0;
+  bool ok = false;
+  for (int side = 0; side < 2 && !ok; ++side) {
+    const Tensor* w = constant(last.input(side));
+    if (w != nullptr && w->rank() == 1 && w->numel() > 1 &&
+        normalized(last.input(1 - side), &x, &eps)) {
+      scale = last.input(side);
+      ok = true;
+    }
+  }
+  if (!ok) {
+    taken = {};
+    if (!normalized(last.output(0), &x, &eps)) return std::nullopt;
+  }
+  return MakeFusion(taken, "RMSNormalization", last.name(), {x, scale}, last.output(0),
+                    {FloatAttr("epsilon", eps)});
+}
+
+// X * cos + Concat(Neg(X[..., h:]), X[..., :h]) * sin (Slices and Concat on the last axis)
+// -> RotaryHalf(X, cos, sin), half = h.
+std::optional<Fusion> MatchRotary(const GraphIndex& ix, const ConstantFn& constant, int final_add) {
+  const NodeProto& add = ix.node(final_add);
+  if (add.input_size() != 2) return std::nullopt;
+  constexpr int64_t kNoAxis = std::numeric_limits<int64_t>::min();
+  auto slice_of = [&](const std::string& name, const std::string& x, int64_t* start,
+                      int64_t* end, int64_t* axis) -> int {
+    const int s = ix.Producer(name, "Slice");
+    if (s < 0 || ix.node(s).input(0) != x || ix.node(s).input_size() < 4) return -1;
+    const NodeProto& n = ix.node(s);
+    const auto st = ConstInts(constant, n.input(1)), en = ConstInts(constant, n.input(2));
+    const auto ax = ConstInts(constant, n.input(3));
+    if (!st || !en || st->size() != 1 || en->size() != 1 || !ax || ax->size() != 1) return -1;
+    if (*axis == kNoAxis) *axis = (*ax)[0];
+    if ((*ax)[0] != *axis) return -1;
+    if (n.input_size() > 4 && ConstInts(constant, n.input(4)) != std::vector<int64_t>{1}) return -1;
+    *start = (*st)[0];
+    *end = (*en)[0];
+    return s;
+  };
+  for (int side = 0; side < 2; ++side) {
+    const int plain = ix.Producer(add.input(side), "Mul");
+    const int rotated = ix.Producer(add.input(1 - side), "Mul");
+    if (plain < 0 || rotated < 0) continue;
+    for (int rs = 0; rs < 2; ++rs) {
+      const std::string cat_name = ix.node(rotated).input(rs);
+      const std::string sin = ix.node(rotated).input(1 - rs);
+      const int cat = ix.Producer(cat_name, "Concat");
+      if (cat < 0 || ix.node(cat).input_size() != 2) continue;
+      const AttributeProto* cat_axis = Attr(ix.node(cat), "axis");
+      if (cat_axis == nullptr) continue;
+      const int neg = ix.Producer(ix.node(cat).input(0), "Neg");
+      if (neg < 0) continue;
+      int64_t s0, e0, s1, e1;
+      // X is the sliced tensor; the plain Mul must read it too.
+      const int second_slice = ix.Producer(ix.node(neg).input(0), "Slice");
+      if (second_slice < 0) continue;
+      const std::string x = ix.node(second_slice).input(0);
+      const std::string cos = Other(ix.node(plain), x);
+      if (cos.empty() || cos == x) continue;
+      // The slices share one axis and the concat is on it or on -1; the kernel checks that
+      // this axis is X's last.
+      int64_t axis = kNoAxis;
+      const int second = slice_of(ix.node(neg).input(0), x, &s1, &e1, &axis);
+      const int first = slice_of(ix.node(cat).input(1), x, &s0, &e0, &axis);
+      if (second < 0 || first < 0 || s0 != 0 || e0 <= 0 || s1 != e0 || e1 < 2 * e0) continue;
+      if (cat_axis->i() != -1 && cat_axis->i() != axis) continue;
+      return MakeFusion({final_add, plain, rotated, cat, neg, second, first}, "RotaryHalf",
+                        add.name(), {x, cos, sin}, add.output(0),
+                        {IntAttr("half", e0), IntAttr("axis", axis)});
+    }
+  }
+  return std::nullopt;
+}
+
+// Mul(G, Sigmoid(G)) -> SiluMul(G).
+std::optional<Fusion> MatchSilu(const GraphIndex& ix, int mul) {
+  const NodeProto& n = ix.node(mul);
+  if (n.input_size() != 2) return std::nullopt;
+  for (int side = 0; side < 2; ++side) {
+    const int sig = ix.Producer(n.input(side), "Sigmoid");
+    if (sig >= 0 && ix.node(sig).input(0) == n.input(1 - side))
+      return MakeFusion({mul, sig}, "SiluMul", n.name(), {n.input(1 - side)}, n.output(0), {});
+  }
+  return std::nullopt;
+}
+
 // Every value a fusion removes is read only inside it and is not a graph output.
 bool Private(const GraphIndex& ix, const Fusion& f,
              const std::function<bool(const std::string&)>& graph_output) {
@@ -288,16 +461,25 @@ std::vector<Fusion> FindFusions(const GraphProto& graph, const std::vector<bool>
   const GraphIndex ix(graph, alive);
   std::vector<Fusion> out;
   std::set<int> used;
-  for (int i = 0; i < graph.node_size(); ++i) {
-    if (!alive[static_cast<size_t>(i)] || ix.Producer(graph.node(i).output(0), "MatMul") != i)
-      continue;
-    AttentionMatch match(ix, constant);
-    std::optional<Fusion> f = match.Run(i);
-    if (!f || !Private(ix, *f, graph_output)) continue;
+  auto keep = [&](std::optional<Fusion> f) {
+    if (!f || !Private(ix, *f, graph_output)) return;
     if (std::any_of(f->removed.begin(), f->removed.end(), [&](int n) { return used.count(n); }))
-      continue;
+      return;
     used.insert(f->removed.begin(), f->removed.end());
     out.push_back(std::move(*f));
+  };
+  for (int i = 0; i < graph.node_size(); ++i) {
+    if (!alive[static_cast<size_t>(i)] || graph.node(i).output_size() == 0) continue;
+    const std::string& y = graph.node(i).output(0);
+    if (ix.Producer(y, "MatMul") == i) {
+      AttentionMatch match(ix, constant);
+      keep(match.Run(i));
+    } else if (ix.Producer(y, "Mul") == i) {
+      if (auto f = MatchRmsNorm(ix, constant, i)) keep(std::move(f));
+      else keep(MatchSilu(ix, i));
+    } else if (ix.Producer(y, "Add") == i) {
+      keep(MatchRotary(ix, constant, i));
+    }
   }
   return out;
 }

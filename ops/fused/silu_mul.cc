@@ -1,0 +1,57 @@
+// ai.onnx_light.fused::SiluMul — what the plan substitutes for the gated SiLU of Llama-style
+// MLPs (executor/fusion.cc): Mul(Mul(G, Sigmoid(G)), U) = G * sigmoid(G) * U, with U
+// broadcast over rows of G or of G's shape; without U (input absent), G * sigmoid(G).
+// Inputs: G, optional U (FLOAT, FLOAT16, BFLOAT16, one type).
+#include <cmath>
+
+#include "ops/fused/row_broadcast.h"
+#include "ops/kernel_factory.h"
+#include "ops/math/common.h"
+
+namespace onnx_light::ops {
+
+using core::runtime::KernelCall;
+using core::runtime::Tensor;
+
+class SiluMul final : public core::runtime::KernelBase {
+ public:
+  explicit SiluMul(const core::runtime::KernelContext&) {}
+
+  void Compute(KernelCall& call) const override {
+    const Tensor& g = call.input(0);
+    const Tensor* u = call.has_input(1) ? &call.input(1) : nullptr;
+    if (!math::IsFloatType(g.dtype()) || g.rank() == 0)
+      math::ThrowUnsupportedType(call.node(), "input 'G'", g.dtype());
+    if (u != nullptr && u->dtype() != g.dtype()) call.Fail("U must have G's element type");
+    const int64_t d = g.dim(-1), rows = d == 0 ? 0 : g.numel() / d;
+    std::vector<int64_t> u_rows;
+    if (u != nullptr) u_rows = fused::RowOffsets(call, g.shape(), u->shape(), "U");
+    Tensor& y = call.AllocateOutput(0, g.dtype(), g.shape());
+    if (rows == 0) return;
+    const math::FloatView gv(g);
+    std::optional<math::FloatView> uv;
+    if (u != nullptr) uv.emplace(*u);
+    math::FloatSink yv(y);
+    const float* gp = gv.data();
+    float* yp = yv.data();
+    math::ParallelFor(rows, std::max<int64_t>(1, 16384 / d), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* row = gp + r * d;
+        const float* up = uv ? uv->data() + u_rows[static_cast<size_t>(r)] : nullptr;
+        float* out = yp + r * d;
+        for (int64_t j = 0; j < d; ++j) {
+          const float x = row[j];
+          // The Sigmoid kernel's form: no overflow for large |x|.
+          const float sig = x >= 0 ? 1.0f / (1.0f + std::exp(-x)) : std::exp(x) / (1.0f + std::exp(x));
+          const float silu = x * sig;
+          out[j] = up ? silu * up[j] : silu;
+        }
+      }
+    });
+    yv.Finish();
+  }
+};
+
+OL_KERNEL_FACTORY(SiluMul)
+
+}  // namespace onnx_light::ops
