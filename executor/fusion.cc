@@ -358,6 +358,13 @@ std::optional<Fusion> MatchRmsNorm(const GraphIndex& ix, const ConstantFn& const
     }
   }
   if (!ok) {
+    // A scale Mul reading this one will match the whole norm from there.
+    const std::vector<int>& readers = ix.Readers(last.output(0));
+    if (readers.size() == 1 && ix.Producer(ix.node(readers[0]).output(0), "Mul") == readers[0]) {
+      const std::string other = Other(ix.node(readers[0]), last.output(0));
+      const Tensor* w = other.empty() ? nullptr : constant(other);
+      if (w != nullptr && w->rank() == 1 && w->numel() > 1) return std::nullopt;
+    }
     taken = {};
     if (!normalized(last.output(0), &x, &eps)) return std::nullopt;
   }

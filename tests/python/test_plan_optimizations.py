@@ -5,8 +5,8 @@ the SmolLM2-135M (Llama) and Qwen2.5-0.5B (Qwen2) shapes, random weights.
 
   - logits within 1e-4 of onnxruntime on the same file, prompt then decode steps with the
     caches bound (the unpacked first call, the packing second call, packed calls after);
-  - the fused plan replaces every layer's decomposed attention by one
-    ScaledDotProductAttention node, and folding removes the LM head's Transpose;
+  - the fused plan replaces every layer's decomposed attention, RMS norms, rotary
+    embeddings and SiLU by fused nodes, and folding removes the LM head's Transpose;
   - folded/unfolded and fused/unfused plans give the same tokens and logits within 1e-5.
 """
 from __future__ import annotations
@@ -91,6 +91,11 @@ def test_optimised_plan_matches_onnxruntime_within_1e_4(case):
     # One fused attention per layer; no attention Softmax (or its NaN guard) left to run.
     assert ops["ScaledDotProductAttention"] == layers
     assert ops["Softmax"] == 0 and ops["IsNaN"] == 0
+    # Per layer two RMS norms (plus the final one), two rotary embeddings, one SiLU.
+    assert ops["RMSNormalization"] == 2 * layers + 1
+    assert ops["RotaryHalf"] == 2 * layers
+    assert ops["SiluMul"] == layers
+    assert ops["Pow"] == 0 and ops["Neg"] == 0 and ops["Sigmoid"] == 0
 
 
 def test_folding_and_fusion_change_no_token_and_no_logit_beyond_1e_5(case):

@@ -1,0 +1,90 @@
+// Plan-time fusions (executor/fusion.h): an exported RMS norm, rotary embedding and SiLU
+// become one fused node each with the same results; a subgraph whose inner value is read
+// elsewhere (here: a graph output) is left as it is.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/text_parser.h"
+#include "executor/graph_plan.h"
+#include "executor/runtime_session.h"
+#include "onnx_light.pb.h"
+
+using namespace onnx_light;
+using namespace onnx_light::core::runtime;
+
+namespace {
+
+// RMS norm with a scale, a rotary embedding of its result, then SiLU. `extra` adds outputs.
+std::shared_ptr<ModelProto> Model(const std::string& extra_outputs) {
+  return std::make_shared<ModelProto>(core::ParseModel(
+      "<ir_version: 10, opset_import: [\"\" : 18]>\n"
+      "g (float[1, 2, 4] x, float[1, 2, 4] cos, float[1, 2, 4] sin) => (float[1, 2, 4] y" +
+      extra_outputs +
+      ")\n"
+      "<float two = {2.0}, float eps = {1e-5}, int64[1] last = {-1}, float[4] w = {1, 2, 3, 4},\n"
+      " int64[1] zero = {0}, int64[1] half = {2}, int64[1] big = {1000}, int64[1] one = {1}>\n"
+      "{\n"
+      "  sq = Pow(x, two)\n"
+      "  mean = ReduceMean <keepdims = 1> (sq, last)\n"
+      "  var = Add(mean, eps)\n"
+      "  root = Sqrt(var)\n"
+      "  inv = Reciprocal(root)\n"
+      "  normed = Mul(x, inv)\n"
+      "  scaled = Mul(w, normed)\n"
+      "  a = Slice(scaled, zero, half, last, one)\n"
+      "  b = Slice(scaled, half, big, last, one)\n"
+      "  nb = Neg(b)\n"
+      "  rot = Concat <axis = -1> (nb, a)\n"
+      "  xc = Mul(scaled, cos)\n"
+      "  rs = Mul(rot, sin)\n"
+      "  r = Add(xc, rs)\n"
+      "  s = Sigmoid(r)\n"
+      "  y = Mul(r, s)\n"
+      "}\n"));
+}
+
+std::vector<float> Run(const std::shared_ptr<ModelProto>& model, bool fuse, size_t* nodes,
+                       size_t* fused) {
+  RuntimeContext context;
+  RuntimeSessionOptions options;
+  options.fuse_subgraphs = fuse;
+  RuntimeSession session(model, context, options);
+  *nodes = session.plan(context).nodes().size();
+  *fused = session.plan(context).fused_node_count();
+  RuntimeValueMap feeds;
+  feeds["x"] = RuntimeValue(Tensor::FromFloat("x", {1, 2, 4}, {0.5f, -1, 2, 3, -2, 0.25f, 1, 4}));
+  feeds["cos"] = RuntimeValue(Tensor::FromFloat("cos", {1, 2, 4}, {1, 0.5f, 0.2f, 0.9f, 0.3f, 0.7f, 0.1f, 1}));
+  feeds["sin"] = RuntimeValue(Tensor::FromFloat("sin", {1, 2, 4}, {0, 0.8f, 0.9f, 0.4f, 0.95f, 0.7f, 1, 0}));
+  return session.Run(context, std::move(feeds)).at("y").tensor().ToFloatVector();
+}
+
+}  // namespace
+
+TEST_CASE("an exported RMS norm, rotary embedding and SiLU run as three fused nodes") {
+  size_t nodes = 0, fused = 0, plain_nodes = 0, plain_fused = 0;
+  const auto model = Model("");
+  const std::vector<float> y = Run(model, true, &nodes, &fused);
+  const std::vector<float> ref = Run(model, false, &plain_nodes, &plain_fused);
+  CHECK(fused == 3);
+  CHECK(nodes == 3);
+  CHECK(plain_fused == 0);
+  CHECK(plain_nodes == 16);
+  REQUIRE(y.size() == ref.size());
+  for (size_t i = 0; i < y.size(); ++i) CHECK(std::abs(y[i] - ref[i]) <= 1e-6f * (1 + std::abs(ref[i])));
+}
+
+TEST_CASE("a subgraph whose inner value is also a graph output is not fused") {
+  // `sq` (inside the RMS norm) and `s` (inside the SiLU) are outputs: those two patterns
+  // stay as nodes; the rotary embedding in between is still fused.
+  size_t nodes = 0, fused = 0, plain_nodes = 0, plain_fused = 0;
+  const auto model = Model(", float[1, 2, 4] sq, float[1, 2, 4] s");
+  const std::vector<float> y = Run(model, true, &nodes, &fused);
+  const std::vector<float> ref = Run(model, false, &plain_nodes, &plain_fused);
+  CHECK(fused == 1);
+  CHECK(nodes == 16 - 7 + 1);
+  for (size_t i = 0; i < y.size(); ++i) CHECK(std::abs(y[i] - ref[i]) <= 1e-6f * (1 + std::abs(ref[i])));
+}
