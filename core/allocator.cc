@@ -154,7 +154,10 @@ std::shared_ptr<void> HeapAllocator::Allocate(size_t bytes) {
       large_reuses_.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  if (p == nullptr) p = std::aligned_alloc(kAlign, block_bytes);
+  if (p == nullptr) {
+    p = std::aligned_alloc(kAlign, block_bytes);
+    system_allocations_.fetch_add(1, std::memory_order_relaxed);
+  }
   if (p == nullptr) throw std::bad_alloc();
   const size_t live = live_.fetch_add(rounded, std::memory_order_relaxed) + rounded;
   size_t peak = peak_.load(std::memory_order_relaxed);

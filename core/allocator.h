@@ -42,6 +42,11 @@ class HeapAllocator final : public Allocator {
   size_t peak_bytes() const override { return peak_.load(std::memory_order_relaxed); }
   size_t cached_bytes() const;
   uint64_t large_reuses() const { return large_reuses_.load(std::memory_order_relaxed); }
+  // Blocks taken from the system (aligned_alloc) rather than from the caches: only these can
+  // page-fault fresh memory in, so a steady decode loop should add none.
+  uint64_t system_allocations() const {
+    return system_allocations_.load(std::memory_order_relaxed);
+  }
   // The size a request is served with: 64-byte multiples, large blocks rounded up to 1/8 of
   // their power of two (at most 12.5% slack) so that slowly growing sizes share a block.
   static size_t RoundedSize(size_t bytes);
@@ -53,6 +58,7 @@ class HeapAllocator final : public Allocator {
   std::atomic<size_t> live_{0};
   std::atomic<size_t> peak_{0};
   std::atomic<uint64_t> large_reuses_{0};
+  std::atomic<uint64_t> system_allocations_{0};
   std::unique_ptr<LargeCache> cache_;
 };
 

@@ -156,13 +156,22 @@ class ScaledDotProductAttention final : public core::runtime::KernelBase {
           const float* qrow = qp + ((b * heads + h) * sq + i) * dk;
           const float* mrow = mask_data ? mask_data + b * ms[0] + h * ms[1] + i * ms[2] : nullptr;
           float block_max = kNegInf;
+          float* sc = scores[g];
+          bool any = mrow == nullptr;
+          for (int64_t t = 0; t < n && !any; ++t) any = mrow[(j0 + t) * ms[3]] != kNegInf;
+          if (any) {  // four keys per pass: the query row is loaded once for all four
+            int64_t t = 0;
+            for (; t + 4 <= n; t += 4) {
+              const float* rows4[4] = {keys.Row(j0 + t), keys.Row(j0 + t + 1),
+                                       keys.Row(j0 + t + 2), keys.Row(j0 + t + 3)};
+              math::Dot4(qrow, rows4, dk, sc + t);
+            }
+            for (; t < n; ++t) sc[t] = math::Dot(qrow, keys.Row(j0 + t), dk);
+          }
           for (int64_t t = 0; t < n; ++t) {
-            const int64_t j = j0 + t;
-            const float bias = mrow ? mrow[j * ms[3]] : 0.0f;
-            const float s = bias == kNegInf ? kNegInf
-                                            : math::Dot(qrow, keys.Row(j), dk) * scale + bias;
-            scores[g][t] = s;
-            block_max = std::max(block_max, s);
+            const float bias = mrow ? mrow[(j0 + t) * ms[3]] : 0.0f;
+            sc[t] = !any || bias == kNegInf ? kNegInf : sc[t] * scale + bias;
+            block_max = std::max(block_max, sc[t]);
           }
           Partial& p = part[g];
           if (block_max == kNegInf) {

@@ -23,6 +23,10 @@ float DotPortable(const float* a, const float* b, int64_t n) {
   return (s0 + s1) + (s2 + s3);
 }
 
+void Dot4Portable(const float* a, const float* const b[4], int64_t n, float out[4]) {
+  for (int r = 0; r < 4; ++r) out[r] = DotPortable(a, b[r], n);
+}
+
 void AxpyPortable(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
@@ -46,6 +50,24 @@ __attribute__((target("avx2,fma"))) float DotAvx2(const float* a, const float* b
   return s;
 }
 
+__attribute__((target("avx2,fma"))) void Dot4Avx2(const float* a, const float* const b[4],
+                                                  int64_t n, float out[4]) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 av = _mm256_loadu_ps(a + i);
+    for (int r = 0; r < 4; ++r) acc[r] = _mm256_fmadd_ps(av, _mm256_loadu_ps(b[r] + i), acc[r]);
+  }
+  // Horizontal sums of the four accumulators at once.
+  const __m256 s01 = _mm256_hadd_ps(acc[0], acc[1]), s23 = _mm256_hadd_ps(acc[2], acc[3]);
+  const __m256 s = _mm256_hadd_ps(s01, s23);
+  const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  _mm_storeu_ps(out, sum);
+  for (; i < n; ++i)
+    for (int r = 0; r < 4; ++r) out[r] += a[i] * b[r][i];
+}
+
 __attribute__((target("avx2,fma"))) void AxpyAvx2(float alpha, const float* x, float* y,
                                                   int64_t n) {
   const __m256 va = _mm256_set1_ps(alpha);
@@ -63,6 +85,13 @@ float Dot(const float* a, const float* b, int64_t n) {
   if (CpuHasAvx2Fma()) return DotAvx2(a, b, n);
 #endif
   return DotPortable(a, b, n);
+}
+
+void Dot4(const float* a, const float* const b[4], int64_t n, float out[4]) {
+#if defined(__x86_64__)
+  if (CpuHasAvx2Fma()) return Dot4Avx2(a, b, n, out);
+#endif
+  Dot4Portable(a, b, n, out);
 }
 
 void Axpy(float alpha, const float* x, float* y, int64_t n) {

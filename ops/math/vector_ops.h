@@ -8,6 +8,8 @@
 namespace onnx_light::ops::math {
 
 float Dot(const float* a, const float* b, int64_t n);
+// out[r] = a . b[r] for four rows b[0..3] of length n (a is read once).
+void Dot4(const float* a, const float* const b[4], int64_t n, float out[4]);
 void Axpy(float alpha, const float* x, float* y, int64_t n);
 
 }  // namespace onnx_light::ops::math

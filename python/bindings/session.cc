@@ -7,9 +7,12 @@
 #include <memory>
 #include <string>
 
+#include "core/allocator.h"
 #include "executor/runtime_context.h"
 #include "executor/runtime_session.h"
 #include "onnx_light.pb.h"
+#include "ops/math/constant_weight.h"
+#include "ops/math/gemm.h"
 #include "python/bindings/convert.h"
 #include "python/bindings/proto_wrapper.h"
 #include "python/bindings/registration.h"
@@ -135,6 +138,24 @@ void RegisterSession(py::module_& runtime) {
         return d;
       },
       py::arg("onnx_version") = 18, "The default operator sets {domain: version}.");
+  runtime.def(
+      "allocator_stats",
+      [] {
+        const auto& heap = core::runtime::DefaultAllocator();
+        py::dict d;
+        d["live_bytes"] = heap.live_bytes();
+        d["peak_bytes"] = heap.peak_bytes();
+        d["cached_bytes"] = heap.cached_bytes();
+        d["system_allocations"] = heap.system_allocations();
+        d["large_reuses"] = heap.large_reuses();
+        d["packed_weight_bytes"] = ops::math::PackedWeightBytes();
+        d["weight_packs"] = ops::math::BPacksForTesting();
+        return d;
+      },
+      "Counters of the process-wide heap allocator and of the kept weight packs: live, peak "
+      "and cached bytes; blocks taken from the system (only these page-fault fresh memory "
+      "in); large-block reuses; bytes of packed constant weights and how many times a weight "
+      "was packed.");
 
   py::class_<KernelContext>(runtime, "KernelContext",
                             "The operator sets in force: an ONNX opset version or a dict "

@@ -112,3 +112,50 @@ def test_folding_and_fusion_change_no_token_and_no_logit_beyond_1e_5(case):
         for a, b in zip(logits, reference):
             assert int(a[0, -1].argmax()) == int(b[0, -1].argmax())
             assert np.abs(a - b).max() <= 1e-5, options
+
+
+def test_steady_decode_takes_no_fresh_memory_and_copies_no_cache_or_weight():
+    """Once a request's lengths have been seen (a first pass over the same prompt and steps
+    packed the weights and sized every buffer), the decode steps of a second pass take no
+    block from the system allocator (so no fresh buffer page-faults in), pack no weight and
+    copy no cached prefix byte: every buffer comes back from the allocator's caches and every
+    cache grows in place."""
+    arch, size = "llama", "tiny"
+    path = export_hf.ensure(arch, with_cache=True, size=size)
+    model = ol_onnx.load_model(path)
+    export_hf.add_cache_bindings(model, export_hf.cache_shape(arch, size)[0])
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)),
+                                     events_enabled=True)
+    state = runtime.PersistentValueState(
+        model, initial=export_hf.empty_cache(arch, 1, size),
+        # Inline: one allocation order, so the second pass needs no block the first did not
+        # (concurrent nodes may raise a size class's high-water mark by one, now and then).
+        options=runtime.RuntimeSessionOptions(persistent_tensor_initial_capacity=64,
+                                              executor="inline"))
+
+    marks = []
+
+    def request():
+        ids, start = prompt_for(arch, size), 0
+        state.reset(export_hf.empty_cache(arch, 1, size))
+        for _ in range(24):
+            out = state.run(context, feeds(ids, start))
+            token = int(np.from_dlpack(out["logits"])[0, -1].argmax())
+            del out  # the caller keeps no present alive: the cache may grow in place
+            if start == 0:  # after the prompt step: the decode steps are measured
+                marks.append((runtime.allocator_stats(), len(context.events())))
+            start += ids.shape[1]
+            ids = np.array([[token]], np.int64)
+
+    request()
+    request()
+    before, first_event = marks[1]
+    after = runtime.allocator_stats()
+    assert after["system_allocations"] == before["system_allocations"]
+    assert after["weight_packs"] == before["weight_packs"]
+    storage = [e for e in context.events()[first_event:]
+               if e.action == runtime.RuntimeEventAction.kPersistentStorage]
+    assert storage, "the bound caches report their appends"
+    assert sum(e.storage_prefix_copied_bytes for e in storage) == 0
+    # Each cache's buffer was allocated at the prompt (capacity 64 covers every step).
+    assert sum(e.storage_allocations for e in storage) == 0
