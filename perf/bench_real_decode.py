@@ -17,6 +17,9 @@ Engines, batch 1, greedy, prompt then one token per step, caches fed back:
 The engines run interleaved, round by round, so a change in the machine's speed hits both.
 Every round checks that both produce the same tokens.
 
+RSS MB is the growth of the process's peak RSS while that engine loaded the model and ran
+its warm-up (onnx-light first); the last line gives the process's peak.
+
 The machine's read bandwidth is measured in the same run (a 1 GiB float32 reduction with 1
 and 2 threads, best of several, between rounds) and each engine's decode step is reported
 against the bytes-per-token bound: weights read once (every initializer's bytes, the tied
@@ -167,12 +170,21 @@ def peak_rss_mb() -> float:
 
 
 def bench_shape(shape: Shape, args, report):
-    engines = [OnnxLight(shape, args.threads), OnnxRuntime(shape, args.threads)]
+    # Each engine's memory: the growth of the process's peak RSS while it loads and warms up
+    # (onnx-light first, so its figure does not hide under onnxruntime's).
+    engines, rss = [], {}
+    warm = np.arange(8, dtype=np.int64)[None]
+    for cls in (OnnxLight, OnnxRuntime):
+        before = peak_rss_mb()
+        engine = cls(shape, args.threads)
+        engine.generate(warm, 2)  # warm-up: plans, packs, page faults
+        rss[engine.name] = peak_rss_mb() - before
+        engines.append(engine)
     rng = np.random.default_rng(0)
     for prompt_len in args.prompts:
         prompt = rng.integers(0, shape.vocab, size=(1, prompt_len), dtype=np.int64)
         for e in engines:
-            e.generate(prompt[:, :8], 2)  # warm-up: plans, packs, page faults
+            e.generate(prompt[:, :8], 2)
         prefill = {e.name: [] for e in engines}
         decode = {e.name: [] for e in engines}
         totals = {e.name: [] for e in engines}
@@ -204,19 +216,21 @@ def bench_shape(shape: Shape, args, report):
                 "tokens_per_s": args.new_tokens / float(np.median(totals[e.name])),
                 "bound_fraction": bound_ms / float(np.median(d)),
                 "load_s": e.load_s,
+                "peak_rss_growth_mb": rss[e.name],
             }
         base = rows["onnxruntime"]
         print(f"\n{shape.name} ({shape.arch}, {shape.weights / 1e6:.0f} MB weights), prompt "
               f"{prompt_len}, {args.new_tokens} new tokens, {args.threads} threads; read rate "
               f"{gbps:.1f} GB/s (best of {len(bandwidth)} rounds), bound {bound_ms:.2f} ms/token")
         print(f"{'engine':<13}{'prefill ms':>11}{'decode p50':>11}{'p90':>8}{'tok/s':>8}"
-              f"{'bound %':>9}{'prefill x':>10}{'decode x':>10}")
+              f"{'bound %':>9}{'prefill x':>10}{'decode x':>10}{'RSS MB':>8}")
         for name, r in rows.items():
             print(f"{name:<13}{r['prefill_ms']:>11.1f}{r['decode_ms_p50']:>11.2f}"
                   f"{r['decode_ms_p90']:>8.2f}{r['tokens_per_s']:>8.1f}"
                   f"{100 * r['bound_fraction']:>8.0f}%"
                   f"{r['prefill_ms'] / base['prefill_ms']:>9.2f}x"
-                  f"{r['decode_ms_p50'] / base['decode_ms_p50']:>9.2f}x")
+                  f"{r['decode_ms_p50'] / base['decode_ms_p50']:>9.2f}x"
+                  f"{r['peak_rss_growth_mb']:>8.0f}")
         report["results"].append({"shape": shape.name, "prompt": prompt_len,
                                   "read_gbps": gbps, "bandwidth_rounds": bandwidth,
                                   "bound_ms": bound_ms, "identical_tokens": True,
