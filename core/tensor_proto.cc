@@ -127,6 +127,29 @@ std::shared_ptr<const MappedFile> MappedFile::Open(const std::string& path) {
   return file;
 }
 
+bool ReleaseMappedPages(const void* data, size_t bytes) {
+  const auto* begin = static_cast<const uint8_t*>(data);
+  std::shared_ptr<const MappedFile> file;
+  {
+    std::lock_guard<std::mutex> lock(mappings_mutex);
+    for (auto& [key, weak] : Mappings()) {
+      auto live = weak.lock();
+      if (live && live->Contains(begin) && bytes <= live->size() &&
+          static_cast<size_t>(begin - live->data()) + bytes <= live->size()) {
+        file = std::move(live);
+        break;
+      }
+    }
+  }
+  if (file == nullptr) return false;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + bytes) / page * page;
+  if (last > first)
+    ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  return true;
+}
+
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }

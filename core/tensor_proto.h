@@ -49,6 +49,13 @@ class MappedFile {
   size_t size_;
 };
 
+// Drops this process's pages of [data, data + bytes) when the range lies in a live
+// MappedFile (whole pages inside the range only): the bytes stay readable, a later read
+// faults them back in from the file, unchanged (the mapping is private and never written).
+// For weights a kernel has copied into its own layout (a kept pack), so that the process
+// does not hold both. Returns false, doing nothing, for any other memory.
+bool ReleaseMappedPages(const void* data, size_t bytes);
+
 // Where an external tensor's bytes are: `path` is base_dir/location after validation.
 struct ExternalDataRef {
   std::string path;

@@ -1,5 +1,7 @@
 #include "ops/math/constant_weight.h"
 
+#include "core/tensor_proto.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -77,7 +79,13 @@ const PackedB* ConstantWeight::Get(const core::runtime::Tensor& b, bool trans_b,
       packed_ = std::make_unique<const PackedB>(trans_b, k, n, values(), ldb);
     } catch (const std::bad_alloc&) {
       kept.fetch_sub(bytes, std::memory_order_relaxed);
+      return;
     }
+    // The pack replaces reading the weight: a memory-mapped weight's pages go back to the
+    // page cache (another reader, e.g. the Gather of a tied embedding, faults in what it
+    // reads).
+    if (b.dtype() == core::DataType::kFloat)
+      core::runtime::ReleaseMappedPages(b.strided_data(), b.nbytes());
   });
   return packed_.get();
 }
