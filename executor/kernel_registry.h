@@ -21,6 +21,7 @@ class KernelRegistry {
   const KernelFactory* Find(const std::string& domain, const std::string& op_type,
                             int64_t opset, symbolic::Device device = symbolic::Device::kCPU) const;
   bool Contains(const std::string& domain, const std::string& op_type) const;
+  bool empty() const { return kernels_.empty(); }
   // (domain, op_type) of every registered kernel, sorted.
   std::vector<std::pair<std::string, std::string>> List() const;
 

@@ -1,7 +1,9 @@
 #include "executor/runtime_session.h"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include <tbb/task_arena.h>
@@ -11,13 +13,42 @@
 
 namespace onnx_light::core::runtime {
 
-// One compiled plan per kernel configuration (context family), with its flow-graph pool.
+// One compiled plan per kernel configuration, with its flow-graph pool. `contexts` lists
+// every configuration that uses the plan (the first built it); each entry keeps that
+// configuration alive, so an id in the list always denotes the same live configuration.
 struct RuntimeSession::CachedPlan {
-  const void* config_id = nullptr;
-  std::shared_ptr<const void> keepalive;  // the context configuration the kernels came from
+  struct User {
+    const void* config_id;
+    std::shared_ptr<const void> keepalive;  // the registry and factories the kernels came from
+  };
+  std::vector<User> contexts;
+  // What made the builder's kernels: equal in an equivalent configuration.
+  OpsetMap opsets;
+  const Allocator* allocator = nullptr;
+  bool shareable = false;  // the builder had no custom kernels
   std::unique_ptr<GraphPlan> plan;
+  std::atomic<int> running{0};  // Execute calls in progress
   std::mutex pool_mu;
   std::vector<std::unique_ptr<FlowGraphExecutor>> idle;  // built once, reused by later runs
+
+  bool Serves(const void* id) const {
+    for (const auto& u : contexts)
+      if (u.config_id == id) return true;
+    return false;
+  }
+  // Whether the kernels `context` would build are the ones this plan holds.
+  bool EquivalentTo(const RuntimeContext& context) const {
+    return shareable && context.custom_kernels().empty() &&
+           &context.allocator() == allocator && context.kernel_ctx().opsets() == opsets;
+  }
+  // True when no context of this plan is alive (only the session holds their configuration)
+  // and no run uses it: no one can reach the plan again.
+  bool Unreachable() const {
+    if (running.load(std::memory_order_acquire) != 0) return false;
+    for (const auto& u : contexts)
+      if (u.keepalive.use_count() > 1) return false;
+    return true;
+  }
 };
 
 struct RuntimeSession::Impl {
@@ -26,6 +57,8 @@ struct RuntimeSession::Impl {
   tbb::task_arena arena;  // declared first: destroyed after every flow graph
   std::mutex mu;
   std::vector<std::unique_ptr<CachedPlan>> plans;
+  std::mutex attachment_mu;
+  std::vector<std::pair<const void*, std::shared_ptr<const void>>> attachments;
 };
 
 namespace {
@@ -56,28 +89,64 @@ RuntimeSession::RuntimeSession(std::shared_ptr<const ModelProto> model, RuntimeC
 
 RuntimeSession::~RuntimeSession() = default;
 
-RuntimeSession::CachedPlan& RuntimeSession::Cached(RuntimeContext& context) {
+RuntimeSession::CachedPlan& RuntimeSession::Cached(RuntimeContext& context) const {
+  const void* id = context.config_id();
   std::lock_guard<std::mutex> lock(impl_->mu);
   for (auto& c : impl_->plans)
-    if (c->config_id == context.config_id()) return *c;
+    if (c->Serves(id)) return *c;
+  for (auto& c : impl_->plans)
+    if (c->EquivalentTo(context)) {
+      c->contexts.push_back({id, context.config_keepalive()});
+      return *c;
+    }
+  // A new plan: first drop the ones no one can reach any more, and forget configurations
+  // that are gone (their plans stay while another of their contexts lives).
+  std::erase_if(impl_->plans, [](const std::unique_ptr<CachedPlan>& c) { return c->Unreachable(); });
+  for (auto& c : impl_->plans) {
+    auto& users = c->contexts;  // users[0] built the plan: kept with it
+    for (size_t u = users.size(); u-- > 1;)
+      if (users[u].keepalive.use_count() == 1) users.erase(users.begin() + static_cast<long>(u));
+  }
   auto cached = std::make_unique<CachedPlan>();
-  cached->config_id = context.config_id();
-  cached->keepalive = context.config_keepalive();
+  cached->contexts.push_back({id, context.config_keepalive()});
+  cached->opsets = context.kernel_ctx().opsets();
+  cached->allocator = &context.allocator();
+  cached->shareable = context.custom_kernels().empty();
   cached->plan = GraphPlan::BuildModel(model_, context, options_.fold_constants,
                                       options_.fuse_subgraphs);
   impl_->plans.push_back(std::move(cached));
   return *impl_->plans.back();
 }
 
-RuntimeSession::CachedPlan& RuntimeSession::CachedFor(const GraphPlan& plan) {
+RuntimeSession::CachedPlan& RuntimeSession::CachedFor(const GraphPlan& plan) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   for (auto& c : impl_->plans)
-    if (c->plan.get() == &plan) return *c;
+    if (c->plan.get() == &plan) {
+      c->running.fetch_add(1, std::memory_order_acq_rel);
+      return *c;
+    }
   Throw(ErrorCode::kInvalidArgument, "RuntimeSession::Execute: the frame's plan is not a plan "
                                      "of this session");
 }
 
-const GraphPlan& RuntimeSession::plan(RuntimeContext& context) { return *Cached(context).plan; }
+const GraphPlan& RuntimeSession::plan(RuntimeContext& context) const {
+  return *Cached(context).plan;
+}
+
+size_t RuntimeSession::plan_count() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->plans.size();
+}
+
+std::shared_ptr<const void> RuntimeSession::Attachment(
+    const void* key, const std::function<std::shared_ptr<const void>()>& make) const {
+  std::lock_guard<std::mutex> lock(impl_->attachment_mu);
+  for (const auto& [k, value] : impl_->attachments)
+    if (k == key) return value;
+  std::shared_ptr<const void> value = make();
+  impl_->attachments.emplace_back(key, value);
+  return value;
+}
 
 RuntimeSessionOptions::ExecutorMode RuntimeSession::executor_for(const GraphPlan& plan) const {
   using Mode = RuntimeSessionOptions::ExecutorMode;
@@ -98,8 +167,12 @@ void RuntimeSession::CheckFeed(const GraphPlan& plan, size_t index, const Runtim
 }
 
 void RuntimeSession::Execute(RuntimeContext& context, RunFrame& frame,
-                             const RunOptions& options) {
-  CachedPlan& cached = CachedFor(frame.plan());
+                             const RunOptions& options) const {
+  CachedPlan& cached = CachedFor(frame.plan());  // counts this run until it returns
+  struct Running {
+    CachedPlan& cached;
+    ~Running() { cached.running.fetch_sub(1, std::memory_order_acq_rel); }
+  } running{cached};
   const GraphPlan& plan = *cached.plan;
   frame.FillDefaults();
   // The spec's fresh child context: shares configuration, allocator and events, and sees
@@ -134,8 +207,55 @@ void RuntimeSession::Execute(RuntimeContext& context, RunFrame& frame,
 }
 
 RuntimeValueMap RuntimeSession::Run(RuntimeContext& context, RuntimeValueMap feeds,
-                                    const RunOptions& options) {
+                                    const RunOptions& options) const {
+  return RunSelected(context, std::move(feeds), nullptr, options);
+}
+
+RuntimeValueMap RuntimeSession::Run(RuntimeContext& context, RuntimeValueMap feeds,
+                                    const std::vector<std::string>& output_names,
+                                    const RunOptions& options) const {
+  return RunSelected(context, std::move(feeds), &output_names, options);
+}
+
+namespace {
+std::string QuotedList(std::vector<std::string> names, bool sort) {
+  if (sort) std::sort(names.begin(), names.end());
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
+  return out.empty() ? std::string("none") : out;
+}
+}  // namespace
+
+std::vector<int> RuntimeSession::SelectOutputs(const GraphPlan& plan,
+                                               const std::vector<std::string>& names) {
+  std::vector<int> selected;
+  selected.reserve(names.size());
+  std::vector<std::string> unknown;
+  for (const auto& name : names) {
+    int index = -1;
+    for (size_t o = 0; o < plan.outputs().size(); ++o)
+      if (plan.outputs()[o].name == name) index = static_cast<int>(o);
+    if (index < 0)
+      unknown.push_back(name);
+    else if (std::find(selected.begin(), selected.end(), index) == selected.end())
+      selected.push_back(index);
+  }
+  if (!unknown.empty()) {
+    std::vector<std::string> declared;
+    for (const auto& out : plan.outputs()) declared.push_back(out.name);
+    Throw(ErrorCode::kInvalidArgument, "unknown output name(s) " + QuotedList(unknown, true) +
+                                           "; the graph outputs are " +
+                                           QuotedList(declared, false));
+  }
+  return selected;
+}
+
+RuntimeValueMap RuntimeSession::RunSelected(RuntimeContext& context, RuntimeValueMap feeds,
+                                            const std::vector<std::string>* output_names,
+                                            const RunOptions& options) const {
   const GraphPlan& plan = this->plan(context);
+  std::vector<int> selected;
+  if (output_names != nullptr) selected = SelectOutputs(plan, *output_names);
   RunFrame frame(plan);
   std::vector<std::string> unknown;
   for (auto& [name, value] : feeds) {
@@ -149,21 +269,24 @@ RuntimeValueMap RuntimeSession::Run(RuntimeContext& context, RuntimeValueMap fee
     frame.Set(slot, std::move(value));
   }
   if (!unknown.empty()) {
-    std::sort(unknown.begin(), unknown.end());
-    std::string names;
-    for (const auto& n : unknown) names += (names.empty() ? "'" : ", '") + n + "'";
-    std::string declared;
-    for (const auto& in : plan.inputs())
-      declared += (declared.empty() ? "'" : ", '") + in.name + "'";
-    Throw(ErrorCode::kInvalidArgument, "unknown feed name(s) " + names +
+    std::vector<std::string> declared;
+    for (const auto& in : plan.inputs()) declared.push_back(in.name);
+    Throw(ErrorCode::kInvalidArgument, "unknown feed name(s) " + QuotedList(unknown, true) +
                                            "; the graph inputs are " +
-                                           (declared.empty() ? std::string("none") : declared));
+                                           QuotedList(declared, false));
   }
   Execute(context, frame, options);
   RuntimeValueMap outputs;
-  outputs.reserve(plan.outputs().size());
-  for (size_t i = 0; i < plan.outputs().size(); ++i)
-    outputs[plan.outputs()[i].name] = frame.TakeOutput(i);
+  if (output_names == nullptr) {
+    outputs.reserve(plan.outputs().size());
+    for (size_t i = 0; i < plan.outputs().size(); ++i)
+      outputs[plan.outputs()[i].name] = frame.TakeOutput(i);
+  } else {
+    outputs.reserve(selected.size());
+    for (int i : selected)
+      outputs[plan.outputs()[static_cast<size_t>(i)].name] =
+          frame.TakeOutput(static_cast<size_t>(i));
+  }
   return outputs;
 }
 

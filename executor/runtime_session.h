@@ -1,15 +1,28 @@
-// RuntimeSession: runs a model's graph many times. The plan (executor/graph_plan.h) is built
-// once per kernel configuration (the first Run with a context, or eagerly) and cached; runs
-// only fill a frame of slots. Small or chain-shaped plans run inline on the calling thread,
-// wider ones on a reusable tbb::flow::graph inside the session's tbb::task_arena.
+// RuntimeSession: the compiled model. The plan (executor/graph_plan.h: kernel instances,
+// folded constants, packed weights) is built once per kernel configuration (the first Run
+// with a context, or eagerly) and cached; runs only fill a frame of slots. Small or
+// chain-shaped plans run inline on the calling thread, wider ones on a reusable
+// tbb::flow::graph inside the session's tbb::task_arena.
+//
+// A session is immutable once built (every member function is const) and is meant to be
+// shared: many PersistentValueStates (state/) and concurrent runs use one session, and
+// SessionCache (executor/session_cache.h) hands out one session per model object.
+//
+// Plans per configuration: contexts whose configuration is equivalent (same opsets, same
+// allocator, no custom kernels) share one plan, so a new RuntimeContext per call does not
+// re-plan the model. A plan whose contexts are all gone (only the session still holds their
+// configuration) and that no run uses is dropped the next time a plan is built.
 //
 // Threading: Run may be called concurrently (each run has its own frame and child context;
 // flow graphs are pooled, one per concurrent run). Do not change the context's configuration
-// during a call.
+// during a call. A RunFrame must not outlive the contexts of its plan.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/runtime_value.h"
 #include "executor/graph_plan.h"
@@ -33,6 +46,8 @@ struct RuntimeSessionOptions {
   // Replace subgraphs exporters write (torch's decomposed attention) by fused kernels when
   // the plan is built (executor/fusion.h). Off: the graph's own nodes run.
   bool fuse_subgraphs = true;
+
+  bool operator==(const RuntimeSessionOptions&) const = default;
 };
 
 class RuntimeSession {
@@ -53,29 +68,49 @@ class RuntimeSession {
   // declarations), runs the graph in a fresh child of `context` and returns the graph
   // outputs by name, moved out of the frame (no payload copies).
   RuntimeValueMap Run(RuntimeContext& context, RuntimeValueMap feeds,
-                      const RunOptions& options = {});
+                      const RunOptions& options = {}) const;
+  // The same, returning only the graph outputs named in `output_names` (throws
+  // kInvalidArgument naming any unknown name, before anything runs).
+  RuntimeValueMap Run(RuntimeContext& context, RuntimeValueMap feeds,
+                      const std::vector<std::string>& output_names,
+                      const RunOptions& options = {}) const;
 
   // Slot-level API (no maps): get the plan for `context`, make a RunFrame(plan), Set its
   // input slots (plan.inputs()[i].slot), Execute, then TakeOutput(i) per plan.outputs().
-  const GraphPlan& plan(RuntimeContext& context);
+  const GraphPlan& plan(RuntimeContext& context) const;
   // Runs `frame` (inputs set; defaults filled here) in a fresh child of `context`. The
   // frame's plan must come from plan(context) of this session.
-  void Execute(RuntimeContext& context, RunFrame& frame, const RunOptions& options = {});
+  void Execute(RuntimeContext& context, RunFrame& frame, const RunOptions& options = {}) const;
   // Checks input `index` of `plan` against its declaration (throws kInvalidArgument).
   static void CheckFeed(const GraphPlan& plan, size_t index, const RuntimeValue& value);
+  // The plan.outputs() indexes of `names` (first occurrence of each; duplicates once).
+  // Throws kInvalidArgument naming every unknown name and listing the graph outputs.
+  static std::vector<int> SelectOutputs(const GraphPlan& plan,
+                                        const std::vector<std::string>& names);
 
   // The executor Execute uses for `plan` (kAuto resolved).
   RuntimeSessionOptions::ExecutorMode executor_for(const GraphPlan& plan) const;
   const ModelProto& model() const { return *model_; }
   const std::shared_ptr<const ModelProto>& model_ptr() const { return model_; }
   const RuntimeSessionOptions& options() const { return options_; }
-  RuntimeSessionOptions& mutable_options() { return options_; }
+  // How many plans the session holds now (one per non-equivalent live configuration).
+  size_t plan_count() const;
+
+  // Data a layer above the executor derives from the model once per session (state/ keeps
+  // its resolved persistent bindings here, so states built on a shared session do not
+  // validate them again). `make` runs for the first caller of `key` (under a lock of its
+  // own); its result lives as long as the session. A `make` that throws stores nothing.
+  std::shared_ptr<const void> Attachment(
+      const void* key, const std::function<std::shared_ptr<const void>()>& make) const;
 
  private:
   struct Impl;
   struct CachedPlan;
-  CachedPlan& Cached(RuntimeContext& context);
-  CachedPlan& CachedFor(const GraphPlan& plan);
+  CachedPlan& Cached(RuntimeContext& context) const;
+  CachedPlan& CachedFor(const GraphPlan& plan) const;
+  RuntimeValueMap RunSelected(RuntimeContext& context, RuntimeValueMap feeds,
+                              const std::vector<std::string>* output_names,
+                              const RunOptions& options) const;
 
   std::shared_ptr<const ModelProto> model_;
   RuntimeSessionOptions options_;

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "executor/session_cache.h"
 #include "onnx_light.pb.h"
 #include "state/persistent_value_state.h"
 #include "state/task_completion.h"
@@ -58,12 +59,19 @@ Tensor Int64Tensor(const std::string& name, int64_t rows, int64_t cols,
   return Tensor::FromInt64(name, {rows, cols}, std::move(v));
 }
 
-// One model call. A coroutine so that the loop reads as one co_await per token; the run
-// itself is synchronous here (AsyncRun offers the asio form).
-Task<RuntimeValueMap> RunStep(PersistentValueState* state, RuntimeSession* session,
-                              RuntimeContext& context, RuntimeValueMap feeds) {
-  if (state != nullptr) co_return state->Run(context, std::move(feeds));
-  co_return session->Run(context, std::move(feeds));
+bool DeclaresOutput(const GraphProto& graph, const std::string& name) {
+  for (const auto& output : graph.output())
+    if (output.name() == name) return true;
+  return false;
+}
+
+// One model call, returning the logits only. A coroutine so that the loop reads as one
+// co_await per token; the run itself is synchronous here (AsyncRun offers the asio form).
+Task<RuntimeValueMap> RunStep(PersistentValueState* state, const RuntimeSession& session,
+                              RuntimeContext& context, RuntimeValueMap feeds,
+                              const std::vector<std::string>& wanted) {
+  if (state != nullptr) co_return state->Run(context, std::move(feeds), wanted);
+  co_return session.Run(context, std::move(feeds), wanted);
 }
 
 }  // namespace
@@ -73,6 +81,18 @@ Task<Tensor> GenerateTask(std::shared_ptr<const ModelProto> model, RuntimeContex
                           RuntimeSessionOptions session_options, TokenCallback on_token,
                           const TaskCompletion* cancel, GenerationStats* stats) {
   OL_CHECK(model != nullptr, ErrorCode::kInvalidArgument, "generate: model is null");
+  std::shared_ptr<const RuntimeSession> session =
+      SessionCache::Default().Get(model, session_options);
+  model.reset();  // the session holds it
+  co_return co_await GenerateTask(std::move(session), context, std::move(feeds),
+                                  std::move(options), std::move(on_token), cancel, stats);
+}
+
+Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, RuntimeContext& context,
+                          RuntimeValueMap feeds, GenerationOptions options,
+                          TokenCallback on_token, const TaskCompletion* cancel,
+                          GenerationStats* stats) {
+  OL_CHECK(session != nullptr, ErrorCode::kInvalidArgument, "generate: session is null");
   OL_CHECK(options.max_new_tokens >= 0, ErrorCode::kInvalidArgument,
            "max_new_tokens must be >= 0, got " + std::to_string(options.max_new_tokens));
   SamplingOptions sampling;
@@ -82,7 +102,7 @@ Task<Tensor> GenerateTask(std::shared_ptr<const ModelProto> model, RuntimeContex
   sampling.repetition_penalty = options.repetition_penalty;
   sampling.seed = options.seed;
   Sampler sampler(sampling);  // validates the sampling options
-  const GraphProto& graph = model->graph();
+  const GraphProto& graph = session->model().graph();
 
   // The prompt.
   auto ids_it = feeds.find(options.input_ids_name);
@@ -168,13 +188,13 @@ Task<Tensor> GenerateTask(std::shared_ptr<const ModelProto> model, RuntimeContex
   }
   const RuntimeValueMap fixed = std::move(feeds);
 
+  // Only the logits come back from each call: the caches stay in the state.
+  OL_CHECK(options.max_new_tokens == 0 || DeclaresOutput(graph, options.logits_name),
+           ErrorCode::kInvalidArgument,
+           "generate: the model has no tensor output '" + options.logits_name + "'");
+  const std::vector<std::string> wanted = {options.logits_name};
   std::unique_ptr<PersistentValueState> state;
-  std::unique_ptr<RuntimeSession> session;
-  if (!bound.empty()) {
-    state = std::make_unique<PersistentValueState>(model, std::move(initial), session_options);
-  } else {
-    session = std::make_unique<RuntimeSession>(model, session_options);
-  }
+  if (!bound.empty()) state = std::make_unique<PersistentValueState>(session, std::move(initial));
   if (stats) stats->used_persistent_state = state != nullptr;
 
   const int64_t pad = options.pad_token_id ? *options.pad_token_id
@@ -215,7 +235,8 @@ Task<Tensor> GenerateTask(std::shared_ptr<const ModelProto> model, RuntimeContex
                    })));
 
     const auto start = std::chrono::steady_clock::now();
-    RuntimeValueMap outputs = co_await RunStep(state.get(), session.get(), context, std::move(call));
+    RuntimeValueMap outputs =
+        co_await RunStep(state.get(), *session, context, std::move(call), wanted);
     if (stats) {
       stats->steps = step + 1;
       stats->step_ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -250,6 +271,13 @@ Task<Tensor> GenerateTask(std::shared_ptr<const ModelProto> model, RuntimeContex
                         [&](int64_t b, int64_t t) { return rows[static_cast<size_t>(b)][static_cast<size_t>(t)]; });
 }
 
+Tensor Generate(std::shared_ptr<const RuntimeSession> session, RuntimeContext& context,
+                RuntimeValueMap feeds, const GenerationOptions& options,
+                TokenCallback on_token, const TaskCompletion* cancel, GenerationStats* stats) {
+  return SyncWait(GenerateTask(std::move(session), context, std::move(feeds), options,
+                               std::move(on_token), cancel, stats));
+}
+
 Tensor Generate(std::shared_ptr<const ModelProto> model, RuntimeContext& context,
                 RuntimeValueMap feeds, const GenerationOptions& options,
                 RuntimeSessionOptions session_options, TokenCallback on_token,
@@ -260,9 +288,10 @@ Tensor Generate(std::shared_ptr<const ModelProto> model, RuntimeContext& context
 
 Tensor Generate(const ModelProto& model, RuntimeContext& context, RuntimeValueMap feeds,
                 const GenerationOptions& options, RuntimeSessionOptions session_options) {
-  // Non-owning alias: the caller keeps the model alive for the call.
+  // Non-owning alias: the caller keeps the model alive for the call (not cacheable).
   std::shared_ptr<const ModelProto> alias(std::shared_ptr<const ModelProto>(), &model);
-  return Generate(std::move(alias), context, std::move(feeds), options, session_options);
+  return Generate(std::make_shared<RuntimeSession>(std::move(alias), session_options), context,
+                  std::move(feeds), options);
 }
 
 }  // namespace onnx_light::core::runtime

@@ -6,6 +6,13 @@
 // Models without bindings run through a RuntimeSession on the full growing prefix; no cache
 // is guessed from names. Each call owns fresh state; the model and the caller's feeds are
 // never modified.
+//
+// Sessions: the model forms compile the model once per model object (SessionCache::Default(),
+// keyed by the model object and the session options), so repeated calls and many requests
+// share one plan, one set of kernels and one copy of packed weights; each call builds only
+// its own PersistentValueState on that session. The session forms take the session directly.
+// The loop asks the state for the logits only: the caches stay in the state and are never
+// handed out, so a bound cache is appended in place.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +68,11 @@ struct GenerationStats {
 
 // The generation loop as a coroutine: each model call is one co_await. `cancel` (optional)
 // is checked between tokens: when cancelled the loop stops and returns the tokens so far.
+Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, RuntimeContext& context,
+                          RuntimeValueMap feeds, GenerationOptions options,
+                          TokenCallback on_token = nullptr, const TaskCompletion* cancel = nullptr,
+                          GenerationStats* stats = nullptr);
+// The same on the cached session of `model` (SessionCache::Default()).
 Task<Tensor> GenerateTask(std::shared_ptr<const ModelProto> model, RuntimeContext& context,
                           RuntimeValueMap feeds, GenerationOptions options,
                           RuntimeSessionOptions session_options = {},
@@ -68,11 +80,17 @@ Task<Tensor> GenerateTask(std::shared_ptr<const ModelProto> model, RuntimeContex
                           GenerationStats* stats = nullptr);
 
 // Returns an INT64 [batch, prompt_length + generated_length] tensor including the prompt.
+Tensor Generate(std::shared_ptr<const RuntimeSession> session, RuntimeContext& context,
+                RuntimeValueMap feeds, const GenerationOptions& options,
+                TokenCallback on_token = nullptr, const TaskCompletion* cancel = nullptr,
+                GenerationStats* stats = nullptr);
+// On the cached session of `model` (SessionCache::Default()).
 Tensor Generate(std::shared_ptr<const ModelProto> model, RuntimeContext& context,
                 RuntimeValueMap feeds, const GenerationOptions& options,
                 RuntimeSessionOptions session_options = {}, TokenCallback on_token = nullptr,
                 const TaskCompletion* cancel = nullptr, GenerationStats* stats = nullptr);
-// The model must outlive the call.
+// The model must outlive the call. Its lifetime cannot be followed, so the call compiles the
+// model into a private session (not cached).
 Tensor Generate(const ModelProto& model, RuntimeContext& context, RuntimeValueMap feeds,
                 const GenerationOptions& options, RuntimeSessionOptions session_options = {});
 

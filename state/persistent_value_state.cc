@@ -32,6 +32,16 @@ struct PersistentValueState::PlanState {
   std::vector<int> binding_of_input;  // per plan input: binding index or -1
 };
 
+// What the state layer derives from the model, resolved and validated once per session
+// (RuntimeSession::Attachment) and shared by every state built on it. Immutable.
+struct PersistentValueState::Declarations {
+  explicit Declarations(const ModelProto& model) : validator(model) {}
+  ValueValidator validator;
+  std::vector<Binding> bindings;
+  std::shared_ptr<const std::vector<std::string>> names;  // bound input names
+  std::vector<std::string> feed_names;  // inputs that must come from current feeds
+};
+
 class PersistentValueState::CallGuard {
  public:
   CallGuard(PersistentValueState& state, const char* operation) : state_(state) {
@@ -159,6 +169,18 @@ void CheckBindingTypes(const std::string& where, const TypeProto& in, const Type
 
 }  // namespace
 
+namespace {
+
+std::shared_ptr<const RuntimeSession> PrivateSession(std::shared_ptr<const ModelProto> model,
+                                                     const RuntimeSessionOptions& options) {
+  OL_CHECK(model != nullptr, ErrorCode::kInvalidArgument, "PersistentValueState: null model");
+  return std::make_shared<RuntimeSession>(std::move(model), options);
+}
+
+const char kDeclarationsKey = 0;  // its address keys the session attachment
+
+}  // namespace
+
 PersistentValueState::PersistentValueState(const ModelProto& model, RuntimeValueMap initial,
                                            RuntimeSessionOptions options)
     // Non-owning handle: the caller keeps the model alive (reference constructor contract).
@@ -168,55 +190,76 @@ PersistentValueState::PersistentValueState(const ModelProto& model, RuntimeValue
 PersistentValueState::PersistentValueState(std::shared_ptr<const ModelProto> model,
                                            RuntimeValueMap initial,
                                            RuntimeSessionOptions options)
-    : model_(std::move(model)), options_(std::move(options)) {
-  OL_CHECK(model_ != nullptr, ErrorCode::kInvalidArgument, "PersistentValueState: null model");
-  session_ = std::make_unique<RuntimeSession>(model_, options_);
-  validator_ = std::make_unique<ValueValidator>(*model_);
-  Initialize(std::move(initial));
+    : PersistentValueState(PrivateSession(std::move(model), options), std::move(initial)) {}
+
+PersistentValueState::PersistentValueState(std::shared_ptr<const RuntimeSession> session,
+                                           RuntimeValueMap initial)
+    : session_(std::move(session)) {
+  OL_CHECK(session_ != nullptr, ErrorCode::kInvalidArgument,
+           "PersistentValueState: null session");
+  model_ = session_->model_ptr();
+  options_ = session_->options();
+  declarations_ = Resolve(*session_);
+  retained_ = BuildRetained(std::move(initial));
 }
 
 PersistentValueState::~PersistentValueState() = default;
 
-void PersistentValueState::Initialize(RuntimeValueMap initial) {
-  const GraphProto& graph = model_->graph();
-  // The shared binding rules (single value-use, names, supported types); the checks below
-  // resolve the declarations the state itself needs and name the binding at fault.
-  CheckPersistentBindings(graph, model_.get());
-  RejectNestedBindings(graph, true);
-  std::set<std::string> inputs_seen, outputs_seen;
-  for (const auto& b : graph.persistent_bindings()) {
-    const std::string where =
-        "persistent binding '" + b.input_name() + "' <- '" + b.output_name() + "'";
-    if (!inputs_seen.insert(b.input_name()).second)
-      Throw(ErrorCode::kInvalidModel,
-            where + ": input '" + b.input_name() + "' is bound more than once");
-    if (!outputs_seen.insert(b.output_name()).second)
-      Throw(ErrorCode::kInvalidModel,
-            where + ": output '" + b.output_name() + "' is bound more than once");
-    const ValueInfoProto* in = FindValueInfo(graph.input(), b.input_name());
-    if (in == nullptr)
-      Throw(ErrorCode::kInvalidModel,
-            where + ": the graph has no input named '" + b.input_name() + "'");
-    const ValueInfoProto* out = FindValueInfo(graph.output(), b.output_name());
-    if (out == nullptr)
-      Throw(ErrorCode::kInvalidModel,
-            where + ": the graph has no output named '" + b.output_name() + "'");
-    if (!in->has_type() || !out->has_type())
-      Throw(ErrorCode::kInvalidModel, where + ": bound inputs and outputs must declare a type");
-    validator_->CheckPersistentDeclaration(b.input_name(), in->type());
-    validator_->CheckPersistentDeclaration(b.output_name(), out->type());
-    CheckBindingTypes(where, in->type(), out->type(), *validator_);
-    bindings_.push_back(Binding{b.input_name(), b.output_name(), &in->type(), &out->type()});
-  }
-  retained_ = BuildRetained(std::move(initial));
+std::shared_ptr<const PersistentValueState::Declarations> PersistentValueState::Resolve(
+    const RuntimeSession& session) {
+  auto shared = session.Attachment(&kDeclarationsKey, [&]() -> std::shared_ptr<const void> {
+    const ModelProto& model = session.model();
+    const GraphProto& graph = model.graph();
+    auto d = std::make_shared<Declarations>(model);
+    // The shared binding rules (single value-use, names, supported types); the checks below
+    // resolve the declarations the state itself needs and name the binding at fault.
+    CheckPersistentBindings(graph, &model);
+    RejectNestedBindings(graph, true);
+    std::set<std::string> inputs_seen, outputs_seen;
+    for (const auto& b : graph.persistent_bindings()) {
+      const std::string where =
+          "persistent binding '" + b.input_name() + "' <- '" + b.output_name() + "'";
+      if (!inputs_seen.insert(b.input_name()).second)
+        Throw(ErrorCode::kInvalidModel,
+              where + ": input '" + b.input_name() + "' is bound more than once");
+      if (!outputs_seen.insert(b.output_name()).second)
+        Throw(ErrorCode::kInvalidModel,
+              where + ": output '" + b.output_name() + "' is bound more than once");
+      const ValueInfoProto* in = FindValueInfo(graph.input(), b.input_name());
+      if (in == nullptr)
+        Throw(ErrorCode::kInvalidModel,
+              where + ": the graph has no input named '" + b.input_name() + "'");
+      const ValueInfoProto* out = FindValueInfo(graph.output(), b.output_name());
+      if (out == nullptr)
+        Throw(ErrorCode::kInvalidModel,
+              where + ": the graph has no output named '" + b.output_name() + "'");
+      if (!in->has_type() || !out->has_type())
+        Throw(ErrorCode::kInvalidModel, where + ": bound inputs and outputs must declare a type");
+      d->validator.CheckPersistentDeclaration(b.input_name(), in->type());
+      d->validator.CheckPersistentDeclaration(b.output_name(), out->type());
+      CheckBindingTypes(where, in->type(), out->type(), d->validator);
+      d->bindings.push_back(Binding{b.input_name(), b.output_name(), &in->type(), &out->type()});
+    }
+    auto names = std::make_shared<std::vector<std::string>>();
+    for (const auto& b : d->bindings) names->push_back(b.input_name);
+    d->names = std::move(names);
+    std::set<std::string> defaults;
+    for (const auto& init : graph.initializer()) defaults.insert(init.name());
+    for (const auto& in : graph.input())
+      if (!inputs_seen.count(in.name()) && !defaults.count(in.name()))
+        d->feed_names.push_back(in.name());
+    return d;
+  });
+  return std::static_pointer_cast<const Declarations>(shared);
 }
 
 std::shared_ptr<const PersistentValueState::Retained> PersistentValueState::BuildRetained(
     RuntimeValueMap initial) const {
-  auto names = std::make_shared<std::vector<std::string>>();
-  for (const auto& b : bindings_) names->push_back(b.input_name);
+  const Declarations& d = *declarations_;
+  const std::vector<Binding>& bindings = d.bindings;
+  const std::vector<std::string>* names = d.names.get();
   auto next = std::make_shared<Retained>();
-  next->values.resize(bindings_.size());
+  next->values.resize(bindings.size());
   for (auto& [name, value] : initial) {
     auto it = std::find(names->begin(), names->end(), name);
     if (it == names->end()) {
@@ -231,19 +274,19 @@ std::shared_ptr<const PersistentValueState::Retained> PersistentValueState::Buil
     }
     next->values[static_cast<size_t>(it - names->begin())] = std::move(value);
   }
-  for (size_t b = 0; b < bindings_.size(); ++b) {
+  for (size_t b = 0; b < bindings.size(); ++b) {
     RuntimeValue& value = next->values[b];
-    if (value.empty()) value = PagedCacheDefault(bindings_[b].input_name);
+    if (value.empty()) value = PagedCacheDefault(bindings[b].input_name);
     if (value.empty())
       Throw(ErrorCode::kInvalidArgument,
-            "missing initial value for persistent input '" + bindings_[b].input_name +
+            "missing initial value for persistent input '" + bindings[b].input_name +
                 "' (every feedback destination needs initial contents: pass it, or declare a "
                 "paged_cache_initializer of that name)");
-    validator_->ValidatePersistent(bindings_[b].input_name, value, *bindings_[b].input_type);
+    d.validator.ValidatePersistent(bindings[b].input_name, value, *bindings[b].input_type);
     value = value.BorrowView();  // sealed: retained payloads are read only
   }
-  next->capacity.resize(bindings_.size());
-  next->names = std::move(names);
+  next->capacity.resize(bindings.size());
+  next->names = d.names;
   return next;
 }
 
@@ -278,14 +321,15 @@ PersistentValueState::PlanState& PersistentValueState::PlanFor(RuntimeContext& c
   ps->plan = &plan;
   ps->frame = std::make_unique<RunFrame>(plan);
   ps->binding_of_input.assign(plan.inputs().size(), -1);
-  for (size_t b = 0; b < bindings_.size(); ++b) {
-    const int in = plan.FindInput(bindings_[b].input_name);
+  const std::vector<Binding>& bindings = declarations_->bindings;
+  for (size_t b = 0; b < bindings.size(); ++b) {
+    const int in = plan.FindInput(bindings[b].input_name);
     int out = -1;
     for (size_t o = 0; o < plan.outputs().size(); ++o)
-      if (plan.outputs()[o].name == bindings_[b].output_name) out = static_cast<int>(o);
+      if (plan.outputs()[o].name == bindings[b].output_name) out = static_cast<int>(o);
     OL_CHECK(in >= 0 && out >= 0, ErrorCode::kInvalidModel,
-             "persistent binding '" + bindings_[b].input_name + "' <- '" +
-                 bindings_[b].output_name + "' does not match the compiled plan");
+             "persistent binding '" + bindings[b].input_name + "' <- '" +
+                 bindings[b].output_name + "' does not match the compiled plan");
     ps->slots.input_index.push_back(in);
     ps->slots.output_index.push_back(out);
     ps->binding_of_input[static_cast<size_t>(in)] = static_cast<int>(b);
@@ -305,12 +349,34 @@ void PersistentValueState::Publish(std::shared_ptr<const Retained> next) {
 
 RuntimeValueMap PersistentValueState::Run(RuntimeContext& context, RuntimeValueMap feeds,
                                           TaskCompletion* completion) {
+  return RunSelected(context, std::move(feeds), nullptr, completion);
+}
+
+RuntimeValueMap PersistentValueState::Run(RuntimeContext& context, RuntimeValueMap feeds,
+                                          const std::vector<std::string>& output_names,
+                                          TaskCompletion* completion) {
+  return RunSelected(context, std::move(feeds), &output_names, completion);
+}
+
+RuntimeValueMap PersistentValueState::RunSelected(RuntimeContext& context, RuntimeValueMap feeds,
+                                                  const std::vector<std::string>* output_names,
+                                                  TaskCompletion* completion) {
   CallGuard guard(*this, "run");
   EnsureOpen("run");
   if (completion != nullptr) completion->Attach();
   KeepContext(context);
   PlanState& ps = PlanFor(context);
   const GraphPlan& plan = *ps.plan;
+  const Declarations& decl = *declarations_;
+  const std::vector<Binding>& bindings = decl.bindings;
+  // The outputs handed back (plan output indexes): all, or the named ones.
+  std::vector<int> returned;
+  if (output_names != nullptr) {
+    returned = RuntimeSession::SelectOutputs(plan, *output_names);
+  } else {
+    returned.resize(plan.outputs().size());
+    for (size_t o = 0; o < returned.size(); ++o) returned[o] = static_cast<int>(o);
+  }
   RunFrame& frame = *ps.frame;
   // The reused frame is cleared on every exit: no feed or intermediate outlives the call.
   struct ClearFrame {
@@ -331,13 +397,14 @@ RuntimeValueMap PersistentValueState::Run(RuntimeContext& context, RuntimeValueM
                 "' would override a retained persistent input; current feeds must not "
                 "override retained inputs (use reset() to replace the state)");
     RuntimeSession::CheckFeed(plan, static_cast<size_t>(index), value);
-    if (!value.is_tensor()) validator_->CheckEncodedReferences(name, value);
+    if (!value.is_tensor()) decl.validator.CheckEncodedReferences(name, value);
     frame.Set(plan.inputs()[static_cast<size_t>(index)].slot, std::move(value));
   }
   if (!unknown.empty()) {
     std::sort(unknown.begin(), unknown.end());
     Throw(ErrorCode::kInvalidArgument,
-          "unknown feed name(s) " + Quoted(unknown) + "; the feeds are " + Quoted(feed_names()));
+          "unknown feed name(s) " + Quoted(unknown) + "; the feeds are " +
+              Quoted(decl.feed_names));
   }
 
   std::shared_ptr<const Retained> current;
@@ -348,9 +415,9 @@ RuntimeValueMap PersistentValueState::Run(RuntimeContext& context, RuntimeValueM
   // Append leases for tensor bindings. Ownership is checked before the frame gets its
   // invocation-local alias: only a tensor the state alone holds may be appended in place.
   StateAppendHook hook;
-  std::vector<int> entry_of_binding(bindings_.size(), -1);
-  hook.entries.reserve(bindings_.size());
-  for (size_t b = 0; b < bindings_.size(); ++b) {
+  std::vector<int> entry_of_binding(bindings.size(), -1);
+  hook.entries.reserve(bindings.size());
+  for (size_t b = 0; b < bindings.size(); ++b) {
     const RuntimeValue& value = current->values[b];
     if (!value.is_tensor()) continue;
     entry_of_binding[b] = static_cast<int>(hook.entries.size());
@@ -358,13 +425,13 @@ RuntimeValueMap PersistentValueState::Run(RuntimeContext& context, RuntimeValueM
     const int out_slot = plan.outputs()[static_cast<size_t>(ps.slots.output_index[b])].slot;
     hook.entries.push_back(StateAppendHook::Entry{
         &frame.mutable_slot(in_slot), &frame.mutable_slot(out_slot),
-        PersistentTensor::AppendLease(bindings_[b].input_name, &value, current->capacity[b],
+        PersistentTensor::AppendLease(bindings[b].input_name, &value, current->capacity[b],
                                       value.tensor().owner_use_count() == 1,
                                       options_.persistent_tensor_initial_capacity)});
   }
 
   // Forwarding: the frame gets owner handles of the retained values (no payload copy).
-  for (size_t b = 0; b < bindings_.size(); ++b)
+  for (size_t b = 0; b < bindings.size(); ++b)
     frame.Set(plan.inputs()[static_cast<size_t>(ps.slots.input_index[b])].slot,
               current->values[b]);
 
@@ -373,32 +440,41 @@ RuntimeValueMap PersistentValueState::Run(RuntimeContext& context, RuntimeValueM
   run_options.append_hook = hook.entries.empty() ? nullptr : &hook;
   session_->Execute(context, frame, run_options);
 
-  RuntimeValueMap outputs;
-  outputs.reserve(plan.outputs().size());
-  for (size_t o = 0; o < plan.outputs().size(); ++o)
-    outputs[plan.outputs()[o].name] = frame.TakeOutput(o);
+  // Every bound output and every returned one leaves the frame; the rest is dropped with it.
+  std::vector<RuntimeValue> taken(plan.outputs().size());
+  std::vector<bool> is_taken(plan.outputs().size(), false);
+  auto take = [&](int o) -> RuntimeValue& {
+    const size_t i = static_cast<size_t>(o);
+    if (!is_taken[i]) {
+      taken[i] = frame.TakeOutput(i);
+      is_taken[i] = true;
+    }
+    return taken[i];
+  };
 
   auto next = std::make_shared<Retained>();
   next->names = current->names;
-  next->values.resize(bindings_.size());
-  next->capacity.resize(bindings_.size());
-  for (size_t b = 0; b < bindings_.size(); ++b) {
-    const Binding& binding = bindings_[b];
-    auto it = outputs.find(binding.output_name);
-    const RuntimeValue empty;
-    const RuntimeValue& produced = it == outputs.end() ? empty : it->second;
-    validator_->ValidatePersistent(binding.output_name, produced, *binding.output_type);
+  next->values.resize(bindings.size());
+  next->capacity.resize(bindings.size());
+  for (size_t b = 0; b < bindings.size(); ++b) {
+    const Binding& binding = bindings[b];
+    RuntimeValue& produced = take(ps.slots.output_index[b]);
+    decl.validator.ValidatePersistent(binding.output_name, produced, *binding.output_type);
     if (binding.input_type != binding.output_type)
-      validator_->ValidatePersistent(binding.input_name, produced, *binding.input_type);
+      decl.validator.ValidatePersistent(binding.input_name, produced, *binding.input_type);
     // Retained and returned handles share one owner; both are read-only views.
     next->values[b] = produced.BorrowView();
-    it->second = next->values[b];
+    produced = next->values[b];
     // Capacity travels only with the exact candidate the kernel committed.
     if (entry_of_binding[b] >= 0)
       next->capacity[b] = hook.entries[static_cast<size_t>(entry_of_binding[b])]
                               .lease.PublishableCapacity(next->values[b])
                               .value_or(PersistentTensor::Capacity{});
   }
+  RuntimeValueMap outputs;
+  outputs.reserve(returned.size());
+  for (int o : returned) outputs[plan.outputs()[static_cast<size_t>(o)].name] = std::move(take(o));
+  taken.clear();  // outputs not asked for (bound ones stay in `next` only)
 
   if (completion != nullptr && !completion->TryBeginPublication())
     Throw(ErrorCode::kCancelled,
@@ -420,12 +496,11 @@ void PersistentValueState::Close() {
   closed_.store(true, std::memory_order_release);
   Publish(nullptr);
   plans_.clear();
-  session_.reset();
-  validator_.reset();
-  bindings_.clear();
+  declarations_.reset();
   contexts_.clear();
   context_ids_.clear();
   model_.reset();
+  session_.reset();
 }
 
 RuntimeValueMap PersistentValueState::Values() const {
@@ -453,22 +528,24 @@ const std::shared_ptr<const ModelProto>& PersistentValueState::model_ptr() const
   return model_;
 }
 
+const std::shared_ptr<const RuntimeSession>& PersistentValueState::session() const {
+  EnsureOpen("session");
+  return session_;
+}
+
+const std::vector<PersistentValueState::Binding>& PersistentValueState::bindings() const {
+  static const std::vector<Binding> none;
+  return declarations_ != nullptr ? declarations_->bindings : none;
+}
+
 const ValueValidator& PersistentValueState::validator() const {
   EnsureOpen("validator");
-  return *validator_;
+  return declarations_->validator;
 }
 
 std::vector<std::string> PersistentValueState::feed_names() const {
   EnsureOpen("feed_names");
-  std::set<std::string> defaults;
-  for (const auto& init : model_->graph().initializer()) defaults.insert(init.name());
-  std::vector<std::string> names;
-  for (const auto& in : model_->graph().input()) {
-    bool bound = false;
-    for (const auto& b : bindings_) bound |= b.input_name == in.name();
-    if (!bound && !defaults.count(in.name())) names.push_back(in.name());
-  }
-  return names;
+  return declarations_->feed_names;
 }
 
 size_t PersistentValueState::retained_context_count() const { return contexts_.size(); }

@@ -4,6 +4,13 @@
 // inputs, runs the model through the ordinary RuntimeSession plan, validates the bound
 // outputs against their declarations and publishes them together in one owner swap.
 //
+// Who owns what: the RuntimeSession owns everything that depends only on the model (plan,
+// kernels, folded constants, packed weights, the arena) and the bindings resolved and
+// validated once per session. A state built on a shared session holds only its retained
+// values, their append capacity, a reusable frame per plan and each run's leases, so
+// building one costs next to nothing and many states (requests) share one compiled model.
+// The model constructors build a private session for the state.
+//
 // Ownership: retained values are owner handles. Retention, forwarding into the next call,
 // publication, Values(), Reset and Close share or drop owners; no payload byte is copied.
 // Retained tensors are sealed (read only); callers and kernels must not write a payload
@@ -52,11 +59,15 @@ class PersistentValueState {
   };
 
   // The model must outlive the state (and any returned views of its initializer storage).
+  // Builds a private session with `options`.
   PersistentValueState(const ModelProto& model, RuntimeValueMap initial,
                        RuntimeSessionOptions options = {});
-  // Keeps the model alive, also inside returned initializer views.
+  // Keeps the model alive, also inside returned initializer views. Builds a private session.
   PersistentValueState(std::shared_ptr<const ModelProto> model, RuntimeValueMap initial,
                        RuntimeSessionOptions options = {});
+  // On a shared session (its options apply, e.g. persistent_tensor_initial_capacity). Keeps
+  // the session, hence the model, alive. The bindings are validated once per session.
+  PersistentValueState(std::shared_ptr<const RuntimeSession> session, RuntimeValueMap initial);
   ~PersistentValueState();
   PersistentValueState(const PersistentValueState&) = delete;
   PersistentValueState& operator=(const PersistentValueState&) = delete;
@@ -66,6 +77,14 @@ class PersistentValueState {
   // another thread; a cancelled or failed call publishes nothing.
   RuntimeValueMap Run(RuntimeContext& context, RuntimeValueMap feeds,
                       TaskCompletion* completion = nullptr);
+  // The same call returning only the graph outputs named in `output_names` (ORT's
+  // run(output_names, ...)); every bound output is still validated, retained and published.
+  // An output not asked for is not handed to the caller, so the caller cannot keep it alive
+  // (a retained cache then stays appendable in place). Unknown names throw kInvalidArgument,
+  // naming them, before anything runs.
+  RuntimeValueMap Run(RuntimeContext& context, RuntimeValueMap feeds,
+                      const std::vector<std::string>& output_names,
+                      TaskCompletion* completion = nullptr);
   // Run for asio services: `co_await state.AsyncRun(context, feeds, asio::use_awaitable)`,
   // callbacks or asio::use_future; completes with void(std::exception_ptr, RuntimeValueMap).
   // Defined in state/async_state.h (include it to use this; asio stays out of this header).
@@ -74,7 +93,8 @@ class PersistentValueState {
                 TaskCompletion* completion = nullptr);
   // Replaces the retained values (omitted bound inputs: paged-cache defaults).
   void Reset(RuntimeValueMap initial);
-  // Releases the retained values, the plan and the model. Later calls raise.
+  // Releases the retained values, the session (hence, unless shared, the plan and the
+  // model). Later calls raise.
   void Close();
 
   // The retained values by bound input name: shared read-only views.
@@ -83,8 +103,9 @@ class PersistentValueState {
 
   const ModelProto& model() const;  // throws kFailedPrecondition after Close
   const std::shared_ptr<const ModelProto>& model_ptr() const;
+  const std::shared_ptr<const RuntimeSession>& session() const;  // throws after Close
   const RuntimeSessionOptions& options() const { return options_; }
-  const std::vector<Binding>& bindings() const { return bindings_; }
+  const std::vector<Binding>& bindings() const;  // empty after Close
   const ValueValidator& validator() const;
   // Graph input names that must come from current feeds (no default, not bound).
   std::vector<std::string> feed_names() const;
@@ -100,9 +121,13 @@ class PersistentValueState {
  private:
   struct Retained;
   struct PlanState;
+  struct Declarations;
   class CallGuard;
 
-  void Initialize(RuntimeValueMap initial);
+  static std::shared_ptr<const Declarations> Resolve(const RuntimeSession& session);
+  RuntimeValueMap RunSelected(RuntimeContext& context, RuntimeValueMap feeds,
+                              const std::vector<std::string>* output_names,
+                              TaskCompletion* completion);
   std::shared_ptr<const Retained> BuildRetained(RuntimeValueMap initial) const;
   // The paged_cache_initializer named `input_name` as a runtime value, or an empty value.
   RuntimeValue PagedCacheDefault(const std::string& input_name) const;
@@ -111,11 +136,10 @@ class PersistentValueState {
   void Publish(std::shared_ptr<const Retained> next);
   void EnsureOpen(const char* operation) const;
 
-  std::shared_ptr<const ModelProto> model_;
-  RuntimeSessionOptions options_;
-  std::unique_ptr<RuntimeSession> session_;
-  std::unique_ptr<ValueValidator> validator_;
-  std::vector<Binding> bindings_;
+  std::shared_ptr<const RuntimeSession> session_;
+  std::shared_ptr<const ModelProto> model_;  // the session's
+  RuntimeSessionOptions options_;            // the session's
+  std::shared_ptr<const Declarations> declarations_;  // shared by every state of the session
 
   mutable std::mutex retained_mutex_;  // guards only the retained_ handle swap/read
   std::shared_ptr<const Retained> retained_;

@@ -242,10 +242,16 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
         r->last_token = now;
         return user ? user(step, chosen) : true;
       };
-      tokens = co_await GenerateTask(std::move(r->request.model), core->context(),
-                                     std::move(r->request.feeds), std::move(options),
-                                     r->request.session_options, std::move(on_token),
-                                     r->cancel.get(), &r->stats.generation);
+      if (r->request.session != nullptr)
+        tokens = co_await GenerateTask(std::move(r->request.session), core->context(),
+                                       std::move(r->request.feeds), std::move(options),
+                                       std::move(on_token), r->cancel.get(),
+                                       &r->stats.generation);
+      else
+        tokens = co_await GenerateTask(std::move(r->request.model), core->context(),
+                                       std::move(r->request.feeds), std::move(options),
+                                       r->request.session_options, std::move(on_token),
+                                       r->cancel.get(), &r->stats.generation);
     } catch (...) {
       error = std::current_exception();
     }

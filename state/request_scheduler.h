@@ -13,9 +13,11 @@
 //   GenerationResult result = handle.Get();                             // tokens + stats
 //   GenerationResult r = co_await scheduler.AsyncSubmit(request, asio::use_awaitable);
 //
-// Each request owns its state (Generate builds a PersistentValueState per call), so the
-// requests share only the model, the RuntimeContext and the arena. One request's error or
-// cancellation never affects another. Cancellation (RequestHandle::Cancel or the request's
+// Each request owns its state (a PersistentValueState built on the model's session); the
+// requests of one model object share that one session (SessionCache::Default(), or the
+// request's own `session`): one plan, one set of kernels, one copy of packed weights, plus
+// the RuntimeContext and the arena. One request's error or cancellation never affects
+// another. Cancellation (RequestHandle::Cancel or the request's
 // TaskCompletion) stops a request between tokens and returns the tokens published so far; a
 // request still queued completes at once with its prompt.
 //
@@ -44,7 +46,11 @@ struct SchedulerOptions {
 };
 
 struct GenerationRequest {
+  // The model (its session comes from SessionCache::Default(), keyed by this model object
+  // and session_options), or a session to run on (then `model` and `session_options` are
+  // not used).
   std::shared_ptr<const ModelProto> model;
+  std::shared_ptr<const RuntimeSession> session;
   RuntimeValueMap feeds;  // as for Generate: input_ids, empty initial caches, fixed inputs
   GenerationOptions options;
   RuntimeSessionOptions session_options;

@@ -181,12 +181,48 @@ Tensor FromDLPack(py::handle obj, const std::string& name) {
 
 }  // namespace
 
+namespace {
+
+// numpy.ndarray (never released: it lives as long as the interpreter), or null when NumPy
+// is not importable.
+PyObject* NumpyArrayType() {
+  static PyObject* type = [] () -> PyObject* {
+    try {
+      py::object ndarray = py::module_::import("numpy").attr("ndarray");
+      return ndarray.release().ptr();
+    } catch (py::error_already_set&) {
+      return nullptr;
+    }
+  }();
+  return type;
+}
+
+// A plain NumPy array of a built-in numeric or boolean dtype: read through the buffer
+// protocol at once, without the attribute probes below (each probe of a missing attribute
+// raises and clears an AttributeError, which dominated small conversions).
+bool IsPlainNumericArray(py::handle obj) {
+  PyObject* ndarray = NumpyArrayType();
+  if (ndarray == nullptr || Py_TYPE(obj.ptr()) != reinterpret_cast<PyTypeObject*>(ndarray))
+    return false;
+  py::object dtype = obj.attr("dtype");
+  // 1: compiled into NumPy (user-defined dtypes such as ml_dtypes' bfloat16/float8 are 2).
+  py::object builtin = dtype.attr("isbuiltin");
+  if (!py::isinstance<py::int_>(builtin) || builtin.cast<int>() != 1) return false;
+  py::object kind = dtype.attr("kind");
+  if (!py::isinstance<py::str>(kind)) return false;
+  const std::string k = kind.cast<std::string>();
+  return k.size() == 1 && std::string("biufc").find(k[0]) != std::string::npos;
+}
+
+}  // namespace
+
 Tensor TensorFromPython(py::handle obj, const std::string& name) {
   if (py::isinstance<Tensor>(obj)) {
     Tensor t = obj.cast<const Tensor&>();  // shares the owner; metadata is independent
     t.set_name(name);
     return t;
   }
+  if (IsPlainNumericArray(obj)) return FromBuffer(obj, name);
   if (py::hasattr(obj, "requires_grad") && py::bool_(obj.attr("requires_grad"))) {
     core::Throw(ErrorCode::kInvalidArgument,
                 "input '" + name +

@@ -6,6 +6,7 @@
 #include "python/bindings/convert.h"
 #include "python/bindings/proto_wrapper.h"
 #include "python/bindings/registration.h"
+#include "python/bindings/session.h"
 #include "state/generate.h"
 #include "state/task_completion.h"
 
@@ -67,7 +68,10 @@ void RegisterGeneration(py::module_& runtime) {
          std::optional<GenerationOptions> options,
          std::optional<RuntimeSessionOptions> session_options, py::object on_token,
          TaskCompletion* completion) -> py::object {
-        auto model = ProtoFromPython<ModelProto>(model_obj, "model");
+        // One session per model object (or the given runtime.RuntimeSession): repeated calls
+        // do not plan the model or pack its weights again.
+        std::shared_ptr<const core::runtime::RuntimeSession> session =
+            SessionFromPython(model_obj, session_options);
         RuntimeValueMap values;
         for (const auto& [key, value] : feeds) {
           const std::string name = py::cast<std::string>(key);
@@ -84,9 +88,8 @@ void RegisterGeneration(py::module_& runtime) {
         core::runtime::Tensor result;
         {
           py::gil_scoped_release release;
-          result = core::runtime::Generate(std::move(model), context, std::move(values),
+          result = core::runtime::Generate(std::move(session), context, std::move(values),
                                            options.value_or(GenerationOptions{}),
-                                           session_options.value_or(RuntimeSessionOptions{}),
                                            std::move(callback), completion);
         }
         return TensorToPython(result);
@@ -95,8 +98,10 @@ void RegisterGeneration(py::module_& runtime) {
       py::arg("session_options") = py::none(), py::kw_only(), py::arg("on_token") = py::none(),
       py::arg("completion") = py::none(),
       "Generates tokens; returns an INT64 [batch, prompt + generated] runtime tensor. "
-      "on_token(step, tokens) is called after every step (return False to stop); a cancelled "
-      "completion stops between tokens.");
+      "`model` is a model or a runtime.RuntimeSession; a model object is compiled once and "
+      "its session reused by later calls (runtime.cached_session). on_token(step, tokens) is "
+      "called after every step (return False to stop); a cancelled completion stops between "
+      "tokens.");
 }
 
 }  // namespace onnx_light::python

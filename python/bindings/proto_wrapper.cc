@@ -34,7 +34,7 @@ MessageRef MessageRef::Sub(const pb::FieldDescriptor* field) const {
 }
 
 MessageRef MessageRef::Element(const pb::FieldDescriptor* field, int index) const {
-  pb::Message* parent = Mutable();
+  pb::Message* parent = Resolve();  // a view, not a write
   MessageRef ref;
   ref.tree_ = tree_;
   auto link = std::make_shared<MessageLink>();
@@ -110,7 +110,12 @@ const pb::Message& MessageRef::Get() const {
   return *pb::MessageFactory::generated_factory()->GetPrototype(descriptor_);
 }
 
-pb::Message* MessageRef::Mutable() const { return Mutable(link_.get()); }
+pb::Message* MessageRef::Mutable() const {
+  tree_->version.fetch_add(1, std::memory_order_relaxed);
+  return Mutable(link_.get());
+}
+
+pb::Message* MessageRef::Resolve() const { return Mutable(link_.get()); }
 
 // ---- class registry --------------------------------------------------------------------
 
@@ -168,8 +173,15 @@ std::shared_ptr<pb::Message> MessageFromPython(py::handle obj) {
                     py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
   }
   const MessageRef& ref = obj.cast<const MessageRef&>();
-  pb::Message* msg = ref.Mutable();
+  pb::Message* msg = ref.Resolve();
   return std::shared_ptr<pb::Message>(ref.tree(), msg);
+}
+
+bool IsMessageObject(py::handle obj) { return py::isinstance<MessageRef>(obj); }
+
+uint64_t MessageVersion(py::handle obj) {
+  if (!py::isinstance<MessageRef>(obj)) return 0;
+  return obj.cast<const MessageRef&>().tree()->version.load(std::memory_order_relaxed);
 }
 
 std::shared_ptr<pb::Message> ProtoFromPythonImpl(py::handle obj, const pb::Message& prototype,

@@ -17,6 +17,8 @@
 #include <google/protobuf/message.h>
 #include <pybind11/pybind11.h>
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -27,12 +29,16 @@ namespace onnx_light::python {
 namespace py = pybind11;
 namespace pb = google::protobuf;
 
-// The root message and the detached elements removed from its repeated fields.
+// The root message and the detached elements removed from its repeated fields. `version`
+// counts the writes made through Python views (MessageRef::Mutable): a cached session of the
+// model (runtime.generate) is keyed by it, so a model changed from Python is compiled again
+// instead of being read through a stale plan. Reads never change it.
 struct MessageTree {
   explicit MessageTree(std::shared_ptr<pb::Message> root_message) : root(std::move(root_message)) {}
   std::shared_ptr<pb::Message> root;
   std::vector<std::unique_ptr<pb::Message>> removed;
   std::unordered_set<const pb::Message*> removed_set;
+  std::atomic<uint64_t> version{0};
   void Detach(pb::Message* element);  // takes ownership
 };
 
@@ -59,7 +65,10 @@ class MessageRef {
 
   const pb::Message* Find() const;  // null when an enclosing singular field is unset
   const pb::Message& Get() const;   // the default instance when unset
-  pb::Message* Mutable() const;     // sets the presence of every enclosing field
+  // For a write: sets the presence of every enclosing field and advances tree()->version.
+  pb::Message* Mutable() const;
+  // The message itself, to hand to C++ readers (sets presence; not counted as a write).
+  pb::Message* Resolve() const;
 
  private:
   const pb::Message* Find(const MessageLink* link) const;
@@ -73,6 +82,10 @@ class MessageRef {
 // The C++ message behind a Python proto object, shared without copying (the result keeps the
 // object's tree alive). Throws TypeError for anything else.
 std::shared_ptr<pb::Message> MessageFromPython(py::handle obj);
+// Whether `obj` is one of our proto objects (a view of a C++ message), and its tree's write
+// version (0 for anything else).
+bool IsMessageObject(py::handle obj);
+uint64_t MessageVersion(py::handle obj);
 
 // A message of type T from: one of our proto objects (no copy), bytes (parsed), or a message
 // of the `onnx` Python package with the same name (parsed from its serialization). `what`

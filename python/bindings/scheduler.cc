@@ -6,6 +6,7 @@
 #include "python/bindings/convert.h"
 #include "python/bindings/proto_wrapper.h"
 #include "python/bindings/registration.h"
+#include "python/bindings/session.h"
 #include "state/request_scheduler.h"
 
 namespace onnx_light::python {
@@ -110,13 +111,14 @@ void RegisterScheduler(py::module_& runtime) {
              std::optional<RuntimeSessionOptions> session_options, py::object on_token,
              py::object on_done, std::shared_ptr<TaskCompletion> completion) {
             GenerationRequest request;
-            request.model = ProtoFromPython<ModelProto>(model_obj, "model");
+            // The requests of one model object share its cached session (one plan, one copy
+            // of the packed weights).
+            request.session = SessionFromPython(model_obj, session_options);
             for (const auto& [key, value] : feeds) {
               const std::string name = py::cast<std::string>(key);
               request.feeds.emplace(name, ValueFromPython(value, name));
             }
             request.options = options.value_or(GenerationOptions{});
-            request.session_options = session_options.value_or(RuntimeSessionOptions{});
             request.cancel = std::move(completion);
             if (!on_token.is_none()) {
               request.on_token = [cb = Hold(on_token)](int64_t step,

@@ -1,5 +1,9 @@
 // runtime.KernelContext, runtime.default_opset, runtime.RuntimeContext (events, values,
-// Python custom kernels), runtime.RuntimeSessionOptions and runtime.RuntimeSession.
+// Python custom kernels), runtime.RuntimeSessionOptions, runtime.RuntimeSession and the
+// session cache functions (runtime.cached_session, runtime.session_cache_*,
+// runtime.packed_weight_bytes).
+#include "python/bindings/session.h"
+
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
@@ -10,6 +14,7 @@
 #include "core/allocator.h"
 #include "executor/runtime_context.h"
 #include "executor/runtime_session.h"
+#include "executor/session_cache.h"
 #include "onnx_light.pb.h"
 #include "ops/math/constant_weight.h"
 #include "ops/math/gemm.h"
@@ -29,6 +34,7 @@ using core::runtime::RuntimeEvent;
 using core::runtime::RuntimeEventAction;
 using core::runtime::RuntimeSession;
 using core::runtime::RuntimeSessionOptions;
+using core::runtime::SessionCache;
 using core::runtime::RuntimeValue;
 using core::runtime::RuntimeValueMap;
 
@@ -127,7 +133,35 @@ RuntimeSessionOptions::ExecutorMode ExecutorFromName(const std::string& name) {
   throw py::value_error("executor must be 'auto', 'inline' or 'flow_graph', got '" + name + "'");
 }
 
+py::dict OutputsToPython(const RuntimeValueMap& outputs) {
+  py::dict result;
+  for (auto& [name, value] : outputs) result[py::str(name)] = ValueToPython(value);
+  return result;
+}
+
+std::optional<std::vector<std::string>> NamesFromPython(py::handle names) {
+  if (names.is_none()) return std::nullopt;
+  if (py::isinstance<py::str>(names))
+    throw py::type_error("output_names must be a list of output names, not a string");
+  return names.cast<std::vector<std::string>>();
+}
+
 }  // namespace
+
+std::shared_ptr<const RuntimeSession> SessionFromPython(
+    py::handle model, const std::optional<RuntimeSessionOptions>& options) {
+  if (py::isinstance<PySession>(model)) {
+    if (options.has_value())
+      throw py::value_error(
+          "session_options cannot be given with a RuntimeSession: the session's own options "
+          "apply (build the session with the options you need)");
+    return model.cast<const PySession&>().session;
+  }
+  const RuntimeSessionOptions o = options.value_or(RuntimeSessionOptions{});
+  std::shared_ptr<const ModelProto> m = ProtoFromPython<ModelProto>(model, "model");
+  if (IsMessageObject(model)) return SessionCache::Default().Get(m, o, MessageVersion(model));
+  return std::make_shared<RuntimeSession>(std::move(m), o);  // a parsed copy: nothing to key
+}
 
 void RegisterSession(py::module_& runtime) {
   runtime.def(
@@ -286,36 +320,84 @@ void RegisterSession(py::module_& runtime) {
                (o.fuse_subgraphs ? "True" : "False") + ")";
       });
 
-  py::class_<RuntimeSession, std::shared_ptr<RuntimeSession>>(
+  py::class_<PySession, std::shared_ptr<PySession>>(
       runtime, "RuntimeSession",
-      "Runs a model's graph. The plan is compiled on the first run with a context and reused.")
-      .def(py::init([](py::handle model, std::optional<RuntimeSessionOptions> options) {
+      "The compiled model: plan, kernels, folded constants and packed weights, built once "
+      "per context configuration on the first run and reused. Immutable and shareable: "
+      "concurrent runs and many PersistentValueState(session, initial) use one session.")
+      .def(py::init([](py::object model, std::optional<RuntimeSessionOptions> options) {
              std::shared_ptr<const ModelProto> m = ProtoFromPython<ModelProto>(model, "model");
-             return std::make_shared<RuntimeSession>(std::move(m),
-                                                     options.value_or(RuntimeSessionOptions{}));
+             return std::make_shared<PySession>(PySession{
+                 std::make_shared<RuntimeSession>(std::move(m),
+                                                  options.value_or(RuntimeSessionOptions{})),
+                 model});
            }),
-           py::arg("model"), py::arg("options") = py::none())
+           py::arg("model"), py::arg("options") = py::none(),
+           "A private session of `model` (runtime.cached_session gives the shared one).")
       .def(
           "run",
-          [](RuntimeSession& session, std::shared_ptr<RuntimeContext> context, py::dict feeds) {
+          [](const PySession& self, std::shared_ptr<RuntimeContext> context, py::dict feeds,
+             py::object output_names) {
             RuntimeValueMap values;
             for (auto item : feeds) {
               const std::string name = py::str(item.first);
               values[name] = ValueFromPython(item.second, name);
             }
+            std::optional<std::vector<std::string>> names = NamesFromPython(output_names);
             RuntimeValueMap outputs;
             {
               py::gil_scoped_release release;
-              outputs = session.Run(*context, std::move(values));
+              outputs = names ? self.session->Run(*context, std::move(values), *names)
+                              : self.session->Run(*context, std::move(values));
             }
-            py::dict result;
-            for (auto& [name, value] : outputs) result[py::str(name)] = ValueToPython(value);
-            return result;
+            return OutputsToPython(outputs);
           },
-          py::arg("context"), py::arg("feeds"),
+          py::arg("context"), py::arg("feeds"), py::arg("output_names") = py::none(),
           "Runs the graph with `feeds` {input name: array/tensor} and returns {output name: "
-          "runtime.Tensor}. The GIL is released while kernels run.")
-      .def_property_readonly("options", &RuntimeSession::options);
+          "runtime.Tensor} (only the outputs named in output_names when given). The GIL is "
+          "released while kernels run.")
+      .def_property_readonly("options",
+                             [](const PySession& self) { return self.session->options(); })
+      .def_property_readonly(
+          "model", [](const PySession& self) { return self.model; },
+          "The model object the session was built from.")
+      .def_property_readonly(
+          "plan_count", [](const PySession& self) { return self.session->plan_count(); },
+          "How many plans (one per non-equivalent context configuration) the session holds.")
+      .def("__eq__",
+           [](const PySession& a, py::handle b) {
+             return py::isinstance<PySession>(b) &&
+                    a.session == b.cast<const PySession&>().session;
+           })
+      .def("__hash__",
+           [](const PySession& self) { return std::hash<const void*>()(self.session.get()); });
+
+  runtime.def(
+      "cached_session",
+      [](py::object model, std::optional<RuntimeSessionOptions> options) {
+        auto session = SessionFromPython(model, options);
+        py::object model_object = model;
+        if (py::isinstance<PySession>(model)) model_object = model.cast<const PySession&>().model;
+        return std::make_shared<PySession>(PySession{std::move(session), model_object});
+      },
+      py::arg("model"), py::arg("options") = py::none(),
+      "The session runtime.generate, ReferenceEvaluator and RequestScheduler.submit use for "
+      "`model`: one per model object and options (compiled again after the model is changed "
+      "from Python); a private one for bytes or an onnx ModelProto. Equal (==) for the same "
+      "compiled session.");
+  runtime.def(
+      "session_cache_size", [] { return SessionCache::Default().size(); },
+      "How many sessions the process-wide cache holds.");
+  runtime.def(
+      "session_cache_sweep", [] { return SessionCache::Default().Sweep(); },
+      py::call_guard<py::gil_scoped_release>(),
+      "Drops the cached sessions whose model and session no one else holds; returns how many.");
+  runtime.def(
+      "session_cache_clear", [] { SessionCache::Default().Clear(); },
+      py::call_guard<py::gil_scoped_release>(), "Drops every cached session.");
+  runtime.def(
+      "packed_weight_bytes", [] { return ops::math::PackedWeightBytes(); },
+      "Bytes of the packed MatMul/Gemm weight copies all live kernels of the process hold.");
 }
 
 }  // namespace onnx_light::python

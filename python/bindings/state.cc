@@ -1,5 +1,6 @@
 // runtime.TaskCompletion and runtime.PersistentValueState.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "python/bindings/convert.h"
 #include "python/bindings/proto_wrapper.h"
 #include "python/bindings/registration.h"
+#include "python/bindings/session.h"
 #include "python/bindings/state_convert.h"
 #include "state/persistent_value_state.h"
 #include "state/task_completion.h"
@@ -26,14 +28,33 @@ using core::runtime::TaskCompletion;
 
 namespace {
 
-// The Python object: the native state, the model object it was built from and every context
-// it ran with (kept alive so cached kernel and allocator references stay valid).
+// The Python object: the native state, the model object it was built from, the session
+// object when built on one, and every context it ran with (kept alive so cached kernel and
+// allocator references stay valid).
 class PyState {
  public:
+  // `model` is a model (a private session is built with `options`) or a
+  // runtime.RuntimeSession (shared; its own options apply).
   PyState(py::object model, py::object initial, py::object options)
-      : model_object_(model),
-        model_(ProtoFromPython<ModelProto>(model, "model")),
+      : session_object_(py::isinstance<PySession>(model) ? model : py::none()),
+        model_object_(session_object_.is_none() ? model
+                                                : model.cast<const PySession&>().model),
+        model_(session_object_.is_none()
+                   ? ProtoFromPython<ModelProto>(model, "model")
+                   : model.cast<const PySession&>().session->model_ptr()),
         converter_(model_) {
+    if (!session_object_.is_none()) {
+      if (!options.is_none())
+        throw py::value_error(
+            "PersistentValueState: options cannot be given with a RuntimeSession (the "
+            "session's own options apply; build the session with the options you need)");
+      std::shared_ptr<const core::runtime::RuntimeSession> session =
+          session_object_.cast<const PySession&>().session;
+      RuntimeValueMap values = ConvertInitial(initial);
+      py::gil_scoped_release release;
+      state_ = std::make_unique<PersistentValueState>(std::move(session), std::move(values));
+      return;
+    }
     RuntimeSessionOptions session_options;
     if (!options.is_none()) session_options = options.cast<RuntimeSessionOptions>();
     RuntimeValueMap values = ConvertInitial(initial);
@@ -41,11 +62,18 @@ class PyState {
     state_ = std::make_unique<PersistentValueState>(model_, std::move(values), session_options);
   }
 
-  py::dict Run(py::object context_object, py::object feeds, py::object completion_object) {
+  py::dict Run(py::object context_object, py::object feeds, py::object completion_object,
+               py::object output_names) {
     RuntimeContext& context = context_object.cast<RuntimeContext&>();
     std::shared_ptr<TaskCompletion> completion;
     if (!completion_object.is_none())
       completion = completion_object.cast<std::shared_ptr<TaskCompletion>>();
+    std::optional<std::vector<std::string>> names;
+    if (!output_names.is_none()) {
+      if (py::isinstance<py::str>(output_names))
+        throw py::type_error("output_names must be a list of output names, not a string");
+      names = output_names.cast<std::vector<std::string>>();
+    }
     RuntimeValueMap values = converter_.MapFromPython(feeds, "feeds", [&](const std::string& n) {
       return DeclaredInput(n);
     });
@@ -55,9 +83,19 @@ class PyState {
     RuntimeValueMap outputs;
     {
       py::gil_scoped_release release;
-      outputs = State().Run(context, std::move(values), completion.get());
+      outputs = names ? State().Run(context, std::move(values), *names, completion.get())
+                      : State().Run(context, std::move(values), completion.get());
     }
     return ToDict(outputs);
+  }
+
+  // The session the state runs on (the shared one it was built on, or its private one).
+  py::object Session() const {
+    if (!session_object_.is_none()) {
+      State().session();  // raises after close
+      return session_object_;
+    }
+    return py::cast(std::make_shared<PySession>(PySession{State().session(), model_object_}));
   }
 
   void Reset(py::object initial) {
@@ -104,6 +142,7 @@ class PyState {
     return d;
   }
 
+  py::object session_object_;  // the runtime.RuntimeSession built on, or None
   py::object model_object_;
   std::shared_ptr<const ModelProto> model_;
   StateConverter converter_;
@@ -173,10 +212,17 @@ void RegisterState(py::module_& runtime) {
                       "One request's feedback state: outputs named by "
                       "model.graph.persistent_bindings feed their inputs on the next run.")
       .def(py::init<py::object, py::object, py::object>(), py::arg("model"),
-           py::arg("initial") = py::none(), py::arg("options") = py::none())
+           py::arg("initial") = py::none(), py::arg("options") = py::none(),
+           "PersistentValueState(model, initial, options=None) builds a private session; "
+           "PersistentValueState(session, initial) shares a runtime.RuntimeSession (compiled "
+           "once: the state then holds only its retained values).")
       .def("run", &PyState::Run, py::arg("context"), py::arg("feeds") = py::none(),
-           py::arg("completion") = py::none(),
-           "Runs one call; returns every graph output by name. The GIL is released.")
+           py::arg("completion") = py::none(), py::arg("output_names") = py::none(),
+           "Runs one call; returns every graph output by name, or only those named in "
+           "output_names (bound outputs are retained and published either way). The GIL is "
+           "released.")
+      .def_property_readonly("session", &PyState::Session,
+                             "The runtime.RuntimeSession the state runs on.")
       .def("reset", &PyState::Reset, py::arg("initial") = py::none())
       .def("close", &PyState::Close)
       .def_property_readonly("values", &PyState::Values,

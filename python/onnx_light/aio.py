@@ -26,11 +26,12 @@ import numpy as np
 from onnx_light.onnx_py._onnxpykernels import runtime
 
 
-async def run_async(state, context, feeds, completion=None):
-    """`await state.run_async(context, feeds)`: state.run on a worker thread."""
+async def run_async(state, context, feeds, completion=None, output_names=None):
+    """`await state.run_async(context, feeds)`: state.run on a worker thread (output_names as
+    for state.run)."""
     loop = asyncio.get_running_loop()
     completion = completion if completion is not None else runtime.TaskCompletion()
-    future = loop.run_in_executor(None, state.run, context, feeds, completion)
+    future = loop.run_in_executor(None, state.run, context, feeds, completion, output_names)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:

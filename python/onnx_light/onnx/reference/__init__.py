@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnx_light.onnx_py._onnxpykernels import proto as _proto
 from onnx_light.onnx_py._onnxpykernels import runtime
 
 
@@ -23,12 +24,20 @@ class ReferenceEvaluator:
         self.context = runtime.RuntimeContext(runtime.KernelContext(opsets))
         self._session = None
 
+    def session(self):
+        """The model's compiled session. For an onnx_light ModelProto it is
+        runtime.cached_session(model): one per model object, shared with runtime.generate and
+        other evaluators of the same object, compiled again after the model is changed from
+        Python. Other models (bytes, an `onnx` ModelProto) are compiled once per evaluator."""
+        if self._session is None or isinstance(self.model, _proto.ModelProto):
+            self._session = runtime.cached_session(self.model)  # O(1) when nothing changed
+        return self._session
+
     def run(self, output_names, feeds: dict) -> list:
         """Outputs as NumPy arrays (zero-copy views), in graph order or `output_names` order."""
-        if self._session is None:
-            self._session = runtime.RuntimeSession(self.model)
-        outputs = self._session.run(self.context, feeds)
-        names = output_names or [o.name for o in self.model.graph.output]
+        names = list(output_names) if output_names else None
+        outputs = self.session().run(self.context, feeds, names)
+        names = names or [o.name for o in self.model.graph.output]
         return [_to_numpy(outputs[name]) for name in names]
 
     def generate(self, feeds: dict, max_new_tokens: int = 32, temperature: float = 0.0,
@@ -44,8 +53,13 @@ class ReferenceEvaluator:
         generation = runtime.GenerationOptions(
             max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
             eos_token_id=eos_token_id, pad_token_id=pad_token_id, **options)
-        result = runtime.generate(self.model, self.context, feeds, generation, session_options,
-                                  on_token=on_token)
+        # One compiled session per model object: repeated calls do not plan the model again.
+        if session_options is None:
+            result = runtime.generate(self.session(), self.context, feeds, generation,
+                                      on_token=on_token)
+        else:
+            result = runtime.generate(self.model, self.context, feeds, generation,
+                                      session_options, on_token=on_token)
         return np.from_dlpack(result)
 
 

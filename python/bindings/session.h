@@ -1,0 +1,31 @@
+// runtime.RuntimeSession as the other binding files see it, and the one place that decides
+// which session a Python model runs on.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <optional>
+
+#include "executor/runtime_session.h"
+
+namespace onnx_light::python {
+
+namespace py = pybind11;
+
+// The Python runtime.RuntimeSession: a compiled model, shareable by many states and runs.
+struct PySession {
+  std::shared_ptr<const core::runtime::RuntimeSession> session;
+  py::object model;  // the Python object it was built from (kept alive; None when unknown)
+};
+
+// The session `model` runs on (call with the GIL held):
+//  - a runtime.RuntimeSession: that session (`options` must then be None);
+//  - one of our ModelProto objects: the cached session of that object
+//    (core::runtime::SessionCache::Default(), keyed by the object and its write version, so a
+//    model changed from Python is compiled again) with `options`;
+//  - bytes or an `onnx` ModelProto: a private session of a parsed copy (nothing to key it by).
+std::shared_ptr<const core::runtime::RuntimeSession> SessionFromPython(
+    py::handle model, const std::optional<core::runtime::RuntimeSessionOptions>& options);
+
+}  // namespace onnx_light::python
