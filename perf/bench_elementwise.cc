@@ -6,6 +6,7 @@
 //   ./build/perf/bench_elementwise [--benchmark_filter=Sigmoid]
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <memory>
 #include <random>
 #include <string>
@@ -44,19 +45,20 @@ void RunOp(benchmark::State& state, const std::string& op, const Shape& shape) {
   const RuntimeValue input(Tensor::FromFloat("x", shape, values));
   const RuntimeValue* inputs[] = {&input};
   tbb::task_arena arena(state.range(0) == 1 ? 1 : tbb::task_arena::automatic);
+  double seconds = 0;
   arena.execute([&] {
     for (auto _ : state) {
+      const auto start = std::chrono::steady_clock::now();
       RuntimeValue output;
       RuntimeValue* outputs[] = {&output};
       KernelCall call(&ctx, node, inputs, outputs);
       kernel->Compute(call);
       benchmark::DoNotOptimize(output);
+      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
   });
-  // Inverted rate of (elements * 1e-9) per second = nanoseconds per element.
-  state.counters["ns/elem"] = benchmark::Counter(
-      static_cast<double>(values.size()) * 1e-9,
-      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["ns/elem"] =
+      seconds * 1e9 / (static_cast<double>(state.iterations()) * static_cast<double>(values.size()));
 }
 
 void Register(const std::string& op) {
