@@ -57,8 +57,8 @@ void RunOp(benchmark::State& state, const std::string& op, const Shape& shape) {
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
   });
-  state.counters["ns/elem"] =
-      seconds * 1e9 / (static_cast<double>(state.iterations()) * static_cast<double>(values.size()));
+  const double elements = static_cast<double>(state.iterations()) * values.size();
+  state.counters["ns/elem"] = seconds * 1e9 / elements;
 }
 
 void Register(const std::string& op) {
