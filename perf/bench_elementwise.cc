@@ -2,7 +2,9 @@
 // kernel registry on the shapes of an LLM decoder: [128, 1536] (a prompt's MLP activation)
 // and [1, 9, 1, 1024] (one token's attention scores). Reports ns per element, output
 // allocation included (what a graph pays per node). `/1` runs in a one-thread arena (per-core
-// cost), `/0` in the default arena (all cores).
+// cost), `/0` in the default arena (all cores). Vec*/<path> time the array functions of
+// ops/math/vexp.h alone on one thread, per implementation: the portable path is the libm loop
+// the kernels ran before, so it gives a same-run before/after ratio.
 //   ./build/perf/bench_elementwise [--benchmark_filter=Sigmoid]
 #include <benchmark/benchmark.h>
 
@@ -18,6 +20,7 @@
 #include "executor/kernel.h"
 #include "executor/kernel_registry.h"
 #include "executor/runtime_context.h"
+#include "ops/math/vexp.h"
 #include "onnx_light.pb.h"
 
 using namespace onnx_light;
@@ -73,10 +76,40 @@ void Register(const std::string& op) {
         ->Unit(benchmark::kMicrosecond);
 }
 
+namespace math = onnx_light::ops::math;
+
+void RunVec(benchmark::State& state, void (*fn)(const float*, float*, int64_t, math::VecPath),
+            math::VecPath path) {
+  std::mt19937 gen(42);
+  std::uniform_real_distribution<float> dist(-8.f, 8.f);
+  std::vector<float> x(128 * 1536), y(x.size());
+  for (auto& v : x) v = dist(gen);
+  for (auto _ : state) {
+    fn(x.data(), y.data(), static_cast<int64_t>(x.size()), path);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(x.size()));
+  state.SetLabel(math::ResolveVecPath(path) == path ? "" : "falls back on this CPU");
+}
+
+void RegisterVec(const char* name, void (*fn)(const float*, float*, int64_t, math::VecPath)) {
+  const std::pair<const char*, math::VecPath> paths[] = {{"portable", math::VecPath::kPortable},
+                                                         {"avx2", math::VecPath::kAvx2},
+                                                         {"avx512", math::VecPath::kAvx512}};
+  for (const auto& [label, path] : paths)
+    benchmark::RegisterBenchmark((std::string(name) + "/" + label).c_str(),
+                                 [fn, path = path](benchmark::State& s) { RunVec(s, fn, path); })
+        ->Unit(benchmark::kMicrosecond);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   for (const char* op : {"Sigmoid", "Softmax", "LogSoftmax", "Exp", "Tanh"}) Register(op);
+  RegisterVec("VecExp", math::VecExp);
+  RegisterVec("VecSigmoid", math::VecSigmoid);
+  RegisterVec("VecTanh", math::VecTanh);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -76,17 +76,25 @@ OL_AVX2 inline float HSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// Maximum of a row; NaN when the row holds one (maxps alone would drop it).
+// Maximum of a row; NaN when the row holds one (maxps alone would drop it). Two
+// accumulators, so that maxps's latency does not serialise the loop.
 OL_AVX2 float RowMaxAvx2(const float* x, int64_t n) {
-  __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  __m256 nan = _mm256_setzero_ps();
+  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 m0 = ninf, m1 = ninf, nan = _mm256_setzero_ps();
   int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+    m0 = _mm256_max_ps(m0, v0);
+    m1 = _mm256_max_ps(m1, v1);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v0, v1, _CMP_UNORD_Q));
+  }
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
-    vmax = _mm256_max_ps(vmax, v);
+    m0 = _mm256_max_ps(m0, v);
     nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
   }
   if (_mm256_movemask_ps(nan)) return std::numeric_limits<float>::quiet_NaN();
+  const __m256 vmax = _mm256_max_ps(m0, m1);
   __m128 s = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
   s = _mm_max_ps(s, _mm_movehl_ps(s, s));
   s = _mm_max_ss(s, _mm_movehdup_ps(s));
@@ -96,6 +104,23 @@ OL_AVX2 float RowMaxAvx2(const float* x, int64_t n) {
     max = std::max(max, x[i]);
   }
   return max;
+}
+
+// y[i] *= s (softmax's normalisation).
+OL_AVX2 void ScaleAvx2(float* y, int64_t n, float s) {
+  const __m256 vs = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), vs));
+  for (; i < n; ++i) y[i] *= s;
+}
+
+// y[i] = (x[i] - a) - b (log-softmax: a = max, b = log(sum)).
+OL_AVX2 void SubSubAvx2(const float* x, float* y, int64_t n, float a, float b) {
+  const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), va), vb));
+  for (; i < n; ++i) y[i] = (x[i] - a) - b;
 }
 
 OL_AVX2 float SumAvx2(const float* x, int64_t n) {
@@ -187,8 +212,7 @@ float RowMax(const float* x, int64_t n, bool simd) {
 
 }  // namespace
 
-// max, then y = e^(x - max) with its sum from the vector exp, then the scaling (which the
-// compiler vectorises).
+// max, then y = e^(x - max) with its sum from the vector exp, then the scaling.
 void SoftmaxRow(const float* x, float* y, int64_t n, bool log_softmax, bool simd) {
   const float max = RowMax(x, n, simd);
   if (std::isnan(max)) {  // a NaN poisons its row
@@ -198,9 +222,15 @@ void SoftmaxRow(const float* x, float* y, int64_t n, bool log_softmax, bool simd
   const double sum = VecExpShiftSum(x, max, y, n, simd ? VecPath::kAuto : VecPath::kPortable);
   if (log_softmax) {
     const float log_sum = static_cast<float>(std::log(sum));
+#ifdef OL_HAVE_X86
+    if (UseAvx2(simd)) return SubSubAvx2(x, y, n, max, log_sum);
+#endif
     for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - max) - log_sum;
   } else {
     const float inv = static_cast<float>(1.0 / sum);
+#ifdef OL_HAVE_X86
+    if (UseAvx2(simd)) return ScaleAvx2(y, n, inv);
+#endif
     for (int64_t i = 0; i < n; ++i) y[i] *= inv;
   }
 }

@@ -127,19 +127,17 @@ OL_AVX2 void MapAvx2(const float* x, float* y, int64_t n) {
   }
 }
 
-OL_AVX2 inline __m256d AddWidened(__m256d acc, __m256 v) {
-  acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
-  return _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
-}
-
+// The sum is kept in double, in two accumulators (low and high halves of each vector) so
+// that the additions' latency does not serialise the loop.
 OL_AVX2 double ExpShiftSumAvx2(const float* x, float shift, float* y, int64_t n) {
   const __m256 s = _mm256_set1_ps(shift);
-  __m256d acc = _mm256_setzero_pd();
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
     _mm256_storeu_ps(y + i, e);
-    acc = AddWidened(acc, e);
+    lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
   }
   if (i < n) {
     const __m256i m = TailMask8(n - i);
@@ -147,8 +145,10 @@ OL_AVX2 double ExpShiftSumAvx2(const float* x, float shift, float* y, int64_t n)
     const __m256 e = _mm256_and_ps(Exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), s)),
                                    _mm256_castsi256_ps(m));
     _mm256_maskstore_ps(y + i, m, e);
-    acc = AddWidened(acc, e);
+    lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
   }
+  const __m256d acc = _mm256_add_pd(lo, hi);
   const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(acc), _mm256_extractf128_pd(acc, 1));
   return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
 }
@@ -218,21 +218,23 @@ OL_AVX512 void MapAvx512(const float* x, float* y, int64_t n) {
   }
 }
 
-OL_AVX512 inline __m512d AddWidened(__m512d acc, __m512 v) {
-  const __m512i vi = _mm512_castps_si512(v);
-  acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_castsi512_si256(vi))));
-  return _mm512_add_pd(
-      acc, _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(vi, 1))));
+// Low and high halves widened to double (the integer extract needs only AVX-512F).
+OL_AVX512 inline __m512d LowHalfPd(__m512 v) {
+  return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_castsi512_si256(_mm512_castps_si512(v))));
+}
+OL_AVX512 inline __m512d HighHalfPd(__m512 v) {
+  return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1)));
 }
 
 OL_AVX512 double ExpShiftSumAvx512(const float* x, float shift, float* y, int64_t n) {
   const __m512 s = _mm512_set1_ps(shift);
-  __m512d acc = _mm512_setzero_pd();
+  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 e = Exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), s));
     _mm512_storeu_ps(y + i, e);
-    acc = AddWidened(acc, e);
+    lo = _mm512_add_pd(lo, LowHalfPd(e));
+    hi = _mm512_add_pd(hi, HighHalfPd(e));
   }
   if (i < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
@@ -240,9 +242,10 @@ OL_AVX512 double ExpShiftSumAvx512(const float* x, float shift, float* y, int64_
     const __m512 e =
         _mm512_maskz_mov_ps(m, Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s)));
     _mm512_mask_storeu_ps(y + i, m, e);
-    acc = AddWidened(acc, e);
+    lo = _mm512_add_pd(lo, LowHalfPd(e));
+    hi = _mm512_add_pd(hi, HighHalfPd(e));
   }
-  return _mm512_reduce_add_pd(acc);
+  return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
 }
 #endif  // OL_HAVE_X86
 

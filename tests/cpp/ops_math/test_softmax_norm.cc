@@ -82,6 +82,23 @@ TEST_CASE("Softmax rows across vector widths and tails match double, on both row
   }
 }
 
+TEST_CASE("Softmax: a NaN anywhere in a long row (unrolled part, vector, tail) poisons the row") {
+  for (int64_t pos : {0, 9, 20, 27, 32}) {
+    CAPTURE(pos);
+    std::vector<float> x = Random(66, -3, 3);
+    x[static_cast<size_t>(pos)] = std::nanf("");
+    for (bool simd : {true, false}) {
+      std::vector<float> y(66);
+      math::SoftmaxRow(x.data(), y.data(), 33, false, simd);
+      math::SoftmaxRow(x.data() + 33, y.data() + 33, 33, false, simd);
+      for (int i = 0; i < 33; ++i) CHECK(std::isnan(y[i]));
+      double sum = 0;
+      for (int i = 33; i < 66; ++i) sum += y[i];
+      CHECK(sum == doctest::Approx(1.0).epsilon(1e-6));
+    }
+  }
+}
+
 TEST_CASE("Softmax: very negative and -inf entries give exactly 0, all -inf rows give NaN") {
   const float ninf = -std::numeric_limits<float>::infinity();
   // 9 entries: one full vector and a tail. The row of -inf has no finite maximum.
