@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "ops/math/gemm.h"
+#include "ops/math/vexp.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -68,38 +69,6 @@ void RmsNormRowPortable(const T* x, const T* scale, T* y, int64_t n, T eps, T* i
 #ifdef OL_HAVE_X86
 #define OL_AVX2 __attribute__((target("avx2,fma")))
 
-// Cephes-style expf: e^x = 2^k * e^r with |r| <= ln2/2 and a degree-6 polynomial.
-OL_AVX2 inline __m256 Exp8(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.72283905206835f);  // ln(FLT_MAX)
-  const __m256 lo = _mm256_set1_ps(-87.3365447505531f);
-  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-  __m256 fx = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), xc);
-  r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  // 2^k built in two halves so that k = 128 (x near 88.37) does not overflow the exponent.
-  const __m256i k = _mm256_cvtps_epi32(fx);
-  const __m256i k1 = _mm256_srai_epi32(k, 1);
-  const __m256i k2 = _mm256_sub_epi32(k, k1);
-  const __m256 s1 = _mm256_castsi256_ps(
-      _mm256_slli_epi32(_mm256_add_epi32(k1, _mm256_set1_epi32(127)), 23));
-  const __m256 s2 = _mm256_castsi256_ps(
-      _mm256_slli_epi32(_mm256_add_epi32(k2, _mm256_set1_epi32(127)), 23));
-  __m256 result = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
-  // Outside the range: 0 below, +inf above; NaN stays NaN.
-  result = _mm256_blendv_ps(result, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
-  result = _mm256_blendv_ps(result, _mm256_set1_ps(std::numeric_limits<float>::infinity()),
-                            _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
-  return _mm256_blendv_ps(result, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-}
-
 OL_AVX2 inline float HSum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -107,66 +76,51 @@ OL_AVX2 inline float HSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-OL_AVX2 inline float HMax(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// Loads the first `n` (< 8) floats, the rest `fill`.
-OL_AVX2 inline __m256 LoadPartial(const float* p, int64_t n, float fill) {
-  alignas(32) float buf[8];
-  for (int i = 0; i < 8; ++i) buf[i] = i < n ? p[i] : fill;
-  return _mm256_load_ps(buf);
-}
-OL_AVX2 inline void StorePartial(float* p, __m256 v, int64_t n) {
-  alignas(32) float buf[8];
-  _mm256_store_ps(buf, v);
-  for (int64_t i = 0; i < n; ++i) p[i] = buf[i];
-}
-
-OL_AVX2 void ExpRowAvx2(const float* x, float* y, int64_t n) {
+// Maximum of a row; NaN when the row holds one (maxps alone would drop it). Two
+// accumulators, so that maxps's latency does not serialise the loop.
+OL_AVX2 float RowMaxAvx2(const float* x, int64_t n) {
+  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 m0 = ninf, m1 = ninf, nan = _mm256_setzero_ps();
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, Exp8(_mm256_loadu_ps(x + i)));
-  if (i < n) StorePartial(y + i, Exp8(LoadPartial(x + i, n - i, 0.0f)), n - i);
-}
-
-OL_AVX2 void SoftmaxRowAvx2(const float* x, float* y, int64_t n, bool log_softmax) {
-  const float ninf = -std::numeric_limits<float>::infinity();
-  __m256 vmax = _mm256_set1_ps(ninf);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + i));
-  float max = HMax(vmax);
-  for (; i < n; ++i) max = std::max(max, x[i]);
-  const __m256 m = _mm256_set1_ps(max);
-  __m256 acc = _mm256_setzero_ps();
-  i = 0;
-  if (log_softmax) {
-    for (; i + 8 <= n; i += 8)
-      acc = _mm256_add_ps(acc, Exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), m)));
-    if (i < n)
-      acc = _mm256_add_ps(acc, Exp8(_mm256_sub_ps(LoadPartial(x + i, n - i, ninf), m)));
-    const float shift = max + std::log(HSum(acc));
-    const __m256 vshift = _mm256_set1_ps(shift);
-    for (i = 0; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(y + i, _mm256_sub_ps(_mm256_loadu_ps(x + i), vshift));
-    for (; i < n; ++i) y[i] = x[i] - shift;
-    return;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+    m0 = _mm256_max_ps(m0, v0);
+    m1 = _mm256_max_ps(m1, v1);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v0, v1, _CMP_UNORD_Q));
   }
   for (; i + 8 <= n; i += 8) {
-    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
-    _mm256_storeu_ps(y + i, e);
-    acc = _mm256_add_ps(acc, e);
+    const __m256 v = _mm256_loadu_ps(x + i);
+    m0 = _mm256_max_ps(m0, v);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
   }
-  if (i < n) {
-    const __m256 e = Exp8(_mm256_sub_ps(LoadPartial(x + i, n - i, ninf), m));
-    StorePartial(y + i, e, n - i);
-    acc = _mm256_add_ps(acc, e);
+  if (_mm256_movemask_ps(nan)) return std::numeric_limits<float>::quiet_NaN();
+  const __m256 vmax = _mm256_max_ps(m0, m1);
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  float max = _mm_cvtss_f32(s);
+  for (; i < n; ++i) {
+    if (std::isnan(x[i])) return x[i];
+    max = std::max(max, x[i]);
   }
-  const __m256 inv = _mm256_set1_ps(1.0f / HSum(acc));
-  for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), inv));
-  for (; i < n; ++i) y[i] *= _mm256_cvtss_f32(inv);
+  return max;
+}
+
+// y[i] *= s (softmax's normalisation).
+OL_AVX2 void ScaleAvx2(float* y, int64_t n, float s) {
+  const __m256 vs = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), vs));
+  for (; i < n; ++i) y[i] *= s;
+}
+
+// y[i] = (x[i] - a) - b (log-softmax: a = max, b = log(sum)).
+OL_AVX2 void SubSubAvx2(const float* x, float* y, int64_t n, float a, float b) {
+  const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), va), vb));
+  for (; i < n; ++i) y[i] = (x[i] - a) - b;
 }
 
 OL_AVX2 float SumAvx2(const float* x, int64_t n) {
@@ -244,27 +198,41 @@ bool UseAvx2(bool simd) {
 #endif
 }
 
-bool HasNan(const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    if (std::isnan(x[i])) return true;
-  return false;
+float RowMax(const float* x, int64_t n, bool simd) {
+#ifdef OL_HAVE_X86
+  if (UseAvx2(simd)) return RowMaxAvx2(x, n);
+#endif
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) return x[i];
+    max = std::max(max, x[i]);
+  }
+  return max;
 }
 
 }  // namespace
 
-void ExpRow(const float* x, float* y, int64_t n, bool simd) {
-#ifdef OL_HAVE_X86
-  if (UseAvx2(simd)) return ExpRowAvx2(x, y, n);
-#endif
-  for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
-}
-
+// max, then y = e^(x - max) with its sum from the vector exp, then the scaling.
 void SoftmaxRow(const float* x, float* y, int64_t n, bool log_softmax, bool simd) {
+  const float max = RowMax(x, n, simd);
+  if (std::isnan(max)) {  // a NaN poisons its row
+    std::fill(y, y + n, std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
+  const double sum = VecExpShiftSum(x, max, y, n, simd ? VecPath::kAuto : VecPath::kPortable);
+  if (log_softmax) {
+    const float log_sum = static_cast<float>(std::log(sum));
 #ifdef OL_HAVE_X86
-  // _mm256_max_ps drops NaN: rows holding one take the portable path (NaN everywhere).
-  if (UseAvx2(simd) && !HasNan(x, n)) return SoftmaxRowAvx2(x, y, n, log_softmax);
+    if (UseAvx2(simd)) return SubSubAvx2(x, y, n, max, log_sum);
 #endif
-  SoftmaxRowPortable(x, y, n, log_softmax);
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - max) - log_sum;
+  } else {
+    const float inv = static_cast<float>(1.0 / sum);
+#ifdef OL_HAVE_X86
+    if (UseAvx2(simd)) return ScaleAvx2(y, n, inv);
+#endif
+    for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+  }
 }
 void SoftmaxRow(const double* x, double* y, int64_t n, bool log_softmax, bool) {
   SoftmaxRowPortable(x, y, n, log_softmax);

@@ -1,18 +1,16 @@
 // Row kernels shared by Softmax, LogSoftmax, LayerNormalization and RMSNormalization.
-// FLOAT rows run an AVX2/FMA version when the CPU has it (a polynomial exp with < 2e-7
-// relative error on [-87, 88], exact 0 below and NaN/inf propagated); `simd = false`
-// forces the portable version so that tests cover both. DOUBLE rows use the portable
-// template.
+// FLOAT rows run an AVX2/FMA version when the CPU has it (softmax takes its exp from the
+// vector exp of ops/math/vexp.h); `simd = false` forces the portable version so that tests
+// cover both. DOUBLE rows use the portable template.
 #pragma once
 
 #include <cstdint>
 
 namespace onnx_light::ops::math {
 
-// y[i] = exp(x[i]) for n floats.
-void ExpRow(const float* x, float* y, int64_t n, bool simd = true);
-
-// Softmax (or log-softmax) of one contiguous row: y = exp(x - max) / sum.
+// Softmax (or log-softmax) of one contiguous row: y = exp(x - max) / sum (log: x - max -
+// log(sum)), the sum accumulated in double. A row holding a NaN gives NaN throughout. y must
+// not overlap x.
 void SoftmaxRow(const float* x, float* y, int64_t n, bool log_softmax, bool simd = true);
 void SoftmaxRow(const double* x, double* y, int64_t n, bool log_softmax, bool simd = true);
 

@@ -22,6 +22,7 @@
 #include "executor/attributes.h"
 #include "executor/runtime_context.h"
 #include "ops/kernel_factory.h"
+#include "ops/math/vexp.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -561,12 +562,11 @@ void Attention::Compute(KernelCall& call) const {
         for (float& a : p.acc) a *= r;
         p.max = block_max;
       }
-      for (int64_t t = 0; t < n; ++t) {
-        if (scores[t] == kNegInf) continue;
-        const float w = std::exp(scores[t] - p.max);
-        p.sum += w;
-        Axpy(w, values.Row(j0 + t), p.acc.data(), dv);
-      }
+      // The block's weights in one vector pass (masked keys: e^-inf = 0, skipped below).
+      float weights[kKeyBlock];
+      p.sum += static_cast<float>(math::VecExpShiftSum(scores, p.max, weights, n));
+      for (int64_t t = 0; t < n; ++t)
+        if (scores[t] != kNegInf) Axpy(weights[t], values.Row(j0 + t), p.acc.data(), dv);
     }
   };
   tbb::parallel_for(int64_t{0}, num_rows * chunks, [&](int64_t piece) { run_piece(piece); });

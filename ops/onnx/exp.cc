@@ -1,8 +1,10 @@
-// Exp: y = e^x.
+// Exp: y = e^x. FLOAT (and the 16-bit types, through float) use the vectorised kernel of
+// ops/math/vexp.h; DOUBLE uses std::exp.
 #include <cmath>
 
 #include "ops/kernel_factory.h"
 #include "ops/math/unary.h"
+#include "ops/math/vexp.h"
 
 namespace onnx_light::ops {
 
@@ -10,7 +12,9 @@ class Exp final : public core::runtime::KernelBase {
  public:
   explicit Exp(const core::runtime::KernelContext&) {}
   void Compute(core::runtime::KernelCall& call) const override {
-    math::Unary(call, [](auto x) { return std::exp(x); });
+    math::UnaryFloatArray(
+        call, [](const float* x, float* y, int64_t n) { math::VecExp(x, y, n); },
+        [](double x) { return std::exp(x); });
   }
 };
 

@@ -38,38 +38,6 @@ std::vector<double> RefSoftmax(const std::vector<float>& x, const Shape& s, int6
 
 }  // namespace
 
-TEST_CASE("the vectorised exp keeps about 1e-7 relative error and handles the edges") {
-  std::vector<float> x = Random(100003, -87, 88);
-  x.insert(x.end(), {0.f, -0.f, 1e-30f, -100.f, -1e4f, 88.7f, 89.f,
-                     -std::numeric_limits<float>::infinity(),
-                     std::numeric_limits<float>::infinity()});
-  for (bool simd : {true, false}) {
-    CAPTURE(simd);
-    std::vector<float> y(x.size());
-    math::ExpRow(x.data(), y.data(), static_cast<int64_t>(x.size()), simd);
-    double worst = 0;
-    for (size_t i = 0; i + 9 < x.size(); ++i) {
-      const double e = std::exp(static_cast<double>(x[i]));
-      worst = std::max(worst, std::abs(y[i] - e) / e);
-    }
-    CHECK(worst < 3e-7);
-    const size_t t = x.size() - 9;
-    CHECK(y[t] == 1.f);
-    CHECK(y[t + 1] == 1.f);
-    CHECK(y[t + 2] == 1.f);
-    CHECK(y[t + 3] == doctest::Approx(std::exp(-100.0)).epsilon(1e-5));  // subnormal or 0
-    CHECK(y[t + 4] == 0.f);
-    CHECK(y[t + 5] == doctest::Approx(std::exp(double{88.7f})).epsilon(1e-6));  // near FLT_MAX
-    CHECK(std::isinf(y[t + 6]));
-    CHECK(y[t + 7] == 0.f);
-    CHECK(std::isinf(y[t + 8]));
-    const float nan = std::nanf("");
-    float out;
-    math::ExpRow(&nan, &out, 1, simd);
-    CHECK(std::isnan(out));
-  }
-}
-
 TEST_CASE("Softmax and LogSoftmax match a double reference on any axis and odd sizes") {
   for (const char* op : {"Softmax", "LogSoftmax"}) {
     const bool log = std::string(op) == "LogSoftmax";
@@ -92,6 +60,61 @@ TEST_CASE("Softmax and LogSoftmax match a double reference on any axis and odd s
     const Tensor y = Op(op, 11).Run1({F32(s, x)});
     CheckClose(y.ToFloatVector(), RefSoftmax(x, {2, 15}, 1, log), 2e-6, 1e-7);
   }
+}
+
+TEST_CASE("Softmax rows across vector widths and tails match double, on both row paths") {
+  for (int64_t n : {1, 7, 8, 9, 33, 1000}) {
+    CAPTURE(n);
+    const std::vector<float> x = Random(3 * n, -10, 10);
+    for (bool log : {false, true}) {
+      CAPTURE(log);
+      const std::vector<double> expected = RefSoftmax(x, {3, n}, 1, log);
+      const Tensor y = Op(log ? "LogSoftmax" : "Softmax", 13).Run1({F32({3, n}, x)});
+      CheckClose(y.ToFloatVector(), expected, 2e-6, 1e-7);
+      for (bool simd : {true, false}) {
+        CAPTURE(simd);
+        std::vector<float> row(x.size());
+        for (int64_t r = 0; r < 3; ++r)
+          math::SoftmaxRow(x.data() + r * n, row.data() + r * n, n, log, simd);
+        CheckClose(row, expected, 2e-6, 1e-7);
+      }
+    }
+  }
+}
+
+TEST_CASE("Softmax: a NaN anywhere in a long row (unrolled part, vector, tail) poisons the row") {
+  for (int64_t pos : {0, 9, 20, 27, 32}) {
+    CAPTURE(pos);
+    std::vector<float> x = Random(66, -3, 3);
+    x[static_cast<size_t>(pos)] = std::nanf("");
+    for (bool simd : {true, false}) {
+      std::vector<float> y(66);
+      math::SoftmaxRow(x.data(), y.data(), 33, false, simd);
+      math::SoftmaxRow(x.data() + 33, y.data() + 33, 33, false, simd);
+      for (int i = 0; i < 33; ++i) CHECK(std::isnan(y[i]));
+      double sum = 0;
+      for (int i = 33; i < 66; ++i) sum += y[i];
+      CHECK(sum == doctest::Approx(1.0).epsilon(1e-6));
+    }
+  }
+}
+
+TEST_CASE("Softmax: very negative and -inf entries give exactly 0, all -inf rows give NaN") {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  // 9 entries: one full vector and a tail. The row of -inf has no finite maximum.
+  std::vector<float> x = {0.f, -1e30f, ninf, -200.f, 0.f, -1e30f, ninf, -200.f, 0.f};
+  for (int i = 0; i < 9; ++i) x.push_back(ninf);
+  const std::vector<float> y = Op("Softmax", 13).Run1({F32({2, 9}, x)}).ToFloatVector();
+  for (int i = 0; i < 9; ++i) {
+    CAPTURE(i);
+    CHECK(y[i] == (x[i] == 0.f ? doctest::Approx(1.0 / 3) : doctest::Approx(0.0)));
+    if (x[i] != 0.f) CHECK(y[i] == 0.f);
+    CHECK(std::isnan(y[9 + i]));
+  }
+  const std::vector<float> l = Op("LogSoftmax", 13).Run1({F32({2, 9}, x)}).ToFloatVector();
+  CHECK(l[0] == doctest::Approx(-std::log(3.0)).epsilon(1e-6));
+  CHECK(l[2] == ninf);
+  CHECK(std::isnan(l[9]));
 }
 
 TEST_CASE("Softmax: -inf entries give 0, a NaN poisons only its row, 16-bit and double") {

@@ -1,5 +1,7 @@
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "core/error.h"
 #include "op_test_util.h"
@@ -113,4 +115,82 @@ TEST_CASE("elementwise ops keep the input's shape, including empty and scalar te
   const Tensor e = Op("Tanh").Run1({F32({2, 0, 3}, {})});
   CHECK(e.shape() == Shape{2, 0, 3});
   CHECK(e.numel() == 0);
+}
+
+TEST_CASE("exp-based ops are within 3e-7 relative on sizes across vector widths and tails") {
+  const std::pair<const char*, std::function<double(double)>> ops[] = {
+      {"Exp", [](double x) { return std::exp(x); }},
+      {"Sigmoid", [](double x) { return 1 / (1 + std::exp(-x)); }},
+      {"Tanh", [](double x) { return std::tanh(x); }}};
+  // 40000 splits into several parallel chunks of 16384 elements.
+  for (int64_t n : {1, 7, 8, 9, 33, 1000, 40000})
+    for (const auto& [op, ref] : ops) {
+      CAPTURE(op);
+      CAPTURE(n);
+      const std::vector<float> x = Random(n, -30, 30);
+      const Tensor y = Op(op, 20).Run1({F32({n}, x)});
+      std::vector<double> expected;
+      for (float v : x) expected.push_back(ref(v));
+      CheckClose(y.ToFloatVector(), expected, 3e-7, 0);
+    }
+  // Softplus and Gelu(tanh) take their exp from the same kernel (log1p stays scalar).
+  for (int64_t n : {1, 9, 1000}) {
+    const std::vector<float> x = Random(n, -30, 30);
+    std::vector<double> sp, gt;
+    for (double v : x) {
+      sp.push_back(std::max(v, 0.0) + std::log1p(std::exp(-std::abs(v))));
+      gt.push_back(0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))));
+    }
+    CheckClose(Op("Softplus").Run1({F32({n}, x)}).ToFloatVector(), sp, 1e-6, 1e-7);
+    CheckClose(Op("Gelu", 20).Str("approximate", "tanh").Run1({F32({n}, x)}).ToFloatVector(), gt,
+               1e-6, 1e-6);
+  }
+}
+
+TEST_CASE("exp-based ops: infinities give their limits and NaN stays NaN") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  const std::vector<float> x = {-inf, inf, nan, -200.f, 200.f, -0.f, 0.f, 100.f, -110.f};
+  std::vector<float> e = Op("Exp").Run1({F32({9}, x)}).ToFloatVector();
+  CHECK(e[0] == 0.f);
+  CHECK(e[1] == inf);
+  CHECK(std::isnan(e[2]));
+  CHECK(e[3] == 0.f);
+  CHECK(e[4] == inf);
+  CHECK(e[5] == 1.f);
+  CHECK(e[7] == inf);
+  CHECK(e[8] == 0.f);
+  std::vector<float> s = Op("Sigmoid").Run1({F32({9}, x)}).ToFloatVector();
+  CHECK(s[0] == 0.f);
+  CHECK(s[1] == 1.f);
+  CHECK(std::isnan(s[2]));
+  CHECK(s[5] == 0.5f);
+  CHECK(s[7] == 1.f);
+  CHECK(s[8] == 0.f);
+  std::vector<float> t = Op("Tanh").Run1({F32({9}, x)}).ToFloatVector();
+  CHECK(t[0] == -1.f);
+  CHECK(t[1] == 1.f);
+  CHECK(std::isnan(t[2]));
+  CHECK(t[3] == -1.f);
+  CHECK(std::signbit(t[5]));
+  std::vector<float> p = Op("Softplus").Run1({F32({9}, x)}).ToFloatVector();
+  CHECK(p[0] == 0.f);
+  CHECK(p[1] == inf);
+  CHECK(std::isnan(p[2]));
+}
+
+TEST_CASE("16-bit exp-based ops convert in blocks and match float within their rounding") {
+  // 1000 elements cross the 256-element conversion blocks.
+  for (DataType dt : {DataType::kFloat16, DataType::kBFloat16})
+    for (const char* op : {"Exp", "Sigmoid", "Tanh"}) {
+      CAPTURE(op);
+      const std::vector<float> x = RoundTo(dt, Random(1000, -4, 4));
+      const Tensor y = Op(op, 20).Run1({Half(dt, {1000}, x)});
+      CHECK(y.dtype() == dt);
+      std::vector<double> expected;
+      for (double v : x)
+        expected.push_back(std::string(op) == "Exp" ? std::exp(v)
+                           : std::string(op) == "Tanh" ? std::tanh(v)
+                                                       : 1 / (1 + std::exp(-v)));
+      CheckClose(y.ToFloatVector(), expected, dt == DataType::kFloat16 ? 1e-3 : 8e-3, 1e-7);
+    }
 }
