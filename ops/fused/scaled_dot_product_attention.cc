@@ -28,6 +28,7 @@
 #include "executor/attributes.h"
 #include "ops/kernel_factory.h"
 #include "ops/math/vector_ops.h"
+#include "ops/math/vexp.h"
 
 namespace onnx_light::ops {
 
@@ -184,8 +185,8 @@ class ScaledDotProductAttention final : public core::runtime::KernelBase {
             for (int64_t d = 0; d < dv; ++d) out[g * dv + d] *= r;
             p.max = block_max;
           }
-          for (int64_t t = 0; t < n; ++t)
-            scores[g][t] = scores[g][t] == kNegInf ? 0.0f : std::exp(scores[g][t] - p.max);
+          // exp(s - max) for the block in one vector pass (-inf gives exactly 0).
+          math::VecExpShiftSum(scores[g], p.max, scores[g], n);
         }
         // Values: each row read once for the whole group.
         for (int64_t t = 0; t < n; ++t) {

@@ -2,11 +2,11 @@
 // MLPs (executor/fusion.cc): Mul(Mul(G, Sigmoid(G)), U) = G * sigmoid(G) * U, with U
 // broadcast over rows of G or of G's shape; without U (input absent), G * sigmoid(G).
 // Inputs: G, optional U (FLOAT, FLOAT16, BFLOAT16, one type).
-#include <cmath>
 
 #include "ops/fused/row_broadcast.h"
 #include "ops/kernel_factory.h"
 #include "ops/math/common.h"
+#include "ops/math/vexp.h"
 
 namespace onnx_light::ops {
 
@@ -39,13 +39,8 @@ class SiluMul final : public core::runtime::KernelBase {
         const float* row = gp + r * d;
         const float* up = uv ? uv->data() + u_rows[static_cast<size_t>(r)] : nullptr;
         float* out = yp + r * d;
-        for (int64_t j = 0; j < d; ++j) {
-          const float x = row[j];
-          // The Sigmoid kernel's form: no overflow for large |x|.
-          const float sig = x >= 0 ? 1.0f / (1.0f + std::exp(-x)) : std::exp(x) / (1.0f + std::exp(x));
-          const float silu = x * sig;
-          out[j] = up ? silu * up[j] : silu;
-        }
+        math::VecSigmoid(row, out, d);  // the Sigmoid kernel's function, vectorised
+        for (int64_t j = 0; j < d; ++j) out[j] = up ? row[j] * out[j] * up[j] : row[j] * out[j];
       }
     });
     yv.Finish();

@@ -22,11 +22,8 @@
 #include "executor/attributes.h"
 #include "executor/runtime_context.h"
 #include "ops/kernel_factory.h"
+#include "ops/math/vector_ops.h"
 #include "ops/math/vexp.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 namespace onnx_light::ops {
 
@@ -41,72 +38,9 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kKeyBlock = 64;        // keys scored per online-softmax step
 constexpr int64_t kSplitMinKeys = 512;   // below this a row is never split
 
-// ---- dot products ---------------------------------------------------------------------
-
-float DotPortable(const float* a, const float* b, int64_t n) {
-  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
-  }
-  for (; i < n; ++i) s0 += a[i] * b[i];
-  return (s0 + s1) + (s2 + s3);
-}
-
-void AxpyPortable(float alpha, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
-
-#if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) float DotAvx2(const float* a, const float* b, int64_t n) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-  }
-  for (; i + 8 <= n; i += 8)
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-  acc0 = _mm256_add_ps(acc0, acc1);
-  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(acc0), _mm256_extractf128_ps(acc0, 1));
-  lo = _mm_hadd_ps(lo, lo);
-  lo = _mm_hadd_ps(lo, lo);
-  float s = _mm_cvtss_f32(lo);
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-__attribute__((target("avx2,fma"))) void AxpyAvx2(float alpha, const float* x, float* y,
-                                                  int64_t n) {
-  const __m256 va = _mm256_set1_ps(alpha);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] += alpha * x[i];
-}
-
-bool HasAvx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-}
-#endif
-
-float Dot(const float* a, const float* b, int64_t n) {
-#if defined(__x86_64__)
-  if (HasAvx2()) return DotAvx2(a, b, n);
-#endif
-  return DotPortable(a, b, n);
-}
-
-void Axpy(float alpha, const float* x, float* y, int64_t n) {
-#if defined(__x86_64__)
-  if (HasAvx2()) return AxpyAvx2(alpha, x, y, n);
-#endif
-  AxpyPortable(alpha, x, y, n);
-}
+// Dot products and y += a * x: the shared SIMD helpers (ops/math/vector_ops.h).
+using math::Axpy;
+using math::Dot;
 
 // ---- element conversion -----------------------------------------------------------------
 
