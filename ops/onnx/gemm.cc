@@ -1,7 +1,8 @@
 // Gemm: Y = alpha * op(A) * op(B) + beta * C, op = transpose when transA/transB, C
 // unidirectionally broadcast to [M, N] (optional since opset 11). Float types run the
 // packed SGEMM (FLOAT16/BFLOAT16 converted at the edges); DOUBLE a plain loop. A constant B
-// (an initializer) is packed once and reused by every call with M > 1 (ConstantWeight).
+// (an initializer) is packed on its second use and the pack serves every later call
+// (ConstantWeight).
 #include <optional>
 #include <vector>
 

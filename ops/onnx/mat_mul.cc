@@ -2,7 +2,9 @@
 // the added dimension removed from the result; batch dimensions broadcast. Float types go
 // through the packed SGEMM (FLOAT16/BFLOAT16 converted at the edges); a weight without
 // batch dimensions folds the batch into M so that one GEMM streams it once. A constant B
-// (an initializer) is packed once and reused by every call with M > 1 (ConstantWeight).
+// (an initializer, or a Transpose of one folded to a transposed view) is packed on its
+// second use and the pack serves every later call, prompts and decode steps alike
+// (ConstantWeight).
 #include <optional>
 #include <string>
 #include <vector>
