@@ -440,14 +440,45 @@ std::optional<Fusion> MatchSilu(const GraphIndex& ix, int mul) {
   return std::nullopt;
 }
 
+// MatMul(A, B_i) for every MatMul reading A as its first input with a dense FLOAT rank-2
+// constant B_i of the same K (at least two) -> MatMulGroup(A, B_1 .., B_n).
+std::optional<Fusion> MatchMatMulGroup(const GraphIndex& ix, const ConstantFn& constant,
+                                       const std::string& a) {
+  Fusion f;
+  NodeProto& n = f.node;
+  n.add_input(a);
+  int64_t k = -1;
+  for (int reader : ix.Readers(a)) {
+    const NodeProto& mm = ix.node(reader);
+    if (ix.Producer(mm.output(0), "MatMul") != reader || mm.input_size() != 2 ||
+        mm.input(0) != a || mm.input(1) == a)
+      continue;
+    const Tensor* b = constant(mm.input(1));
+    if (b == nullptr || b->dtype() != DataType::kFloat || b->rank() != 2 || !b->contiguous() ||
+        (k >= 0 && b->dim(0) != k))
+      continue;
+    k = b->dim(0);
+    f.removed.push_back(reader);
+    n.add_input(mm.input(1));
+    n.add_output(mm.output(0));
+  }
+  if (f.removed.size() < 2) return std::nullopt;
+  n.set_op_type("MatMulGroup");
+  n.set_domain("ai.onnx_light.fused");
+  const NodeProto& first = ix.node(f.removed[0]);
+  n.set_name((first.name().empty() ? first.output(0) : first.name()) + "/matmul_group");
+  f.run_at_first = true;
+  return f;
+}
+
 // Every value a fusion removes is read only inside it and is not a graph output.
 bool Private(const GraphIndex& ix, const Fusion& f,
              const std::function<bool(const std::string&)>& graph_output) {
   const std::set<int> removed(f.removed.begin(), f.removed.end());
-  const std::string& kept = f.node.output(0);
+  const std::set<std::string> kept(f.node.output().begin(), f.node.output().end());
   for (int i : f.removed)
     for (const auto& o : ix.node(i).output()) {
-      if (o.empty() || o == kept) continue;
+      if (o.empty() || kept.count(o)) continue;
       if (graph_output(o)) return false;
       for (int reader : ix.Readers(o))
         if (!removed.count(reader)) return false;
@@ -487,6 +518,14 @@ std::vector<Fusion> FindFusions(const GraphProto& graph, const std::vector<bool>
     } else if (ix.Producer(y, "Add") == i) {
       keep(MatchRotary(ix, constant, i));
     }
+  }
+  // Groups last: a MatMul that is part of a matched attention stays there.
+  std::set<std::string> grouped;
+  for (int i = 0; i < graph.node_size(); ++i) {
+    if (!alive[static_cast<size_t>(i)] || graph.node(i).output_size() == 0) continue;
+    const NodeProto& n = graph.node(i);
+    if (ix.Producer(n.output(0), "MatMul") != i || n.input_size() != 2 || used.count(i)) continue;
+    if (grouped.insert(n.input(0)).second) keep(MatchMatMulGroup(ix, constant, n.input(0)));
   }
   return out;
 }

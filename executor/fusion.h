@@ -9,6 +9,10 @@
 //    Expand/Reshape, K transposed by Reshape/Transpose/Reshape or one Transpose, scalar
 //    Muls of Q and K, MatMul, optional additive mask, Softmax, optional IsNaN/Where that
 //    zeroes fully masked rows, MatMul with V) -> ScaledDotProductAttention.
+//  - RMS normalisation, rotary embedding by halves, SiLU gating -> RMSNormalization,
+//    RotaryHalf, SiluMul.
+//  - MatMuls of one input by several dense FLOAT constant weights with the same K (Q/K/V,
+//    gate/up) -> MatMulGroup, one product over the weights side by side.
 #pragma once
 
 #include <functional>
@@ -21,8 +25,11 @@
 namespace onnx_light::core::runtime {
 
 struct Fusion {
-  std::vector<int> removed;  // graph node indices replaced (the last one's outputs remain)
-  NodeProto node;            // the substitute; its outputs are those of the last node
+  std::vector<int> removed;  // graph node indices replaced
+  NodeProto node;            // the substitute; its outputs are outputs of replaced nodes
+  // Where the substitute runs: where the last replaced node ran, or (for a group of
+  // independent nodes whose inputs are all ready before the first) where the first ran.
+  bool run_at_first = false;
 };
 
 // `alive[i]`: node i is still to run (not folded). `constant(name)`: the plan constant of

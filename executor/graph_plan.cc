@@ -504,14 +504,15 @@ void GraphPlan::ApplyFusions(std::vector<int>& order, std::vector<std::vector<in
     for (const auto& in : node.input()) slots.push_back(in.empty() ? -1 : slot_of_.at(in));
     in_slots.push_back(std::move(slots));
     for (const auto& o : node.output()) producer[static_cast<size_t>(slot_of_.at(o))] = index;
-    // The substitute runs where the last replaced node ran: all its inputs are ready there.
+    // The substitute runs where the last (or first, see Fusion) replaced node ran: all its
+    // inputs are ready there.
     const std::unordered_set<int> removed(f.removed.begin(), f.removed.end());
-    size_t last = 0;
+    size_t at = order.size();
     for (size_t k = 0; k < order.size(); ++k)
-      if (removed.count(order[k])) last = k;
+      if (removed.count(order[k]) && (at == order.size() || !f.run_at_first)) at = k;
     std::vector<int> next;
     for (size_t k = 0; k < order.size(); ++k) {
-      if (k == last) next.push_back(index);
+      if (k == at) next.push_back(index);
       else if (!removed.count(order[k])) next.push_back(order[k]);
     }
     order = std::move(next);

@@ -31,6 +31,35 @@ bool Reserve(size_t bytes) {
   return true;
 }
 
+// Admission on the second use: the first one runs unpacked (see the header).
+bool SecondUse(std::atomic<int>& calls) {
+  return calls.load(std::memory_order_relaxed) >= 2 ||
+         calls.fetch_add(1, std::memory_order_relaxed) != 0;
+}
+
+// `make()` within the budget (`bytes` reserved while it lives); null over budget or out of
+// memory: every call then runs unpacked, as without a cache.
+std::unique_ptr<const PackedB> KeepPack(size_t bytes,
+                                        const std::function<std::unique_ptr<const PackedB>()>& make) {
+  if (!Reserve(bytes)) return nullptr;
+  try {
+    return make();
+  } catch (const std::bad_alloc&) {
+    kept.fetch_sub(bytes, std::memory_order_relaxed);
+    return nullptr;
+  }
+}
+
+// The pack replaces reading the weight: a memory-mapped weight's pages go back to the page
+// cache (another reader, e.g. the Gather of a tied embedding, faults in what it reads).
+void ReleaseWeight(const core::runtime::Tensor& b) {
+  if (b.dtype() == core::DataType::kFloat)
+    core::runtime::ReleaseMappedPages(b.strided_data(), b.nbytes());
+}
+
+int64_t Padded(int64_t n) { return (n + 15) / 16 * 16; }
+bool NarrowForPacking(int64_t n) { return Padded(n) * 4 > n * 5; }  // padding would dominate
+
 }  // namespace
 
 size_t PackedWeightBudget() { return budget.load(std::memory_order_relaxed); }
@@ -64,30 +93,63 @@ bool ConstantWeight::Serves(const core::runtime::Tensor& b) const {
 const PackedB* ConstantWeight::Get(const core::runtime::Tensor& b, bool trans_b, int64_t k,
                                    int64_t n, int64_t ldb,
                                    const std::function<const float*()>& values) const {
-  if (k <= 0 || n <= 0 || !Serves(b)) return nullptr;
-  const int64_t padded_n = (n + 15) / 16 * 16;
-  if (padded_n * 4 > n * 5) return nullptr;  // narrow B: padding would dominate the copy
-  // Admission on the second use: the first one runs unpacked (see the header).
-  if (calls_.load(std::memory_order_relaxed) < 2 &&
-      calls_.fetch_add(1, std::memory_order_relaxed) == 0)
+  if (k <= 0 || n <= 0 || !Serves(b) || NarrowForPacking(n) || !SecondUse(calls_))
     return nullptr;
   std::call_once(once_, [&] {
-    // Over budget or out of memory: every call runs unpacked, as without a cache.
-    const size_t bytes = static_cast<size_t>(k * padded_n) * sizeof(float);
-    if (!Reserve(bytes)) return;
-    try {
-      packed_ = std::make_unique<const PackedB>(trans_b, k, n, values(), ldb);
-    } catch (const std::bad_alloc&) {
-      kept.fetch_sub(bytes, std::memory_order_relaxed);
-      return;
-    }
-    // The pack replaces reading the weight: a memory-mapped weight's pages go back to the
-    // page cache (another reader, e.g. the Gather of a tied embedding, faults in what it
-    // reads).
-    if (b.dtype() == core::DataType::kFloat)
-      core::runtime::ReleaseMappedPages(b.strided_data(), b.nbytes());
+    const size_t bytes = static_cast<size_t>(k * Padded(n)) * sizeof(float);
+    packed_ = KeepPack(bytes, [&] { return std::make_unique<const PackedB>(trans_b, k, n, values(), ldb); });
+    if (packed_ != nullptr) ReleaseWeight(b);
   });
   return packed_.get();
+}
+
+ConstantWeightGroup::~ConstantWeightGroup() {
+  if (packed_ != nullptr) kept.fetch_sub(packed_->bytes(), std::memory_order_relaxed);
+}
+
+void ConstantWeightGroup::Declare(size_t i, const core::runtime::RuntimeValue& value) {
+  if (i >= constants_.size() || !value.is_tensor()) return;
+  const core::runtime::Tensor& t = value.tensor();
+  if (t.contiguous() && t.rank() == 2 && t.dtype() == core::DataType::kFloat) constants_[i] = t;
+}
+
+bool ConstantWeightGroup::Serves(const std::vector<const core::runtime::Tensor*>& b) const {
+  if (b.size() != constants_.size() || b.empty()) return false;
+  for (size_t i = 0; i < b.size(); ++i) {
+    const core::runtime::Tensor& c = constants_[i];
+    if (!c.defined() || !b[i]->contiguous() || b[i]->dtype() != c.dtype() ||
+        b[i]->shape() != c.shape() || b[i]->raw_data() != c.raw_data() ||
+        c.dim(0) != constants_[0].dim(0) || c.dim(1) <= 0 || NarrowForPacking(c.dim(1)))
+      return false;
+  }
+  return constants_[0].dim(0) > 0;
+}
+
+const PackedB* ConstantWeightGroup::Get(const std::vector<const core::runtime::Tensor*>& b) const {
+  if (!Serves(b) || !SecondUse(calls_)) return nullptr;
+  std::call_once(once_, [&] { Build(); });
+  return packed_.get();
+}
+
+// Lays the weights side by side in one dense [K, width] matrix (padding columns zero), then
+// packs that: the dense copy lives only while the pack is built.
+void ConstantWeightGroup::Build() const {
+  offsets_.assign(1, 0);
+  for (const auto& c : constants_) offsets_.push_back(offsets_.back() + Padded(c.dim(1)));
+  const int64_t k = constants_[0].dim(0), width = offsets_.back();
+  const size_t bytes = static_cast<size_t>(k * width) * sizeof(float);
+  packed_ = KeepPack(bytes, [&] {
+    std::vector<float> side_by_side(static_cast<size_t>(k * width), 0.0f);
+    for (size_t i = 0; i < constants_.size(); ++i) {
+      const int64_t n = constants_[i].dim(1);
+      const float* src = constants_[i].data<float>();
+      for (int64_t p = 0; p < k; ++p)
+        std::copy(src + p * n, src + (p + 1) * n, side_by_side.data() + p * width + offsets_[i]);
+    }
+    return std::make_unique<const PackedB>(false, k, width, side_by_side.data(), width);
+  });
+  if (packed_ != nullptr)
+    for (const auto& c : constants_) ReleaseWeight(c);
 }
 
 }  // namespace onnx_light::ops::math

@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "core/runtime_value.h"
 #include "core/tensor.h"
@@ -71,6 +72,39 @@ class ConstantWeight {
  private:
   core::runtime::Tensor constant_;
   mutable std::atomic<int> calls_{0};  // eligible calls so far (saturates at 2)
+  mutable std::once_flag once_;
+  mutable std::unique_ptr<const PackedB> packed_;
+};
+
+// Several dense FLOAT [K, N_i] weights that one input multiplies (the Q/K/V or gate/up
+// projections of a decoder layer, ai.onnx_light.fused::MatMulGroup), packed as one PackedB
+// of [K, sum of padded N_i]: weight i's columns start at offset(i), a multiple of 16, so
+// one GEMV or GEMM call streams every weight. The rules of ConstantWeight hold (second use,
+// budget, mapped pages released, immutable once built, served only for the declared
+// storage).
+class ConstantWeightGroup {
+ public:
+  explicit ConstantWeightGroup(size_t count) : constants_(count) {}
+  ~ConstantWeightGroup();
+  ConstantWeightGroup(const ConstantWeightGroup&) = delete;
+  ConstantWeightGroup& operator=(const ConstantWeightGroup&) = delete;
+
+  // Weight `i` (from KernelBase::OnConstantInput); kept only when dense FLOAT rank 2.
+  void Declare(size_t i, const core::runtime::RuntimeValue& value);
+  // The pack when every `b[i]` is weight i as declared, all with K rows, and packing is
+  // worth it; built now on the second such call; null otherwise.
+  const PackedB* Get(const std::vector<const core::runtime::Tensor*>& b) const;
+  // Column offset of weight i in the pack, and the pack's width.
+  int64_t offset(size_t i) const { return offsets_[i]; }
+  int64_t width() const { return offsets_.empty() ? 0 : offsets_.back(); }
+
+ private:
+  bool Serves(const std::vector<const core::runtime::Tensor*>& b) const;
+  void Build() const;
+
+  std::vector<core::runtime::Tensor> constants_;
+  mutable std::vector<int64_t> offsets_;  // count + 1 entries once built
+  mutable std::atomic<int> calls_{0};
   mutable std::once_flag once_;
   mutable std::unique_ptr<const PackedB> packed_;
 };

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "core/text_parser.h"
 #include "executor/graph_plan.h"
 #include "executor/runtime_session.h"
+#include "ops/math/constant_weight.h"
 #include "onnx_light.pb.h"
 
 using namespace onnx_light;
@@ -87,4 +89,81 @@ TEST_CASE("a subgraph whose inner value is also a graph output is not fused") {
   CHECK(fused == 1);
   CHECK(nodes == 16 - 7 + 1);
   for (size_t i = 0; i < y.size(); ++i) CHECK(std::abs(y[i] - ref[i]) <= 1e-6f * (1 + std::abs(ref[i])));
+}
+
+namespace {
+
+// A [m, 20] times three FLOAT constants with K = 20 (one narrower than a panel, one not a
+// multiple of 16) and once by a graph input (not a constant: stays a MatMul).
+std::shared_ptr<ModelProto> GroupModel() {
+  auto values = [](int count, int seed) {
+    std::string s = "{";
+    for (int i = 0; i < count; ++i)
+      s += (i ? ", " : "") + std::to_string(((i * 37 + seed * 11) % 23 - 11) / 8.0);
+    return s + "}";
+  };
+  return std::make_shared<ModelProto>(core::ParseModel(
+      "<ir_version: 10, opset_import: [\"\" : 18]>\n"
+      "g (float[1, M, 20] x, float[20, 3] w) => (float[1, M, 40] q, float[1, M, 16] k,\n"
+      "  float[1, M, 200] v, float[1, M, 3] z)\n"
+      "<float[20, 40] wq = " + values(800, 1) + ", float[20, 16] wk = " + values(320, 2) +
+      ", float[20, 200] wv = " + values(4000, 3) + ">\n"
+      "{\n"
+      "  q = MatMul(x, wq)\n"
+      "  k = MatMul(x, wk)\n"
+      "  z = MatMul(x, w)\n"
+      "  v = MatMul(x, wv)\n"
+      "}\n"));
+}
+
+}  // namespace
+
+TEST_CASE("MatMuls of one input by constant weights run as one MatMulGroup, packed or not") {
+  const auto model = GroupModel();
+  for (int64_t m : {1, 7}) {
+    std::vector<float> x(static_cast<size_t>(m * 20)), w(60);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 13) % 17) / 9.0f - 0.8f;
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 5) - 2.0f;
+    std::map<std::string, std::vector<float>> outputs[2];
+    for (bool fuse : {false, true}) {
+      RuntimeContext context;
+      RuntimeSessionOptions options;
+      options.fuse_subgraphs = fuse;
+      const size_t packed_before = ops::math::PackedWeightBytes();
+      RuntimeSession session(model, context, options);
+      CHECK(session.plan(context).fused_node_count() == (fuse ? 1u : 0u));
+      CHECK(session.plan(context).nodes().size() == (fuse ? 2u : 4u));
+      CAPTURE(m);
+      CAPTURE(fuse);
+      // Three runs: the first unpacked, the second packs, the third uses the pack.
+      for (int run = 0; run < 3; ++run) {
+        RuntimeValueMap feeds;
+        feeds["x"] = RuntimeValue(Tensor::FromFloat("x", {1, m, 20}, x));
+        feeds["w"] = RuntimeValue(Tensor::FromFloat("w", {20, 3}, w));
+        RuntimeValueMap out = session.Run(context, std::move(feeds));
+        for (const char* name : {"q", "k", "v", "z"}) {
+          const Tensor& t = out.at(name).tensor();
+          CHECK(t.dim(0) == 1);
+          CHECK(t.dim(1) == m);
+          std::vector<float> got = t.ToFloatVector();
+          auto& ref = outputs[fuse][name];
+          if (run == 0) ref = got;
+          REQUIRE(got.size() == ref.size());
+          // Packed and unpacked products differ only in the order of their sums.
+          for (size_t i = 0; i < got.size(); ++i)
+            CHECK(std::abs(got[i] - ref[i]) <= 1e-5f * (1 + std::abs(ref[i])));
+        }
+      }
+      // Fused: one pack of [20, 48 + 16 + 208] floats (the weights side by side, each padded
+      // to whole panels); unfused, three packs of the same sizes.
+      CHECK(ops::math::PackedWeightBytes() - packed_before == 20u * (48 + 16 + 208) * 4);
+    }
+    for (const char* name : {"q", "k", "v", "z"}) {
+      const auto& a = outputs[0][name];
+      const auto& b = outputs[1][name];
+      REQUIRE(a.size() == b.size());
+      for (size_t i = 0; i < a.size(); ++i)
+        CHECK(std::abs(a[i] - b[i]) <= 1e-5f * (1 + std::abs(a[i])));
+    }
+  }
 }
