@@ -351,6 +351,10 @@ std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeCont
     p.total_outputs_ += node.outputs.size();
 
     node.kernel = MakeNodeKernel(proto, context, p.scope_);
+    const int out0 = node.outputs.empty() ? -1 : node.outputs[0];
+    node.may_trim_to_last_row = out0 >= 0 && kept[static_cast<size_t>(out0)] &&
+                                readers[static_cast<size_t>(out0)] == 0 &&
+                                node.kernel->ComputesLastRowOnly();
     // Constants never change while the plan lives: kernels may precompute from them.
     for (int j = 0; j < proto.input_size(); ++j) {
       const int s = node.inputs[static_cast<size_t>(j)];
@@ -701,6 +705,11 @@ void RunPlanNode(const GraphPlan& plan, size_t index, RunFrame& frame, RuntimeCo
     }
     KernelCall call(&context, *node.proto, std::span<const RuntimeValue* const>(in, node.inputs.size()),
                     std::span<RuntimeValue*>(out, node.outputs.size()), context.allocator());
+    if (node.may_trim_to_last_row && options.last_position_outputs != nullptr) {
+      const auto& names = *options.last_position_outputs;
+      call.set_last_row_only(std::find(names.begin(), names.end(), node.proto->output(0)) !=
+                             names.end());
+    }
     node.kernel->Compute(call);
   } catch (...) {
     RethrowWithNode(*node.proto);

@@ -32,6 +32,10 @@ struct RunOptions {
   const std::atomic<bool>* cancel_requested = nullptr;
   // Attached to the run's child context by RuntimeSession::Execute (state runs only).
   PersistentAppendHook* append_hook = nullptr;
+  // Graph outputs the caller reads only at the last position (generate's logits). A node
+  // that produces one of them directly and can (KernelBase::ComputesLastRowOnly) computes
+  // only the last row along axis -2: the output comes back with that axis of length 1.
+  const std::vector<std::string>* last_position_outputs = nullptr;
 };
 
 // What sub-plan builders (control-flow kernels, function calls) need from the plan being
@@ -82,6 +86,9 @@ class GraphPlan {
     std::vector<int> successors;
     int predecessor_count = 0;
     int level = 0;  // longest path from a source
+    // Output 0 is a graph output no node reads and the kernel can compute its last row
+    // alone (RunOptions::last_position_outputs).
+    bool may_trim_to_last_row = false;
     size_t input_offset = 0, output_offset = 0;  // into a frame's pointer scratch
   };
 

@@ -66,6 +66,10 @@ class KernelCall {
   size_t output_count() const { return outputs_.size(); }
   // False for an output whose name is empty or that no one consumes.
   bool output_wanted(size_t i) const { return i < outputs_.size() && outputs_[i] != nullptr; }
+  // Output 0 is wanted at the last position only (the last row along axis -2): set by the
+  // executor for kernels that ComputesLastRowOnly (RunOptions::last_position_outputs).
+  bool last_row_only() const { return last_row_only_; }
+  void set_last_row_only(bool value) { last_row_only_ = value; }
   // The frame slot output i is written to (null when unwanted): lets the context match a
   // node to a persistent binding by identity.
   const RuntimeValue* output_slot(size_t i) const {
@@ -90,6 +94,7 @@ class KernelCall {
   std::span<RuntimeValue*> outputs_;
   Allocator& allocator_;
   Tensor scratch_output_;  // target of AllocateOutput for unwanted outputs
+  bool last_row_only_ = false;
 };
 
 class KernelBase {
@@ -113,6 +118,8 @@ class KernelBase {
     (void)index;
     return false;
   }
+  // Whether Compute honours KernelCall::last_row_only() for output 0 (see RunOptions).
+  virtual bool ComputesLastRowOnly() const { return false; }
 
  protected:
   // Parse attributes here; throw Error(kInvalidModel/kNotImplemented) naming the node.

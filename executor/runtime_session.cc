@@ -179,7 +179,9 @@ void RuntimeSession::Execute(RuntimeContext& context, RunFrame& frame,
   // only this run's frame.
   RuntimeContext child = context.MakeChild(&frame, options.cancel_requested);
   child.set_persistent_append_hook(options.append_hook);
-  const RunOptions run_options{child.cancel_requested()};
+  RunOptions run_options;
+  run_options.cancel_requested = child.cancel_requested();
+  run_options.last_position_outputs = options.last_position_outputs;
   if (executor_for(plan) == RuntimeSessionOptions::ExecutorMode::kInline) {
     impl_->arena.execute([&] { ExecuteInline(plan, frame, child, run_options); });
     return;

@@ -38,6 +38,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--executor", default="inline")
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--no-events", action="store_true",
+                        help="time the steps with events off (no tables): the events' own cost")
     args = parser.parse_args()
     arch = ARCH[args.shape]
     path = export_hf.ensure(arch, with_cache=True, size=args.shape)
@@ -45,7 +47,7 @@ def main() -> None:
     model = ol_onnx.load_model(path)
     export_hf.add_cache_bindings(model, layers)
     context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)),
-                                     events_enabled=True)
+                                     events_enabled=not args.no_events)
     options = runtime.RuntimeSessionOptions(intra_op_threads=args.threads,
                                             executor=args.executor,
                                             persistent_tensor_initial_capacity=args.prompt + 64)
@@ -77,9 +79,15 @@ def main() -> None:
     print(f"{args.shape}, prompt {args.prompt}: prompt step {times[0] * 1e3:.1f} ms, decode "
           f"p50 {np.median(times[1:]) * 1e3:.2f} ms over {args.steps} steps "
           f"({args.threads} threads, {args.executor})")
+    if args.no_events:
+        return
     print("\nprompt step, by op:")
     print(profiling.format_table(profiling.op_table(events[marks[0]:marks[1]])[:args.top]))
     decode = events[marks[1]:marks[-1]]
+    kernel_ms = sum(e.duration_ns for e in decode
+                    if e.action == runtime.RuntimeEventAction.kKernel) / 1e6 / args.steps
+    print(f"decode: mean step {np.mean(times[1:]) * 1e3:.2f} ms, of which kernels "
+          f"{kernel_ms:.2f} ms")
     print(f"\ndecode step (mean of {args.steps}), by op:")
     print(profiling.format_table(profiling.op_table(decode, runs=args.steps)[:args.top]))
     print(f"\ndecode step, by node:")

@@ -65,13 +65,17 @@ bool DeclaresOutput(const GraphProto& graph, const std::string& name) {
   return false;
 }
 
-// One model call, returning the logits only. A coroutine so that the loop reads as one
-// co_await per token; the run itself is synchronous here (AsyncRun offers the asio form).
+// One model call, returning the logits only, at the last position only (the loop reads no
+// other; an LM head then multiplies one row per batch on the prompt step). A coroutine so
+// that the loop reads as one co_await per token; the run itself is synchronous here
+// (AsyncRun offers the asio form).
 Task<RuntimeValueMap> RunStep(PersistentValueState* state, const RuntimeSession& session,
                               RuntimeContext& context, RuntimeValueMap feeds,
                               const std::vector<std::string>& wanted) {
-  if (state != nullptr) co_return state->Run(context, std::move(feeds), wanted);
-  co_return session.Run(context, std::move(feeds), wanted);
+  if (state != nullptr) co_return state->Run(context, std::move(feeds), wanted, true);
+  RunOptions options;
+  options.last_position_outputs = &wanted;
+  co_return session.Run(context, std::move(feeds), wanted, options);
 }
 
 }  // namespace

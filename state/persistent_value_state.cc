@@ -29,7 +29,8 @@ struct PersistentValueState::PlanState {
   const GraphPlan* plan = nullptr;
   std::unique_ptr<RunFrame> frame;
   BoundSlots slots;
-  std::vector<int> binding_of_input;  // per plan input: binding index or -1
+  std::vector<int> binding_of_input;   // per plan input: binding index or -1
+  std::vector<int> binding_of_output;  // per plan output: binding index or -1
 };
 
 // What the state layer derives from the model, resolved and validated once per session
@@ -321,6 +322,7 @@ PersistentValueState::PlanState& PersistentValueState::PlanFor(RuntimeContext& c
   ps->plan = &plan;
   ps->frame = std::make_unique<RunFrame>(plan);
   ps->binding_of_input.assign(plan.inputs().size(), -1);
+  ps->binding_of_output.assign(plan.outputs().size(), -1);
   const std::vector<Binding>& bindings = declarations_->bindings;
   for (size_t b = 0; b < bindings.size(); ++b) {
     const int in = plan.FindInput(bindings[b].input_name);
@@ -333,6 +335,7 @@ PersistentValueState::PlanState& PersistentValueState::PlanFor(RuntimeContext& c
     ps->slots.input_index.push_back(in);
     ps->slots.output_index.push_back(out);
     ps->binding_of_input[static_cast<size_t>(in)] = static_cast<int>(b);
+    ps->binding_of_output[static_cast<size_t>(out)] = static_cast<int>(b);
   }
   plans_.push_back(std::move(ps));
   return *plans_.back();
@@ -349,18 +352,25 @@ void PersistentValueState::Publish(std::shared_ptr<const Retained> next) {
 
 RuntimeValueMap PersistentValueState::Run(RuntimeContext& context, RuntimeValueMap feeds,
                                           TaskCompletion* completion) {
-  return RunSelected(context, std::move(feeds), nullptr, completion);
+  return RunSelected(context, std::move(feeds), nullptr, completion, false);
 }
 
 RuntimeValueMap PersistentValueState::Run(RuntimeContext& context, RuntimeValueMap feeds,
                                           const std::vector<std::string>& output_names,
                                           TaskCompletion* completion) {
-  return RunSelected(context, std::move(feeds), &output_names, completion);
+  return RunSelected(context, std::move(feeds), &output_names, completion, false);
+}
+
+RuntimeValueMap PersistentValueState::Run(RuntimeContext& context, RuntimeValueMap feeds,
+                                          const std::vector<std::string>& output_names,
+                                          bool last_position_only, TaskCompletion* completion) {
+  return RunSelected(context, std::move(feeds), &output_names, completion, last_position_only);
 }
 
 RuntimeValueMap PersistentValueState::RunSelected(RuntimeContext& context, RuntimeValueMap feeds,
                                                   const std::vector<std::string>* output_names,
-                                                  TaskCompletion* completion) {
+                                                  TaskCompletion* completion,
+                                                  bool last_position_only) {
   CallGuard guard(*this, "run");
   EnsureOpen("run");
   if (completion != nullptr) completion->Attach();
@@ -435,8 +445,15 @@ RuntimeValueMap PersistentValueState::RunSelected(RuntimeContext& context, Runti
     frame.Set(plan.inputs()[static_cast<size_t>(ps.slots.input_index[b])].slot,
               current->values[b]);
 
+  // Trimmed to the last position: returned outputs only, never a bound (retained) one.
+  std::vector<std::string> last_position;
+  if (last_position_only)
+    for (int o : returned)
+      if (ps.binding_of_output[static_cast<size_t>(o)] < 0)
+        last_position.push_back(plan.outputs()[static_cast<size_t>(o)].name);
   RunOptions run_options;
   run_options.cancel_requested = completion ? &completion->cancel_flag() : nullptr;
+  run_options.last_position_outputs = last_position.empty() ? nullptr : &last_position;
   run_options.append_hook = hook.entries.empty() ? nullptr : &hook;
   session_->Execute(context, frame, run_options);
 

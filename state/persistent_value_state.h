@@ -85,6 +85,13 @@ class PersistentValueState {
   RuntimeValueMap Run(RuntimeContext& context, RuntimeValueMap feeds,
                       const std::vector<std::string>& output_names,
                       TaskCompletion* completion = nullptr);
+  // The same, with the named outputs wanted at the last position only (a generation loop's
+  // logits): a node that produces one directly and can (the MatMul of an LM head) computes
+  // only the last row along axis -2, so it comes back with that axis of length 1. Bound
+  // outputs are always computed whole.
+  RuntimeValueMap Run(RuntimeContext& context, RuntimeValueMap feeds,
+                      const std::vector<std::string>& output_names, bool last_position_only,
+                      TaskCompletion* completion = nullptr);
   // Run for asio services: `co_await state.AsyncRun(context, feeds, asio::use_awaitable)`,
   // callbacks or asio::use_future; completes with void(std::exception_ptr, RuntimeValueMap).
   // Defined in state/async_state.h (include it to use this; asio stays out of this header).
@@ -127,7 +134,7 @@ class PersistentValueState {
   static std::shared_ptr<const Declarations> Resolve(const RuntimeSession& session);
   RuntimeValueMap RunSelected(RuntimeContext& context, RuntimeValueMap feeds,
                               const std::vector<std::string>* output_names,
-                              TaskCompletion* completion);
+                              TaskCompletion* completion, bool last_position_only);
   std::shared_ptr<const Retained> BuildRetained(RuntimeValueMap initial) const;
   // The paged_cache_initializer named `input_name` as a runtime value, or an empty value.
   RuntimeValue PagedCacheDefault(const std::string& input_name) const;

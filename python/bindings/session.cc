@@ -32,6 +32,7 @@ using core::runtime::RuntimeContext;
 using core::runtime::RuntimeContextOptions;
 using core::runtime::RuntimeEvent;
 using core::runtime::RuntimeEventAction;
+using core::runtime::RunOptions;
 using core::runtime::RuntimeSession;
 using core::runtime::RuntimeSessionOptions;
 using core::runtime::SessionCache;
@@ -337,25 +338,32 @@ void RegisterSession(py::module_& runtime) {
       .def(
           "run",
           [](const PySession& self, std::shared_ptr<RuntimeContext> context, py::dict feeds,
-             py::object output_names) {
+             py::object output_names, bool last_position_only) {
             RuntimeValueMap values;
             for (auto item : feeds) {
               const std::string name = py::str(item.first);
               values[name] = ValueFromPython(item.second, name);
             }
             std::optional<std::vector<std::string>> names = NamesFromPython(output_names);
+            if (last_position_only && !names)
+              throw py::value_error("last_position_only needs output_names: the outputs "
+                                    "wanted at the last position");
+            RunOptions options;
+            if (last_position_only) options.last_position_outputs = &*names;
             RuntimeValueMap outputs;
             {
               py::gil_scoped_release release;
-              outputs = names ? self.session->Run(*context, std::move(values), *names)
+              outputs = names ? self.session->Run(*context, std::move(values), *names, options)
                               : self.session->Run(*context, std::move(values));
             }
             return OutputsToPython(outputs);
           },
           py::arg("context"), py::arg("feeds"), py::arg("output_names") = py::none(),
+          py::arg("last_position_only") = false,
           "Runs the graph with `feeds` {input name: array/tensor} and returns {output name: "
-          "runtime.Tensor} (only the outputs named in output_names when given). The GIL is "
-          "released while kernels run.")
+          "runtime.Tensor} (only the outputs named in output_names when given; with "
+          "last_position_only, those produced directly by a MatMul come back for the last "
+          "row along axis -2 alone). The GIL is released while kernels run.")
       .def_property_readonly("options",
                              [](const PySession& self) { return self.session->options(); })
       .def_property_readonly(

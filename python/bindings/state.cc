@@ -63,7 +63,7 @@ class PyState {
   }
 
   py::dict Run(py::object context_object, py::object feeds, py::object completion_object,
-               py::object output_names) {
+               py::object output_names, bool last_position_only) {
     RuntimeContext& context = context_object.cast<RuntimeContext&>();
     std::shared_ptr<TaskCompletion> completion;
     if (!completion_object.is_none())
@@ -74,6 +74,9 @@ class PyState {
         throw py::type_error("output_names must be a list of output names, not a string");
       names = output_names.cast<std::vector<std::string>>();
     }
+    if (last_position_only && !names)
+      throw py::value_error("last_position_only needs output_names: the outputs wanted at the "
+                            "last position");
     RuntimeValueMap values = converter_.MapFromPython(feeds, "feeds", [&](const std::string& n) {
       return DeclaredInput(n);
     });
@@ -83,7 +86,8 @@ class PyState {
     RuntimeValueMap outputs;
     {
       py::gil_scoped_release release;
-      outputs = names ? State().Run(context, std::move(values), *names, completion.get())
+      outputs = names ? State().Run(context, std::move(values), *names, last_position_only,
+                                    completion.get())
                       : State().Run(context, std::move(values), completion.get());
     }
     return ToDict(outputs);
@@ -218,9 +222,12 @@ void RegisterState(py::module_& runtime) {
            "once: the state then holds only its retained values).")
       .def("run", &PyState::Run, py::arg("context"), py::arg("feeds") = py::none(),
            py::arg("completion") = py::none(), py::arg("output_names") = py::none(),
+           py::arg("last_position_only") = false,
            "Runs one call; returns every graph output by name, or only those named in "
-           "output_names (bound outputs are retained and published either way). The GIL is "
-           "released.")
+           "output_names (bound outputs are retained and published either way). With "
+           "last_position_only, the named outputs are wanted at the last position only: one "
+           "produced directly by a MatMul (an LM head's logits) comes back as [..., 1, N], "
+           "computed for the last row alone. The GIL is released.")
       .def_property_readonly("session", &PyState::Session,
                              "The runtime.RuntimeSession the state runs on.")
       .def("reset", &PyState::Reset, py::arg("initial") = py::none())

@@ -96,6 +96,11 @@ def test_optimised_plan_matches_onnxruntime_within_1e_4(case):
     assert ops["RotaryHalf"] == 2 * layers
     assert ops["SiluMul"] == layers
     assert ops["Pow"] == 0 and ops["Neg"] == 0 and ops["Sigmoid"] == 0
+    # Per layer, Q/K/V and gate/up are each one product over the weights side by side; the
+    # output and down projections and the LM head stay MatMuls (attention's own products
+    # are inside the fused attention).
+    assert ops["MatMulGroup"] == 2 * layers
+    assert ops["MatMul"] == 2 * layers + 1
 
 
 def test_folding_and_fusion_change_no_token_and_no_logit_beyond_1e_5(case):
@@ -112,6 +117,39 @@ def test_folding_and_fusion_change_no_token_and_no_logit_beyond_1e_5(case):
         for a, b in zip(logits, reference):
             assert int(a[0, -1].argmax()) == int(b[0, -1].argmax())
             assert np.abs(a - b).max() <= 1e-5, options
+
+
+def test_last_position_logits_equal_the_last_row_of_the_whole_logits(case):
+    """state.run(..., last_position_only=True): the LM head multiplies the prompt's last row
+    alone; the logits equal the last row of the whole prompt's logits (different products:
+    GEMV against GEMM, so within 1e-5), and the caches, always computed whole, are the same:
+    the next step's logits agree too."""
+    arch, size, path = case
+    model = ol_onnx.load_model(path)
+    export_hf.add_cache_bindings(model, export_hf.cache_shape(arch, size)[0])
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+    session = runtime.cached_session(model)
+    prompt = prompt_for(arch, size)
+    results = []
+    for last in (False, True):
+        state = runtime.PersistentValueState(session, export_hf.empty_cache(arch, 1, size))
+        logits = []
+        ids, start = prompt, 0
+        for _ in range(2):
+            out = state.run(context, feeds(ids, start), output_names=["logits"],
+                            last_position_only=last)
+            logits.append(np.from_dlpack(out["logits"]).copy())
+            del out
+            start += ids.shape[1]
+            ids = np.array([[int(logits[-1][0, -1].argmax())]], np.int64)
+        results.append(logits)
+    (whole, whole_next), (last, last_next) = results
+    assert whole.shape[1] == prompt.shape[1] and last.shape == (1, 1, whole.shape[2])
+    assert np.abs(last[0, 0] - whole[0, -1]).max() <= 1e-5
+    assert last_next.shape == whole_next.shape == (1, 1, whole.shape[2])
+    assert np.abs(last_next - whole_next).max() <= 1e-5
+    with pytest.raises(ValueError, match="last_position_only needs output_names"):
+        state.run(context, feeds(ids, start), last_position_only=True)
 
 
 def test_steady_decode_takes_no_fresh_memory_and_copies_no_cache_or_weight():
