@@ -15,7 +15,8 @@
 // head, so every K/V row is read once for the whole group, over a key range with an online
 // softmax (no score matrix); with few tasks and many keys (decode), keys are split across
 // tasks and the partial states merged by log-sum-exp. A row whose keys are all masked gives
-// zeros, as the replaced IsNaN/Where does.
+// zeros, as the replaced IsNaN/Where does. Prompts (many queries) take the tiled path of
+// ops/fused/tiled_attention.h instead: the same result per row, as small GEMMs.
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "executor/attributes.h"
+#include "ops/fused/tiled_attention.h"
 #include "ops/kernel_factory.h"
 #include "ops/math/vector_ops.h"
 #include "ops/math/vexp.h"
@@ -131,6 +133,7 @@ class ScaledDotProductAttention final : public core::runtime::KernelBase {
     const Tensor qd = q.Contiguous();
     const float* qp = qd.data<float>();
     const float scale = q_scale_ * k_scale_;
+    if (fused::PrefersTiles(sq) && ComputeTiled(q, k, v, qp, mask_data, ms, scale, yp)) return;
 
     // Tasks: (b, kv head, query) x key chunks.
     const int64_t rows = batch * kv_heads * sq;
@@ -233,6 +236,32 @@ class ScaledDotProductAttention final : public core::runtime::KernelBase {
   }
 
  private:
+  // Prompts: the tiled path (ops/fused/tiled_attention.h); false when it declines.
+  static bool ComputeTiled(const Tensor& q, const Tensor& k, const Tensor& v, const float* qp,
+                           const float* mask, const int64_t ms[4], float scale, float* yp) {
+    fused::AttentionProblem p;
+    p.batch = q.dim(0);
+    p.heads = q.dim(1);
+    p.queries = q.dim(2);
+    p.dk = q.dim(3);
+    p.kv_heads = k.dim(1);
+    p.keys = k.dim(2);
+    p.dv = v.dim(3);
+    p.q = qp;
+    p.k = static_cast<const float*>(k.strided_data());
+    p.v = static_cast<const float*>(v.strided_data());
+    const Shape ks = k.strides(), vs = v.strides();
+    for (int i = 0; i < 3; ++i) {
+      p.k_strides[i] = ks[static_cast<size_t>(i)];
+      p.v_strides[i] = vs[static_cast<size_t>(i)];
+    }
+    p.mask = mask;
+    std::copy(ms, ms + 4, p.mask_strides);
+    p.scale = scale;
+    p.y = yp;
+    return fused::TiledAttention(p);
+  }
+
   // The replaced Expand/Reshape nodes must have produced exactly the GQA layout: heads
   // repeated kv-head-major, K transposed per head.
   void CheckLayout(KernelCall& call, int64_t batch, int64_t heads, int64_t kv_heads,

@@ -41,6 +41,17 @@ bool CpuHasAvx512() {
 
 namespace {
 
+// Set while SgemmOnThisThread runs: the product spawns no task.
+thread_local bool serial_here = false;
+
+template <typename F>
+void Split(int64_t n, int64_t grain, const F& fn) {
+  if (!serial_here) return ParallelFor(n, grain, fn);
+  if (n > 0) fn(int64_t{0}, n);
+}
+
+int64_t Workers() { return serial_here ? 1 : tbb::this_task_arena::max_concurrency(); }
+
 std::atomic<uint64_t> b_packs{0};
 
 // Register tile: up to kMaxMr rows x kNr columns of C per micro-kernel call; the row count
@@ -283,7 +294,7 @@ inline void StoreTile(const float* tile, float* c, int64_t ldc, int64_t mr, int6
 // Packs every panel of op(B) depth block [p0, p0 + kc) into `out` (panel q at q * kNr * kc).
 void PackBBlock(const GemmArgs& g, int64_t p0, int64_t kc, float* out) {
   const int64_t n_panels = (g.n + kNr - 1) / kNr;
-  ParallelFor(n_panels, 8, [&](int64_t q0, int64_t q1) {
+  Split(n_panels, 8, [&](int64_t q0, int64_t q1) {
     PackB(g, p0, kc, q0 * kNr, std::min(g.n, q1 * kNr), out + q0 * kNr * kc);
   });
 }
@@ -313,7 +324,7 @@ void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels
   const int64_t mr = kernels.mr;
   const int64_t m_blocks = (g.m + kMc - 1) / kMc;
   // Enough tasks for every thread (small M leaves few row blocks): narrower column blocks.
-  const int64_t want_tasks = 2 * tbb::this_task_arena::max_concurrency();
+  const int64_t want_tasks = 2 * Workers();
   int64_t nc = kNc;
   if (m_blocks >= want_tasks) {
     nc = PaddedN(g.n);  // enough row blocks: each task packs its A once per depth block
@@ -347,7 +358,7 @@ void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels
     const float* bp = packed != nullptr ? packed->block(p0) : shared_b;
     if (shared_b != nullptr) PackBBlock(g, p0, kc, shared_b);
     if (shared_a != nullptr) PackA(g, 0, g.m, p0, kc, mr, shared_a);
-    ParallelFor(m_blocks * n_blocks, 1, [&](int64_t t0, int64_t t1) {
+    Split(m_blocks * n_blocks, 1, [&](int64_t t0, int64_t t1) {
       float* a_buffer = shared_a != nullptr ? shared_a : ThreadBuffer(kMc * kKc, 0);
       float* b_buffer = pack_b_per_task ? ThreadBuffer(nc * kKc, 1) : nullptr;
       alignas(64) float tile[kMaxMr * kNr];
@@ -471,7 +482,7 @@ void Gemv(const GemmArgs& g, bool avx2) {
   if (!g.trans_b) {
     constexpr int64_t kChunk = 512;  // columns per task: the accumulator stays in L1
     const int64_t chunks = (g.n + kChunk - 1) / kChunk;
-    ParallelFor(chunks, 1, [&](int64_t c0, int64_t c1) {
+    Split(chunks, 1, [&](int64_t c0, int64_t c1) {
       alignas(32) float acc[kChunk];
       for (int64_t c = c0; c < c1; ++c) {
         const int64_t j0 = c * kChunk, j1 = std::min(g.n, j0 + kChunk);
@@ -490,7 +501,7 @@ void Gemv(const GemmArgs& g, bool avx2) {
     return;
   }
   const int64_t a_stride = g.trans_a ? g.lda : 1;
-  ParallelFor(g.n, std::max<int64_t>(1, 65536 / std::max<int64_t>(g.k, 1)),
+  Split(g.n, std::max<int64_t>(1, 65536 / std::max<int64_t>(g.k, 1)),
               [&](int64_t j0, int64_t j1) {
                 for (int64_t j = j0; j < j1; ++j) {
 #ifdef OL_HAVE_X86
@@ -598,10 +609,10 @@ void GemvPacked(const GemmArgs& g, const PackedB& b, GemmPath path) {
   constexpr int64_t kMaxRun = 32;  // panels per task at most: partial sums stay in L1
   const int64_t panels = (g.n + kNr - 1) / kNr;
   // At least two runs per thread (balance), each as long as that allows (long streams).
-  const int64_t want = 2 * tbb::this_task_arena::max_concurrency();
+  const int64_t want = 2 * Workers();
   const int64_t run = std::clamp<int64_t>((panels + want - 1) / want, 1, kMaxRun);
   const int64_t runs = (panels + run - 1) / run;
-  ParallelFor(runs, 1, [&](int64_t r0, int64_t r1) {
+  Split(runs, 1, [&](int64_t r0, int64_t r1) {
     alignas(64) float y[kMaxRun * kNr];
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t q0 = r * run, q1 = std::min(panels, q0 + run);
@@ -641,6 +652,15 @@ size_t PackedB::bytes() const { return static_cast<size_t>(k_ * padded_n_) * siz
 uint64_t BPacksForTesting() { return b_packs.load(std::memory_order_relaxed); }
 
 void Sgemm(const GemmArgs& g, GemmPath path) { Sgemm(g, nullptr, path); }
+
+void SgemmOnThisThread(const GemmArgs& g, GemmPath path) {
+  struct Serial {
+    bool was = serial_here;
+    Serial() { serial_here = true; }
+    ~Serial() { serial_here = was; }
+  } serial;
+  Sgemm(g, nullptr, path);
+}
 
 void Sgemm(const GemmArgs& g, const PackedB* packed, GemmPath path) {
   if (packed != nullptr)

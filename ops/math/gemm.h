@@ -73,6 +73,10 @@ void Sgemm(const GemmArgs& args, GemmPath path = GemmPath::kAuto);
 // `packed` is plain Sgemm.
 void Sgemm(const GemmArgs& args, const PackedB* packed, GemmPath path = GemmPath::kAuto);
 
+// The same product on the calling thread alone (no task is spawned): for callers that run
+// many small products in parallel themselves (attention over heads and query blocks).
+void SgemmOnThisThread(const GemmArgs& args, GemmPath path = GemmPath::kAuto);
+
 // How many times B was packed (per call without a PackedB, plus PackedB constructions)
 // since the process started: lets tests check that a cached pack is reused.
 uint64_t BPacksForTesting();

@@ -183,3 +183,46 @@ TEST_CASE("fused attention refuses layout operands that are not the grouped-quer
   // K with fewer heads than Q and no repeat at all is refused too.
   CHECK_THROWS_WITH_AS(run({&q, &k, &v}), doctest::Contains("not repeated"), core::Error);
 }
+
+TEST_CASE("prompt-shaped fused attention (the tiled path) equals the decomposed computation") {
+  // Causal masks written with -inf and with finfo.min (as torch exports them), none, and a
+  // finfo.min mask with a fully masked row (the tiled path declines: per-row semantics, a
+  // uniform average over the equal scores).
+  const float kMin = -3.4028234663852886e38f;
+  enum Mask { kNone, kCausalInf, kCausalMin, kDeadRow };
+  for (int64_t s : {16, 70, 130})
+    for (int64_t past : {0, 37})
+      for (Mask kind : {kNone, kCausalInf, kCausalMin, kDeadRow}) {
+        const int64_t t = s + past;
+        CAPTURE(s);
+        CAPTURE(past);
+        CAPTURE(static_cast<int>(kind));
+        const Shape4 qs{2, 6, s, 16};
+        const int64_t hkv = 2, rep = 3;
+        const auto q = Random(static_cast<size_t>(qs.b * qs.h * s * qs.d), 4);
+        const auto k = Random(static_cast<size_t>(qs.b * hkv * t * qs.d), 5);
+        const auto v = Random(static_cast<size_t>(qs.b * hkv * t * qs.d), 6);
+        std::vector<float> mask;
+        if (kind != kNone) {
+          mask.assign(static_cast<size_t>(qs.b * s * t), 0.0f);
+          const float dead = kind == kCausalInf ? -kInf : kMin;
+          for (int64_t b = 0; b < qs.b; ++b)
+            for (int64_t i = 0; i < s; ++i)
+              for (int64_t j = 0; j < t; ++j)
+                if (j > past + i || (kind == kDeadRow && b == 1 && i == 3))
+                  mask[(b * s + i) * t + j] = dead;
+        }
+        std::shared_ptr<std::vector<float>> k_store, v_store;
+        const Tensor qt = Tensor::FromFloat("q", {qs.b, qs.h, s, qs.d}, q);
+        const Tensor kt = CacheView(k, qs.b, hkv, t, qs.d, t + 9, k_store);
+        const Tensor vt = CacheView(v, qs.b, hkv, t, qs.d, t + 9, v_store);
+        const Tensor mt = Tensor::FromFloat("m", {qs.b, 1, s, t}, mask);
+        const Tensor ek = Ints({qs.b, hkv, rep, t, qs.d}), rk = Ints({qs.b, qs.h, t, qs.d});
+        const Tensor ev = Ints({qs.b, hkv, rep, t, qs.d}), rv = Ints({0, -1, t, qs.d});
+        Run run(0.5f, 0.25f);
+        const Tensor y = run({&qt, &kt, &vt, kind != kNone ? &mt : nullptr, &ek, &rk, nullptr,
+                              nullptr, &ev, &rv});
+        CHECK(y.shape() == Shape{qs.b, qs.h, s, qs.d});
+        CheckClose(y.ToFloatVector(), Reference(q, k, v, mask, qs, hkv, t, 0.125f), 2e-5f);
+      }
+}
