@@ -61,7 +61,7 @@ std::atomic<uint64_t> b_packs{0};
 constexpr int64_t kNr = 16;
 constexpr int64_t kMaxMr = 12;
 constexpr int64_t kKc = 256;   // depth of one packed panel pair (A panel 12 KB, B panel 16 KB)
-constexpr int64_t kMc = 96;    // rows of A per task (a multiple of every tile height)
+constexpr int64_t kMc = 144;   // rows of A per task (a multiple of every tile height)
 constexpr int64_t kNc = 256;   // columns of B per task at most (multiple of kNr)
 
 // tile[i * kNr + j] = sum_p ap[p * a_step + i] * bp[p * kNr + j] over kc packed steps, for
@@ -221,6 +221,14 @@ float* AllocateAligned(int64_t n, std::unique_ptr<float[]>* storage) {
 
 int64_t PaddedN(int64_t n) { return (n + kNr - 1) / kNr * kNr; }
 
+// Depth of the blocks K is cut into: at most kKc, all about equal (K = 576 gives 3 x 192,
+// not 256 + 256 + 64, whose short last block would pay a full C update for little work).
+// A PackedB and every product over it use the same blocks.
+int64_t DepthBlock(int64_t k) {
+  const int64_t blocks = (k + kKc - 1) / kKc;
+  return blocks <= 1 ? k : (k + blocks - 1) / blocks;
+}
+
 // Packs op(A)[i0 : i0+mc, p0 : p0+kc] into mr-row panels, zero padded: panel r holds
 // rows i0 + r*mr .. +mr, element (p, i) at p * mr + i.
 void PackA(const GemmArgs& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int64_t mr,
@@ -321,6 +329,7 @@ float* ThreadBuffer(int64_t n, int which) {
 // panel is used by one task only, and is still in L2 when the micro-kernel reads it). With
 // more rows, each task packs its rows of A and B is packed once per depth block, shared.
 void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels) {
+  const int64_t depth = DepthBlock(g.k);
   const int64_t mr = kernels.mr;
   const int64_t m_blocks = (g.m + kMc - 1) / kMc;
   // Enough tasks for every thread (small M leaves few row blocks): narrower column blocks.
@@ -347,13 +356,13 @@ void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels
     b_packs.fetch_add(1, std::memory_order_relaxed);
     if (!pack_b_per_task) {
       b_storage = core::runtime::DefaultAllocator().Allocate(
-          static_cast<size_t>(PaddedN(g.n) * std::min(kKc, g.k)) * sizeof(float));
+          static_cast<size_t>(PaddedN(g.n) * depth) * sizeof(float));
       shared_b = static_cast<float*>(b_storage.get());
     }
   }
-  if (one_row_block) shared_a = AllocateAligned(kMc * std::min(kKc, g.k), &a_storage);
-  for (int64_t p0 = 0; p0 < g.k; p0 += kKc) {
-    const int64_t kc = std::min(kKc, g.k - p0);
+  if (one_row_block) shared_a = AllocateAligned(kMc * depth, &a_storage);
+  for (int64_t p0 = 0; p0 < g.k; p0 += depth) {
+    const int64_t kc = std::min(depth, g.k - p0);
     const bool first = p0 == 0;
     const float* bp = packed != nullptr ? packed->block(p0) : shared_b;
     if (shared_b != nullptr) PackBBlock(g, p0, kc, shared_b);
@@ -597,6 +606,7 @@ GemvBlockFn SelectGemvBlock(GemmPath path) {
 }
 
 void GemvPacked(const GemmArgs& g, const PackedB& b, GemmPath path) {
+  const int64_t depth = DepthBlock(g.k);
   // A as K contiguous floats (a column of a transposed A is gathered once: K is small).
   std::vector<float> a_dense;
   const float* a = g.a;
@@ -616,8 +626,8 @@ void GemvPacked(const GemmArgs& g, const PackedB& b, GemmPath path) {
     alignas(64) float y[kMaxRun * kNr];
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t q0 = r * run, q1 = std::min(panels, q0 + run);
-      for (int64_t p0 = 0; p0 < g.k; p0 += kKc)
-        kernel(b.block(p0), std::min(kKc, g.k - p0), a + p0, q0, q1, p0 == 0, y);
+      for (int64_t p0 = 0; p0 < g.k; p0 += depth)
+        kernel(b.block(p0), std::min(depth, g.k - p0), a + p0, q0, q1, p0 == 0, y);
       const int64_t j0 = q0 * kNr, w = std::min(g.n, q1 * kNr) - j0;
       float* c = g.c + j0;
       for (int64_t j = 0; j < w; ++j)
@@ -642,8 +652,9 @@ PackedB::PackedB(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb
   g.n = n;
   g.b = b;
   g.ldb = ldb;
-  for (int64_t p0 = 0; p0 < k; p0 += kKc)
-    PackBBlock(g, p0, std::min(kKc, k - p0), data_ + p0 * padded_n_);
+  const int64_t depth = DepthBlock(k);
+  for (int64_t p0 = 0; p0 < k; p0 += depth)
+    PackBBlock(g, p0, std::min(depth, k - p0), data_ + p0 * padded_n_);
   b_packs.fetch_add(1, std::memory_order_relaxed);
 }
 
