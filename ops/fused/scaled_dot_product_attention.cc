@@ -189,17 +189,10 @@ class ScaledDotProductAttention final : public core::runtime::KernelBase {
             p.max = block_max;
           }
           // exp(s - max) for the block in one vector pass (-inf gives exactly 0).
-          math::VecExpShiftSum(scores[g], p.max, scores[g], n);
-        }
-        // Values: each row read once for the whole group.
-        for (int64_t t = 0; t < n; ++t) {
-          const float* vrow = values.Row(j0 + t);
-          for (int64_t g = 0; g < group; ++g) {
-            const float w = scores[g][t];
-            if (w == 0.0f) continue;
-            part[g].sum += w;
-            math::Axpy(w, vrow, out + g * dv, dv);
-          }
+          p.sum += static_cast<float>(math::VecExpShiftSum(scores[g], p.max, scores[g], n));
+          // Values: the block's rows (in L1 after the first head of the group) weighted and
+          // summed with the output row in registers.
+          math::WeightedRowSum(scores[g], n, values.Row(j0), values.stride, out + g * dv, dv);
         }
       }
     };

@@ -31,6 +31,11 @@ void AxpyPortable(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
+void WeightedRowSumPortable(const float* w, int64_t rows, const float* x, int64_t x_stride,
+                            float* y, int64_t n) {
+  for (int64_t t = 0; t < rows; ++t) AxpyPortable(w[t], x + t * x_stride, y, n);
+}
+
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma"))) float DotAvx2(const float* a, const float* b, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -87,6 +92,38 @@ float Dot(const float* a, const float* b, int64_t n) {
   return DotPortable(a, b, n);
 }
 
+#if defined(__x86_64__)
+// Chunks of 32 columns in four accumulators over every row, then 8, then the tail.
+__attribute__((target("avx2,fma"))) void WeightedRowSumAvx2(const float* w, int64_t rows,
+                                                             const float* x, int64_t x_stride,
+                                                             float* y, int64_t n) {
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    __m256 a0 = _mm256_loadu_ps(y + j), a1 = _mm256_loadu_ps(y + j + 8);
+    __m256 a2 = _mm256_loadu_ps(y + j + 16), a3 = _mm256_loadu_ps(y + j + 24);
+    for (int64_t t = 0; t < rows; ++t) {
+      const __m256 wt = _mm256_broadcast_ss(w + t);
+      const float* r = x + t * x_stride + j;
+      a0 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r), a0);
+      a1 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 8), a1);
+      a2 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 16), a2);
+      a3 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 24), a3);
+    }
+    _mm256_storeu_ps(y + j, a0);
+    _mm256_storeu_ps(y + j + 8, a1);
+    _mm256_storeu_ps(y + j + 16, a2);
+    _mm256_storeu_ps(y + j + 24, a3);
+  }
+  for (; j + 8 <= n; j += 8) {
+    __m256 a = _mm256_loadu_ps(y + j);
+    for (int64_t t = 0; t < rows; ++t)
+      a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + t), _mm256_loadu_ps(x + t * x_stride + j), a);
+    _mm256_storeu_ps(y + j, a);
+  }
+  if (j < n) WeightedRowSumPortable(w, rows, x + j, x_stride, y + j, n - j);
+}
+#endif
+
 void Dot4(const float* a, const float* const b[4], int64_t n, float out[4]) {
 #if defined(__x86_64__)
   if (CpuHasAvx2Fma()) return Dot4Avx2(a, b, n, out);
@@ -99,6 +136,14 @@ void Axpy(float alpha, const float* x, float* y, int64_t n) {
   if (CpuHasAvx2Fma()) return AxpyAvx2(alpha, x, y, n);
 #endif
   AxpyPortable(alpha, x, y, n);
+}
+
+void WeightedRowSum(const float* w, int64_t rows, const float* x, int64_t x_stride, float* y,
+                    int64_t n) {
+#if defined(__x86_64__)
+  if (CpuHasAvx2Fma()) return WeightedRowSumAvx2(w, rows, x, x_stride, y, n);
+#endif
+  WeightedRowSumPortable(w, rows, x, x_stride, y, n);
 }
 
 }  // namespace onnx_light::ops::math
