@@ -1,0 +1,284 @@
+#include "ops/contrib/nbits_gemm.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "ops/math/common.h"
+#include "ops/math/gemm.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace onnx_light::ops::contrib {
+
+namespace {
+
+constexpr int64_t kTile = 16;
+
+uint8_t SourceQ(const NBitsSource& s, int64_t n, int64_t k, int64_t k_blocks) {
+  const int64_t blob = s.block * s.bits / 8;
+  const uint8_t* col = s.b + n * k_blocks * blob;
+  if (s.bits == 8) return col[k];
+  const uint8_t byte = col[k / 2];
+  return (k & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xF);
+}
+
+float SourceZp(const NBitsSource& s, int64_t n, int64_t kb, int64_t k_blocks) {
+  if (s.zp_float != nullptr) return s.zp_float[n * k_blocks + kb];
+  if (s.zp_packed == nullptr) return static_cast<float>(1 << (s.bits - 1));
+  if (s.bits == 8) return s.zp_packed[n * k_blocks + kb];
+  const uint8_t byte = s.zp_packed[n * ((k_blocks + 1) / 2) + kb / 2];
+  return static_cast<float>((kb & 1) ? (byte >> 4) : (byte & 0xF));
+}
+
+// Sum of a over each block (the zero point's term).
+void BlockSums(const float* a_pad, int64_t k_blocks, int64_t block, float* sums) {
+  for (int64_t kb = 0; kb < k_blocks; ++kb) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < block; ++i) s += a_pad[kb * block + i];
+    sums[kb] = s;
+  }
+}
+
+// acc[16] = sum_k a[k] q[k][col] over one block (portable).
+void BlockDotPortable(const uint8_t* q, const float* a, int64_t block, int bits, float acc[16]) {
+  for (int j = 0; j < kTile; ++j) acc[j] = 0.0f;
+  if (bits == 4) {
+    for (int64_t p = 0; p < block / 2; ++p, q += kTile) {
+      const float a0 = a[2 * p], a1 = a[2 * p + 1];
+      for (int j = 0; j < kTile; ++j)
+        acc[j] += a0 * static_cast<float>(q[j] & 0xF) + a1 * static_cast<float>(q[j] >> 4);
+    }
+  } else {
+    for (int64_t i = 0; i < block; ++i, q += kTile)
+      for (int j = 0; j < kTile; ++j) acc[j] += a[i] * static_cast<float>(q[j]);
+  }
+}
+
+void GemvTilesPortable(const PackedNBits& w, const float* a_pad, const float* a_sums, float* y,
+                       int64_t t0, int64_t t1) {
+  float acc[kTile];
+  for (int64_t t = t0; t < t1; ++t) {
+    float out[kTile] = {};
+    for (int64_t kb = 0; kb < w.k_blocks(); ++kb) {
+      BlockDotPortable(w.weights(t, kb), a_pad + kb * w.block(), w.block(), w.bits(), acc);
+      const float* s = w.scales(t, kb);
+      const float* z = w.neg_scaled_zp(t, kb);
+      for (int j = 0; j < kTile; ++j) out[j] += s[j] * acc[j] + z[j] * a_sums[kb];
+    }
+    const int64_t cols = std::min(kTile, w.n() - t * kTile);
+    std::memcpy(y + t * kTile, out, static_cast<size_t>(cols) * sizeof(float));
+  }
+}
+
+#if defined(__x86_64__)
+#define OL_AVX2 __attribute__((target("avx2,fma")))
+
+// Two 8-lane accumulators (columns 0-7 and 8-15) over one block; even and odd rows use
+// separate accumulators so consecutive FMAs do not wait on each other.
+OL_AVX2 void BlockDot4Avx2(const uint8_t* q, const float* a, int64_t block, __m256& lo,
+                           __m256& hi) {
+  const __m256i mask = _mm256_set1_epi32(0xF);
+  __m256 lo0 = _mm256_setzero_ps(), lo1 = _mm256_setzero_ps();
+  __m256 hi0 = _mm256_setzero_ps(), hi1 = _mm256_setzero_ps();
+  for (int64_t p = 0; p < block / 2; ++p, q += kTile) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+    const __m256i l = _mm256_cvtepu8_epi32(bytes);
+    const __m256i h = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
+    const __m256 a0 = _mm256_broadcast_ss(a + 2 * p), a1 = _mm256_broadcast_ss(a + 2 * p + 1);
+    lo0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(l, mask)), a0, lo0);
+    hi0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(h, mask)), a0, hi0);
+    lo1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(l, 4)), a1, lo1);
+    hi1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(h, 4)), a1, hi1);
+  }
+  lo = _mm256_add_ps(lo0, lo1);
+  hi = _mm256_add_ps(hi0, hi1);
+}
+
+OL_AVX2 void BlockDot8Avx2(const uint8_t* q, const float* a, int64_t block, __m256& lo,
+                           __m256& hi) {
+  __m256 lo0 = _mm256_setzero_ps(), lo1 = _mm256_setzero_ps();
+  __m256 hi0 = _mm256_setzero_ps(), hi1 = _mm256_setzero_ps();
+  for (int64_t i = 0; i < block; i += 2, q += 2 * kTile) {
+    const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+    const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kTile));
+    const __m256 a0 = _mm256_broadcast_ss(a + i), a1 = _mm256_broadcast_ss(a + i + 1);
+    lo0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(r0)), a0, lo0);
+    hi0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(r0, 8))), a0, hi0);
+    lo1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(r1)), a1, lo1);
+    hi1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(r1, 8))), a1, hi1);
+  }
+  lo = _mm256_add_ps(lo0, lo1);
+  hi = _mm256_add_ps(hi0, hi1);
+}
+
+OL_AVX2 void GemvTilesAvx2(const PackedNBits& w, const float* a_pad, const float* a_sums, float* y,
+                           int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t < t1; ++t) {
+    __m256 out_lo = _mm256_setzero_ps(), out_hi = _mm256_setzero_ps();
+    for (int64_t kb = 0; kb < w.k_blocks(); ++kb) {
+      __m256 lo, hi;
+      if (w.bits() == 4)
+        BlockDot4Avx2(w.weights(t, kb), a_pad + kb * w.block(), w.block(), lo, hi);
+      else
+        BlockDot8Avx2(w.weights(t, kb), a_pad + kb * w.block(), w.block(), lo, hi);
+      const float* s = w.scales(t, kb);
+      const float* z = w.neg_scaled_zp(t, kb);
+      const __m256 sum = _mm256_broadcast_ss(a_sums + kb);
+      out_lo = _mm256_fmadd_ps(_mm256_loadu_ps(s), lo, out_lo);
+      out_hi = _mm256_fmadd_ps(_mm256_loadu_ps(s + 8), hi, out_hi);
+      out_lo = _mm256_fmadd_ps(_mm256_loadu_ps(z), sum, out_lo);
+      out_hi = _mm256_fmadd_ps(_mm256_loadu_ps(z + 8), sum, out_hi);
+    }
+    const int64_t cols = std::min(kTile, w.n() - t * kTile);
+    if (cols == kTile) {
+      _mm256_storeu_ps(y + t * kTile, out_lo);
+      _mm256_storeu_ps(y + t * kTile + 8, out_hi);
+    } else {
+      alignas(32) float out[kTile];
+      _mm256_store_ps(out, out_lo);
+      _mm256_store_ps(out + 8, out_hi);
+      std::memcpy(y + t * kTile, out, static_cast<size_t>(cols) * sizeof(float));
+    }
+  }
+}
+#endif
+
+bool UseAvx2(NBitsPath path) {
+#if defined(__x86_64__)
+  return path != NBitsPath::kPortable && math::CpuHasAvx2Fma();
+#else
+  (void)path;
+  return false;
+#endif
+}
+
+// A zero padded to whole blocks, and its block sums.
+void PadActivation(const PackedNBits& w, const float* a, std::vector<float>& a_pad,
+                   std::vector<float>& sums) {
+  a_pad.assign(static_cast<size_t>(w.k_blocks() * w.block()), 0.0f);
+  std::memcpy(a_pad.data(), a, static_cast<size_t>(w.k()) * sizeof(float));
+  sums.resize(static_cast<size_t>(w.k_blocks()));
+  BlockSums(a_pad.data(), w.k_blocks(), w.block(), sums.data());
+}
+
+}  // namespace
+
+PackedNBits::PackedNBits(const NBitsSource& src)
+    : bits_(src.bits), n_(src.n), k_(src.k), block_(src.block),
+      k_blocks_((src.k + src.block - 1) / src.block), tiles_((src.n + kTile - 1) / kTile),
+      block_bytes_(kTile * src.block * src.bits / 8) {
+  q_.assign(static_cast<size_t>(tiles_ * k_blocks_ * block_bytes_), 0);
+  scale_.assign(static_cast<size_t>(tiles_ * k_blocks_ * kTile), 0.0f);
+  nszp_.assign(scale_.size(), 0.0f);
+  for (int64_t n = 0; n < n_; ++n) {
+    const int64_t t = n / kTile, j = n % kTile;
+    for (int64_t kb = 0; kb < k_blocks_; ++kb) {
+      const size_t at = static_cast<size_t>((t * k_blocks_ + kb) * kTile + j);
+      scale_[at] = src.scales[n * k_blocks_ + kb];
+      nszp_[at] = -scale_[at] * SourceZp(src, n, kb, k_blocks_);
+      uint8_t* dst = q_.data() + (t * k_blocks_ + kb) * block_bytes_;
+      const int64_t rows = std::min(block_, k_ - kb * block_);
+      for (int64_t i = 0; i < rows; ++i) {
+        const uint8_t v = SourceQ(src, n, kb * block_ + i, k_blocks_);
+        if (bits_ == 8) dst[i * kTile + j] = v;
+        else dst[(i / 2) * kTile + j] |= static_cast<uint8_t>((i & 1) ? v << 4 : v);
+      }
+    }
+  }
+}
+
+size_t PackedNBits::bytes() const {
+  return q_.size() + (scale_.size() + nszp_.size()) * sizeof(float);
+}
+
+float NBitsWeight(const PackedNBits& w, int64_t k, int64_t n) {
+  const int64_t t = n / kTile, j = n % kTile, kb = k / w.block(), i = k % w.block();
+  const uint8_t* q = w.weights(t, kb);
+  const int v = w.bits() == 8 ? q[i * kTile + j]
+                              : ((i & 1) ? q[(i / 2) * kTile + j] >> 4 : q[(i / 2) * kTile + j] & 0xF);
+  const size_t at = static_cast<size_t>(j);
+  return w.scales(t, kb)[at] * static_cast<float>(v) + w.neg_scaled_zp(t, kb)[at];
+}
+
+void NBitsGemvTiles(const PackedNBits& w, const float* a_pad, const float* a_sums, float* y,
+                    int64_t t0, int64_t t1, NBitsPath path) {
+#if defined(__x86_64__)
+  if (UseAvx2(path)) return GemvTilesAvx2(w, a_pad, a_sums, y, t0, t1);
+#endif
+  (void)path;
+  GemvTilesPortable(w, a_pad, a_sums, y, t0, t1);
+}
+
+void NBitsGemv(const PackedNBits& w, const float* a, float* y, NBitsPath path) {
+  std::vector<float> a_pad, sums;
+  PadActivation(w, a, a_pad, sums);
+  // Tasks of at least ~32 KiB of packed weights: less and scheduling costs show.
+  const int64_t tile_bytes = w.k_blocks() * w.block() * kTile * w.bits() / 8;
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, tile_bytes));
+  math::ParallelFor(w.tiles(), grain, [&](int64_t t0, int64_t t1) {
+    NBitsGemvTiles(w, a_pad.data(), sums.data(), y, t0, t1, path);
+  });
+}
+
+namespace {
+
+// Dequantizes W[k0 : k0 + kc, tiles t0 .. t0 + nt) into buf (row-major, ld = nt * 16).
+void DequantizeTile(const PackedNBits& w, int64_t k0, int64_t kc, int64_t t0, int64_t nt,
+                    float* buf) {
+  const int64_t ld = nt * kTile;
+  for (int64_t t = 0; t < nt; ++t)
+    for (int64_t k = k0; k < k0 + kc; ++k) {
+      const int64_t kb = k / w.block(), i = k % w.block();
+      const uint8_t* q = w.weights(t0 + t, kb);
+      const float* s = w.scales(t0 + t, kb);
+      const float* z = w.neg_scaled_zp(t0 + t, kb);
+      float* row = buf + (k - k0) * ld + t * kTile;
+      if (w.bits() == 8) {
+        for (int j = 0; j < kTile; ++j) row[j] = s[j] * q[i * kTile + j] + z[j];
+      } else {
+        const uint8_t* p = q + (i / 2) * kTile;
+        const int shift = (i & 1) ? 4 : 0;
+        for (int j = 0; j < kTile; ++j) row[j] = s[j] * static_cast<float>((p[j] >> shift) & 0xF) + z[j];
+      }
+    }
+}
+
+}  // namespace
+
+void NBitsGemm(const PackedNBits& w, int64_t m, const float* a, float* c, NBitsPath path) {
+  const int64_t n = w.n(), k = w.k();
+  if (m <= 4) {  // a few rows: the GEMV reads the packed weights at memory speed
+    for (int64_t r = 0; r < m; ++r) NBitsGemv(w, a + r * k, c + r * n, path);
+    return;
+  }
+  // Column panels of 8 tiles x depth chunks of 256 rows: a 128 KiB float buffer per task.
+  constexpr int64_t kPanelTiles = 8, kDepth = 256;
+  const int64_t panels = (w.tiles() + kPanelTiles - 1) / kPanelTiles;
+  math::ParallelFor(panels, 1, [&](int64_t p0, int64_t p1) {
+    std::vector<float> buf(static_cast<size_t>(kDepth * kPanelTiles * kTile));
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t t0 = p * kPanelTiles, nt = std::min(kPanelTiles, w.tiles() - t0);
+      const int64_t n0 = t0 * kTile, nc = std::min(nt * kTile, n - n0);
+      for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
+        const int64_t kc = std::min(kDepth, k - k0);
+        DequantizeTile(w, k0, kc, t0, nt, buf.data());
+        math::GemmArgs g;
+        g.m = m;
+        g.n = nc;
+        g.k = kc;
+        g.a = a + k0;
+        g.lda = k;
+        g.b = buf.data();
+        g.ldb = nt * kTile;
+        g.beta = k0 == 0 ? 0.0f : 1.0f;
+        g.c = c + n0;
+        g.ldc = n;
+        math::Sgemm(g);
+      }
+    }
+  });
+}
+
+}  // namespace onnx_light::ops::contrib
