@@ -14,7 +14,7 @@
 // - do_rotary: Q and K rotated (ops/contrib/rotary.h) at position s (first prompt, 1 for a
 //   padded row) or past_b + s, rotary_dim = 2 * cos_cache dim 1.
 // - query s of batch b attends keys [lo, past_b + s] of the present; local_window_size w > 0
-//   keeps the last w + 1 of them. Scores are scaled (scale, default 1/sqrt(H)), soft-capped
+//   keeps the last w of them (onnxruntime 1.32; older CPU kernels kept w + 1). Scores are scaled (scale, default 1/sqrt(H)), soft-capped
 //   (softcap * tanh(x / softcap) when softcap > 0), then softmax (smooth_softmax: an extra
 //   zero logit in the denominator).
 // Refused with the node and input named: attention_bias, head_sink, position_ids inputs,
@@ -294,7 +294,7 @@ void GroupQueryAttention::Attend(const Geometry& g, const math::KvRows& q, const
       const float* keys = kbase + present_k.BlockOffset(2, block);
       const float* values = vbase + present_v.BlockOffset(2, block);
       const int64_t hi = std::min(g.past_b[static_cast<size_t>(b)] + s + 1, g.present_len);
-      const int64_t lo = local_window_ > 0 && hi > local_window_ + 1 ? hi - local_window_ - 1 : 0;
+      const int64_t lo = local_window_ > 0 && hi > local_window_ ? hi - local_window_ : 0;
       const float* qrow = RowPtr(q, b, head, s);
       scores.resize(static_cast<size_t>(hi - lo));
       float max = -std::numeric_limits<float>::infinity();

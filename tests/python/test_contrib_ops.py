@@ -175,3 +175,207 @@ def test_rotary_embedding_refuses_packed_batching_and_positions_past_the_cache()
     feeds["pos"] = np.array([3], np.int64)  # positions 3 and 4 of a 4-row cache
     with pytest.raises(ValueError, match="rope.*position 4.*position_ids"):
         _run_ours(_model(node, _types(feeds), ["y"]), feeds)
+
+
+# ---- MatMulNBits -------------------------------------------------------------------------
+
+
+def _quantized(rng, k, n, bits, block, zp_kind):
+    """Random MatMulNBits operands and the float weight W[K, N] they encode."""
+    k_blocks = -(-k // block)
+    levels = 1 << bits
+    q = rng.integers(0, levels, (n, k_blocks * block)).astype(np.uint8)
+    scales = rng.uniform(0.01, 0.1, (n, k_blocks)).astype(np.float32)
+    if zp_kind == "none":
+        zp = np.full((n, k_blocks), levels // 2, np.float32)
+    elif zp_kind == "uint8":
+        zp = rng.integers(0, levels, (n, k_blocks)).astype(np.float32)
+    else:
+        zp = rng.uniform(0, levels - 1, (n, k_blocks)).astype(np.float32)
+    w = (q.astype(np.float32) - np.repeat(zp, block, 1)) * np.repeat(scales, block, 1)
+    if bits == 4:
+        b = (q[:, 0::2] | (q[:, 1::2] << 4)).astype(np.uint8)
+    else:
+        b = q
+    inits = {"B": b.reshape(n, k_blocks, block * bits // 8), "scales": scales.reshape(-1)}
+    if zp_kind == "uint8":
+        z = zp.astype(np.uint8)
+        if bits == 4:
+            if k_blocks % 2:
+                z = np.concatenate([z, np.zeros((n, 1), np.uint8)], 1)
+            z = z[:, 0::2] | (z[:, 1::2] << 4)
+        inits["zero_points"] = z.reshape(-1)
+    elif zp_kind == "float":
+        inits["zero_points"] = zp.reshape(-1)
+    return inits, w[:, :k].T.copy()
+
+
+def _nbits_model(k, n, bits, block, inits, bias=None, accuracy_level=0, name="mm"):
+    inits = dict(inits)
+    names = ["A", "B", "scales", "zero_points" if "zero_points" in inits else ""]
+    if bias is not None:
+        inits["bias"] = bias
+        names += ["", "bias"]
+    node = helper.make_node("MatMulNBits", names, ["Y"], domain=MS, name=name, K=k, N=n,
+                            bits=bits, block_size=block, accuracy_level=accuracy_level)
+    return _model(node, [("A", F32)], ["Y"], list(inits.items()))
+
+
+# onnxruntime's CPU kernel refuses 8-bit weights with float zero points; this kernel runs
+# them, checked against the reference only.
+NBITS_CASES = [(bits, block, zp) for bits in (4, 8) for block in (16, 32, 64, 128, 256)
+               for zp in ("none", "uint8", "float")]
+
+
+@pytest.mark.parametrize("bits,block,zp", NBITS_CASES)
+def test_mat_mul_n_bits_matches_the_dequantized_weight_and_onnxruntime(bits, block, zp):
+    """Decode (M = 1), a few rows (GEMV per row) and a prompt (tiles into SGEMM), K not a
+    multiple of the block, N not a multiple of 16; two runs each so that the kernel's
+    repacked weight is reused. Against the float product with the dequantized weight the
+    tolerance is float rounding; onnxruntime at accuracy_level 0 computes the same product."""
+    rng = np.random.default_rng(bits * 1000 + block + len(zp))
+    k, n = 3 * block - 5, 37
+    inits, w = _quantized(rng, k, n, bits, block, zp)
+    bias = rng.standard_normal(n).astype(np.float32)
+    model = _nbits_model(k, n, bits, block, inits, bias)
+    with_ort = not (bits == 8 and zp == "float")
+    ort_session = ort.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"]) if with_ort else None
+    session = runtime.RuntimeSession(model)
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(21)))
+    for shape in [(1, 1, k), (3, k), (2, 19, k), (1, 1, k)]:
+        a = rng.standard_normal(shape).astype(np.float32)
+        ours = np.from_dlpack(session.run(context, {"A": a})["Y"]).copy()
+        reference = (a.astype(np.float64) @ w.astype(np.float64) + bias).astype(np.float32)
+        magnitude = np.abs(a) @ np.abs(w) + np.abs(bias)
+        assert ours.shape == reference.shape
+        assert np.all(np.abs(ours - reference) <= 2e-6 * magnitude + 1e-6), shape
+        if with_ort:
+            theirs = ort_session.run(None, {"A": a})[0]
+            assert np.all(np.abs(ours - theirs) <= 4e-6 * magnitude + 1e-6), shape
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_mat_mul_n_bits_is_as_close_to_the_reference_as_onnxruntime_at_accuracy_level_4(bits):
+    """At accuracy_level 4 onnxruntime quantizes A to int8 per block; this kernel stays in
+    float, so its distance to the dequantized-weight reference is below onnxruntime's own."""
+    rng = np.random.default_rng(40 + bits)
+    k, n, block = 576, 96, 32
+    inits, w = _quantized(rng, k, n, bits, block, "uint8")
+    model = _nbits_model(k, n, bits, block, inits, accuracy_level=4)
+    a = rng.standard_normal((1, 4, k)).astype(np.float32)
+    ours, theirs = _run_both(model, {"A": a})
+    reference = a.astype(np.float64) @ w.astype(np.float64)
+    assert np.abs(ours["Y"] - reference).max() <= np.abs(theirs["Y"] - reference).max() + 1e-5
+
+
+def test_mat_mul_n_bits_refuses_g_idx_and_unsupported_attributes():
+    rng = np.random.default_rng(0)
+    inits, _ = _quantized(rng, 32, 16, 4, 32, "none")
+    a = np.zeros((1, 32), np.float32)
+    g_idx = np.zeros(32, np.int32)
+    node = helper.make_node("MatMulNBits", ["A", "B", "scales", "", "g_idx"], ["Y"], domain=MS,
+                            name="proj", K=32, N=16, bits=4, block_size=32)
+    model = _model(node, [("A", F32)], ["Y"], list(inits.items()) + [("g_idx", g_idx)])
+    with pytest.raises(NotImplementedError, match="proj.*input 'g_idx' is not supported"):
+        _run_ours(model, {"A": a})
+    for attrs, message in [({"bits": 3}, "bits 3 is not supported"),
+                           ({"block_size": 8}, "block_size 8 is not supported"),
+                           ({"block_size": 48}, "block_size 48 is not supported")]:
+        node = helper.make_node("MatMulNBits", ["A", "B", "scales"], ["Y"], domain=MS,
+                                name="proj", **{"K": 32, "N": 16, "bits": 4, "block_size": 32,
+                                                **attrs})
+        with pytest.raises(NotImplementedError, match="proj.*" + message):
+            _run_ours(_model(node, [("A", F32)], ["Y"], list(inits.items())), {"A": a})
+
+
+def test_mat_mul_n_bits_counts_its_repacked_weight_once():
+    rng = np.random.default_rng(1)
+    k, n = 256, 64
+    inits, w = _quantized(rng, k, n, 4, 32, "uint8")
+    session = runtime.RuntimeSession(_nbits_model(k, n, 4, 32, inits))
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(21)))
+    before = runtime.packed_weight_bytes()
+    for _ in range(3):
+        a = rng.standard_normal((1, k)).astype(np.float32)
+        y = np.from_dlpack(session.run(context, {"A": a})["Y"])
+        assert np.allclose(y, a @ w, rtol=1e-5, atol=1e-4)
+    # 4-bit weights (K * N / 2 bytes) plus a scale and a scaled zero point per column-block.
+    assert runtime.packed_weight_bytes() - before == k * n // 2 + 2 * 4 * n * (k // 32)
+
+
+# ---- GroupQueryAttention -----------------------------------------------------------------
+
+
+def _gqa(rng, *, batch=1, seq=4, past=0, nq=4, nkv=2, h=16, packed=False, rotary=False,
+         interleaved=0, seqlens=None, total=None, past_capacity=None, **attrs):
+    """A GroupQueryAttention model and feeds; seqlens_k defaults to past + seq - 1."""
+    feeds = {}
+    if packed:
+        feeds["query"] = rng.standard_normal((batch, seq, (nq + 2 * nkv) * h)).astype(np.float32)
+    else:
+        feeds["query"] = rng.standard_normal((batch, seq, nq * h)).astype(np.float32)
+        feeds["key"] = rng.standard_normal((batch, seq, nkv * h)).astype(np.float32)
+        feeds["value"] = rng.standard_normal((batch, seq, nkv * h)).astype(np.float32)
+    cap = past if past_capacity is None else past_capacity
+    feeds["past_key"] = rng.standard_normal((batch, nkv, cap, h)).astype(np.float32)
+    feeds["past_value"] = rng.standard_normal((batch, nkv, cap, h)).astype(np.float32)
+    lens = [past + seq - 1] * batch if seqlens is None else seqlens
+    feeds["seqlens_k"] = np.array(lens, np.int32)
+    feeds["total_sequence_length"] = np.array(past + seq if total is None else total, np.int32)
+    names = list(feeds) if not packed else ["query", "", "", *list(feeds)[1:]]
+    if rotary:
+        feeds["cos_cache"], feeds["sin_cache"] = _caches(rng, 64, h // 2)
+        names += ["cos_cache", "sin_cache"]
+    node = helper.make_node("GroupQueryAttention", names, ["out", "present_key", "present_value"],
+                            domain=MS, name="gqa", num_heads=nq, kv_num_heads=nkv,
+                            do_rotary=int(rotary), rotary_interleaved=interleaved, **attrs)
+    inputs = [(k, F32 if v.dtype == np.float32 else TensorProto.INT32) for k, v in feeds.items()]
+    return _model(node, inputs, ["out", "present_key", "present_value"]), feeds
+
+
+def _check_gqa(model, feeds):
+    ours, theirs = _run_both(model, feeds)
+    for name in ("out", "present_key", "present_value"):
+        _close(ours[name], theirs[name], 1.0)
+
+
+GQA_CASES = {
+    "prompt": {},
+    "prompt_packed": {"packed": True},
+    "prompt_rotary": {"rotary": True},
+    "prompt_rotary_interleaved_packed": {"rotary": True, "interleaved": 1, "packed": True},
+    "decode": {"seq": 1, "past": 9},
+    "decode_packed_rotary": {"seq": 1, "past": 9, "packed": True, "rotary": True},
+    "decode_batch2": {"seq": 1, "past": 6, "batch": 2, "rotary": True},
+    "decode_mqa": {"seq": 1, "past": 5, "nq": 6, "nkv": 1, "h": 32},
+    "subsequent_prompt": {"seq": 3, "past": 5, "rotary": True},
+    "local_window": {"seq": 1, "past": 12, "local_window_size": 4},
+    "local_window_prompt": {"seq": 9, "local_window_size": 3},
+    "softcap": {"seq": 3, "past": 5, "softcap": 2.5},
+    "smooth_softmax": {"seq": 1, "past": 7, "smooth_softmax": 1},
+    "scale": {"seq": 2, "past": 3, "scale": 0.3},
+    "ragged_decode": {"seq": 1, "past": 8, "batch": 2, "seqlens": [8, 5], "rotary": True},
+    "capacity_past": {"seq": 1, "past": 6, "past_capacity": 10, "total": 7},
+}
+
+
+@pytest.mark.parametrize("case", list(GQA_CASES))
+def test_group_query_attention_matches_onnxruntime(case):
+    rng = np.random.default_rng(sum(map(ord, case)))
+    _check_gqa(*_gqa(rng, **GQA_CASES[case]))
+
+
+def test_group_query_attention_refuses_attention_bias_and_non_float_inputs():
+    rng = np.random.default_rng(2)
+    model, feeds = _gqa(rng, seq=1, past=3)
+    node = model.graph.node[0]
+    node.input.extend(["", "", "", "bias"])  # cos_cache, sin_cache, position_ids absent
+    feeds["bias"] = np.zeros((1, 1, 1, 4), np.float32)
+    model.graph.input.append(helper.make_tensor_value_info("bias", F32, None))
+    with pytest.raises(NotImplementedError, match="gqa.*input 'attention_bias' is not supported"):
+        _run_ours(model, feeds)
+    model, feeds = _gqa(rng, seq=1, past=3)
+    feeds["seqlens_k"] = np.array([7], np.int32)  # past 7 > the 3 rows of past_key
+    with pytest.raises(ValueError, match="gqa.*seqlens_k"):
+        _run_ours(model, feeds)
