@@ -379,3 +379,60 @@ def test_group_query_attention_refuses_attention_bias_and_non_float_inputs():
     feeds["seqlens_k"] = np.array([7], np.int32)  # past 7 > the 3 rows of past_key
     with pytest.raises(ValueError, match="gqa.*seqlens_k"):
         _run_ours(model, feeds)
+
+
+def _storage(context):
+    """Sums of the kPersistentStorage reports since the last call, then clears the log."""
+    fields = ("allocations", "prefix_copied_bytes", "append_copied_bytes")
+    totals = dict.fromkeys(fields, 0)
+    for event in context.events():
+        if event.action == runtime.RuntimeEventAction.kPersistentStorage:
+            for field in fields:
+                totals[field] += getattr(event, "storage_" + field)
+    context.clear_events()
+    return totals
+
+
+def test_group_query_attention_appends_a_bound_cache_in_place_and_matches_onnxruntime():
+    """With present_key/present_value bound to past_key/past_value in a persistent state, a
+    decode step copies only the new row of each (batch, kv head) block into the reserved
+    capacity: no allocation and no prefix byte copied, the cache keeps its address, and every
+    step equals onnxruntime fed with its own presents."""
+    from onnx_light import onnx as ol_onnx
+
+    rng = np.random.default_rng(9)
+    batch, nq, nkv, h, prompt = 2, 4, 2, 16, 5
+    model, feeds = _gqa(rng, batch=batch, seq=prompt, packed=True, rotary=True, nq=nq, nkv=nkv, h=h)
+    ours = ol_onnx.from_onnx(model)
+    for name in ("key", "value"):
+        binding = ours.graph.persistent_bindings.add()
+        binding.input_name = f"past_{name}"
+        binding.output_name = f"present_{name}"
+    initial = {"past_key": feeds.pop("past_key"), "past_value": feeds.pop("past_value")}
+    options = runtime.RuntimeSessionOptions(persistent_tensor_initial_capacity=16)
+    state = runtime.PersistentValueState(ours, initial, options=options)
+    reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(21)),
+                                     events_enabled=True)
+    past, pointers = dict(initial), []
+    row_bytes = 4 * h * batch * nkv * 2  # one new row per block, keys and values
+    for step in range(6):
+        total = prompt + step
+        step_feeds = {**feeds, "seqlens_k": np.full(batch, total - 1, np.int32),
+                      "total_sequence_length": np.array(total, np.int32)}
+        if step > 0:
+            step_feeds["query"] = rng.standard_normal((batch, 1, (nq + 2 * nkv) * h)).astype(np.float32)
+        out = state.run(context, step_feeds)
+        got = {k: np.asarray(v).copy() for k, v in out.items()}
+        pointers.append(np.from_dlpack(out["present_key"]).__array_interface__["data"][0])
+        del out
+        y, present_key, present_value = reference.run(None, {**step_feeds, **past})
+        _close(got["out"], y, 1.0)
+        _close(got["present_key"], present_key, 1.0)  # rotated keys: rounding of the rotation
+        np.testing.assert_array_equal(got["present_value"], present_value)
+        past = {"past_key": present_key, "past_value": present_value}
+        totals = _storage(context)
+        if step > 0:
+            assert totals == {"allocations": 0, "prefix_copied_bytes": 0,
+                              "append_copied_bytes": row_bytes}, step
+    assert len(set(pointers[1:])) == 1  # the decode steps kept the prompt's buffer
