@@ -65,7 +65,12 @@ void GemvTilesPortable(const PackedNBits& w, const float* a_pad, const float* a_
       BlockDotPortable(w.weights(t, kb), a_pad + kb * w.block(), w.block(), w.bits(), acc);
       const float* s = w.scales(t, kb);
       const float* z = w.neg_scaled_zp(t, kb);
-      for (int j = 0; j < kTile; ++j) out[j] += s[j] * acc[j] + z[j] * a_sums[kb];
+      if (z != nullptr) {
+        for (int j = 0; j < kTile; ++j) out[j] += s[j] * acc[j] + z[j] * a_sums[kb];
+      } else {
+        const float zs = w.uniform_zp() * a_sums[kb];
+        for (int j = 0; j < kTile; ++j) out[j] += s[j] * (acc[j] - zs);
+      }
     }
     const int64_t cols = std::min(kTile, w.n() - t * kTile);
     std::memcpy(y + t * kTile, out, static_cast<size_t>(cols) * sizeof(float));
@@ -125,11 +130,17 @@ OL_AVX2 void GemvTilesAvx2(const PackedNBits& w, const float* a_pad, const float
         BlockDot8Avx2(w.weights(t, kb), a_pad + kb * w.block(), w.block(), lo, hi);
       const float* s = w.scales(t, kb);
       const float* z = w.neg_scaled_zp(t, kb);
-      const __m256 sum = _mm256_broadcast_ss(a_sums + kb);
+      if (z != nullptr) {
+        const __m256 sum = _mm256_broadcast_ss(a_sums + kb);
+        out_lo = _mm256_fmadd_ps(_mm256_loadu_ps(z), sum, out_lo);
+        out_hi = _mm256_fmadd_ps(_mm256_loadu_ps(z + 8), sum, out_hi);
+      } else {
+        const __m256 zs = _mm256_set1_ps(-w.uniform_zp() * a_sums[kb]);
+        lo = _mm256_add_ps(lo, zs);
+        hi = _mm256_add_ps(hi, zs);
+      }
       out_lo = _mm256_fmadd_ps(_mm256_loadu_ps(s), lo, out_lo);
       out_hi = _mm256_fmadd_ps(_mm256_loadu_ps(s + 8), hi, out_hi);
-      out_lo = _mm256_fmadd_ps(_mm256_loadu_ps(z), sum, out_lo);
-      out_hi = _mm256_fmadd_ps(_mm256_loadu_ps(z + 8), sum, out_hi);
     }
     const int64_t cols = std::min(kTile, w.n() - t * kTile);
     if (cols == kTile) {
@@ -168,16 +179,18 @@ void PadActivation(const PackedNBits& w, const float* a, std::vector<float>& a_p
 PackedNBits::PackedNBits(const NBitsSource& src)
     : bits_(src.bits), n_(src.n), k_(src.k), block_(src.block),
       k_blocks_((src.k + src.block - 1) / src.block), tiles_((src.n + kTile - 1) / kTile),
-      block_bytes_(kTile * src.block * src.bits / 8) {
+      block_bytes_(kTile * src.block * src.bits / 8),
+      uniform_zp_(static_cast<float>(1 << (src.bits - 1))) {
   q_.assign(static_cast<size_t>(tiles_ * k_blocks_ * block_bytes_), 0);
   scale_.assign(static_cast<size_t>(tiles_ * k_blocks_ * kTile), 0.0f);
-  nszp_.assign(scale_.size(), 0.0f);
+  const bool zp_table = src.zp_packed != nullptr || src.zp_float != nullptr;
+  if (zp_table) nszp_.assign(scale_.size(), 0.0f);
   for (int64_t n = 0; n < n_; ++n) {
     const int64_t t = n / kTile, j = n % kTile;
     for (int64_t kb = 0; kb < k_blocks_; ++kb) {
       const size_t at = static_cast<size_t>((t * k_blocks_ + kb) * kTile + j);
       scale_[at] = src.scales[n * k_blocks_ + kb];
-      nszp_[at] = -scale_[at] * SourceZp(src, n, kb, k_blocks_);
+      if (zp_table) nszp_[at] = -scale_[at] * SourceZp(src, n, kb, k_blocks_);
       uint8_t* dst = q_.data() + (t * k_blocks_ + kb) * block_bytes_;
       const int64_t rows = std::min(block_, k_ - kb * block_);
       for (int64_t i = 0; i < rows; ++i) {
@@ -199,7 +212,9 @@ float NBitsWeight(const PackedNBits& w, int64_t k, int64_t n) {
   const int v = w.bits() == 8 ? q[i * kTile + j]
                               : ((i & 1) ? q[(i / 2) * kTile + j] >> 4 : q[(i / 2) * kTile + j] & 0xF);
   const size_t at = static_cast<size_t>(j);
-  return w.scales(t, kb)[at] * static_cast<float>(v) + w.neg_scaled_zp(t, kb)[at];
+  const float s = w.scales(t, kb)[at];
+  const float* z = w.neg_scaled_zp(t, kb);
+  return z != nullptr ? s * static_cast<float>(v) + z[at] : s * (static_cast<float>(v) - w.uniform_zp());
 }
 
 void NBitsGemvTiles(const PackedNBits& w, const float* a_pad, const float* a_sums, float* y,
@@ -233,7 +248,9 @@ void DequantizeTile(const PackedNBits& w, int64_t k0, int64_t kc, int64_t t0, in
       const int64_t kb = k / w.block(), i = k % w.block();
       const uint8_t* q = w.weights(t0 + t, kb);
       const float* s = w.scales(t0 + t, kb);
-      const float* z = w.neg_scaled_zp(t0 + t, kb);
+      const float* zt = w.neg_scaled_zp(t0 + t, kb);
+      float z[kTile];
+      for (int j = 0; j < kTile; ++j) z[j] = zt != nullptr ? zt[j] : -w.uniform_zp() * s[j];
       float* row = buf + (k - k0) * ld + t * kTile;
       if (w.bits() == 8) {
         for (int j = 0; j < kTile; ++j) row[j] = s[j] * q[i * kTile + j] + z[j];

@@ -5,7 +5,9 @@
 // each pair of rows (k, k+1) takes 16 bytes (byte j = q[col j][k] | q[col j][k+1] << 4), for
 // 8 bits each row 16 bytes. So the GEMV reads one tile's weights in one sequential run and
 // one load feeds 16 columns (two 8-lane AVX2 accumulators). The zero point is folded out of
-// the inner loop: y[n] += scale * sum_k(a_k q_k) - scale * zp * sum_k(a_k) per block.
+// the inner loop: y[n] += scale * sum_k(a_k q_k) - scale * zp * sum_k(a_k) per block, with
+// -scale * zp kept per column and block only when the model gives zero points (otherwise zp
+// is the same 2^(bits-1) everywhere and the packed copy is no bigger than onnxruntime's).
 // Rows of K past the end of the weight (K not a multiple of the block) hold zeros, and the
 // activations are zero padded to match.
 #pragma once
@@ -47,13 +49,18 @@ class PackedNBits {
   const uint8_t* weights(int64_t t, int64_t kb) const {
     return q_.data() + static_cast<size_t>((t * k_blocks_ + kb) * block_bytes_);
   }
-  // 16 scales and 16 (-scale * zero point) of tile t, block kb.
+  // 16 scales of tile t, block kb.
   const float* scales(int64_t t, int64_t kb) const { return scale_.data() + (t * k_blocks_ + kb) * 16; }
-  const float* neg_scaled_zp(int64_t t, int64_t kb) const { return nszp_.data() + (t * k_blocks_ + kb) * 16; }
+  // 16 (-scale * zero point) of tile t, block kb; null when every zero point is uniform_zp().
+  const float* neg_scaled_zp(int64_t t, int64_t kb) const {
+    return nszp_.empty() ? nullptr : nszp_.data() + (t * k_blocks_ + kb) * 16;
+  }
+  float uniform_zp() const { return uniform_zp_; }
 
  private:
   int bits_;
   int64_t n_, k_, block_, k_blocks_, tiles_, block_bytes_;
+  float uniform_zp_;
   std::vector<uint8_t> q_;
   std::vector<float> scale_, nszp_;
 };

@@ -145,6 +145,10 @@ TEST_CASE("the M > 1 product (GEMV rows, then dequantized tiles into SGEMM) equa
 }
 
 TEST_CASE("the packed copy holds the 4-bit weights, one scale and one scaled zero point per block") {
+  // Without zero points (all 8) no per-block zero point is kept.
+  const Quantized symmetric(4, 40, 100, 32, false, 4);
+  CHECK(contrib::PackedNBits(symmetric.Source()).bytes() ==
+        static_cast<size_t>(3 * 4 * (16 * 32 / 2) + 4 * 3 * 4 * 16));
   const Quantized q(4, 40, 100, 32, true, 3);
   const contrib::PackedNBits packed(q.Source());
   // 3 column tiles of 16 (the last padded), 4 blocks of 32 rows.
