@@ -7,7 +7,8 @@ packed bytes (4-bit weights + float scales) at the machine's read rate.
 
 Shapes: SmolLM2-135M's MLP up/gate (K=576, N=1536), Qwen2.5-0.5B's (K=896, N=4864), and
 SmolLM2's LM head (K=576, N=49152). onnxruntime runs at accuracy_level 4 (the builder's:
-activations quantized to int8, integer dot products) and at 0 (float, like onnx-light).
+activations quantized to int8, integer dot products; onnx-light does the same, NBitsCompute::
+kInt8) and at 0 (float).
 Times are medians of `calls` session calls per round, best round; each includes one call's
 Python and session overhead (measured on a 1x1 MatMulNBits and printed)."""
 from __future__ import annotations
@@ -88,8 +89,11 @@ def main():
         _, packed = model(k, n, 4)
         fns = engines(k, n, args.threads)
         a = np.random.default_rng(0).standard_normal((1, 1, k)).astype(np.float32)
-        reference = fns["onnxruntime level 0"](a)
-        assert np.allclose(fns["onnx-light"](a), reference, rtol=1e-4, atol=1e-3)
+        # Both run int8 activations at level 4: onnx-light within twice onnxruntime's own
+        # distance from the float product.
+        reference, level4 = fns["onnxruntime level 0"](a), fns["onnxruntime level 4"](a)
+        own = np.abs(level4 - reference).max()
+        assert np.abs(fns["onnx-light"](a) - reference).max() <= 2 * own + 1e-4
         best = {e: float("inf") for e in fns}
         for _ in range(args.rounds):
             for e, fn in fns.items():

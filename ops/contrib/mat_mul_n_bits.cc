@@ -4,9 +4,11 @@
 // Inputs: A; B uint8 [N, ceil(K / block), block * bits / 8] (4 bits: element 2i in the low
 // nibble); scales [N * ceil(K / block)]; optional zero_points (uint8 packed the same way per
 // column, or FLOAT like scales; absent = 2^(bits - 1)); g_idx (refused); optional bias [N].
-// Attributes K, N, bits (4 or 8), block_size (16..256, a power of two), accuracy_level
-// (accepted; this kernel always computes in float: onnxruntime's level 4 quantizes A to
-// int8, so its results differ from the float reference by that rounding).
+// Attributes K, N, bits (4 or 8), block_size (16..256, a power of two), accuracy_level: 4
+// means int8 compute in onnxruntime, and here too for decode rows (M <= 4) of 4-bit weights
+// with blocks of a multiple of 32 (ops/contrib/nbits_gemm.h, NBitsCompute::kInt8: A
+// quantized to int8 per 32 values); every other case computes in float (level 4 prompts
+// included, more exact than onnxruntime's int8 there).
 // B is repacked once (ops/contrib/nbits_gemm.h) when B, scales and zero points are plan
 // constants, and the copy is kept with the kernel (counted in PackedWeightBytes()); any
 // other B is repacked for the call.
@@ -46,6 +48,7 @@ class MatMulNBits final : public core::runtime::KernelBase {
   bool AllConstant(const KernelCall& call) const;
 
   int64_t k_ = 0, n_ = 0, bits_ = 4, block_ = 32;
+  contrib::NBitsCompute compute_ = contrib::NBitsCompute::kFloat;
   Tensor constant_[4];  // declared constants of inputs 1..3 (B, scales, zero_points)
   mutable std::once_flag once_;
   mutable std::unique_ptr<const contrib::PackedNBits> packed_;
@@ -57,6 +60,7 @@ void MatMulNBits::Configure(const NodeProto& node) {
   n_ = RequiredAttrInt(node, "N");
   bits_ = AttrInt(node, "bits", 4);
   block_ = RequiredAttrInt(node, "block_size");
+  if (AttrInt(node, "accuracy_level", 0) == 4) compute_ = contrib::NBitsCompute::kInt8;
   if (bits_ != 4 && bits_ != 8)
     Throw(core::ErrorCode::kNotImplemented,
           NodeLabel(node) + ": bits " + std::to_string(bits_) + " is not supported (4 or 8)");
@@ -152,7 +156,7 @@ void MatMulNBits::Compute(KernelCall& call) const {
   const int64_t m = a.numel() / k_;
   if (m == 0) return;
   float* out = y.mutable_data<float>();
-  contrib::NBitsGemm(*w, m, a.data<float>(), out);
+  contrib::NBitsGemm(*w, m, a.data<float>(), out, contrib::NBitsPath::kAuto, compute_);
   if (bias)
     for (int64_t r = 0; r < m; ++r)
       for (int64_t j = 0; j < n_; ++j) out[r * n_ + j] += bias->data<float>()[j];

@@ -1,6 +1,7 @@
 #include "ops/contrib/nbits_gemm.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "ops/math/common.h"
@@ -156,6 +157,125 @@ OL_AVX2 void GemvTilesAvx2(const PackedNBits& w, const float* a_pad, const float
 }
 #endif
 
+
+// ---- int8 activations (accuracy_level 4) --------------------------------------------------
+
+constexpr int64_t kGroup = 32;
+
+// The activation row of the int8 GEMV: per two row pairs (4 rows) one 32-byte vector, whose
+// low half repeats (q[4i], q[4i+1]) and high half (q[4i+2], q[4i+3]), matching the tile
+// layout's two consecutive 16-byte row pairs; a scale and the sum of q per group of 32.
+struct Int8Row {
+  std::vector<int8_t> pairs;
+  std::vector<float> scales;
+  std::vector<int32_t> sums;
+};
+
+Int8Row MakeInt8Row(const PackedNBits& w, const float* a) {
+  const int64_t k_pad = w.k_blocks() * w.block(), groups = k_pad / kGroup;
+  std::vector<int8_t> q(static_cast<size_t>(k_pad));
+  Int8Row row;
+  row.scales.resize(static_cast<size_t>(groups));
+  row.sums.assign(static_cast<size_t>(groups), 0);
+  QuantizeActivations(a, w.k(), k_pad, q.data(), row.scales.data());
+  for (int64_t i = 0; i < k_pad; ++i) row.sums[static_cast<size_t>(i / kGroup)] += q[static_cast<size_t>(i)];
+  row.pairs.resize(static_cast<size_t>(k_pad / 4 * 32));
+  for (int64_t i = 0; i < k_pad / 4; ++i)
+    for (int j = 0; j < 16; ++j) {
+      const int64_t half = j < 8 ? 0 : 2;
+      row.pairs[static_cast<size_t>(i * 32 + 2 * j)] = q[static_cast<size_t>(4 * i + half)];
+      row.pairs[static_cast<size_t>(i * 32 + 2 * j + 1)] = q[static_cast<size_t>(4 * i + half + 1)];
+    }
+  return row;
+}
+
+// out[j] += float(dot[j] - zp * sum) * (scale[j] * s_a) (+ nszp[j] * s_a * sum): the group's
+// float epilogue, in the same operation order as the AVX2 path (fma).
+void Int8Epilogue(const PackedNBits& w, int64_t t, int64_t kb, const Int8Row& r, int64_t g,
+                  const int32_t dot[16], float out[16]) {
+  const float* s = w.scales(t, kb);
+  const float* z = w.neg_scaled_zp(t, kb);
+  const float sa = r.scales[static_cast<size_t>(g)];
+  const int32_t sum = r.sums[static_cast<size_t>(g)];
+  const int32_t zsum = z != nullptr ? 0 : static_cast<int32_t>(w.uniform_zp()) * sum;
+  for (int j = 0; j < kTile; ++j) {
+    out[j] = std::fma(static_cast<float>(dot[j] - zsum), s[j] * sa, out[j]);
+    if (z != nullptr) out[j] = std::fma(z[j], sa * static_cast<float>(sum), out[j]);
+  }
+}
+
+void GemvInt8Portable(const PackedNBits& w, const Int8Row& r, float* y, int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t < t1; ++t) {
+    float out[kTile] = {};
+    for (int64_t kb = 0; kb < w.k_blocks(); ++kb) {
+      const uint8_t* q = w.weights(t, kb);
+      for (int64_t g = 0; g < w.block() / kGroup; ++g) {
+        int32_t dot[kTile] = {};
+        const int64_t k0 = kb * w.block() + g * kGroup;
+        for (int64_t p = 0; p < kGroup / 2; ++p, q += kTile) {
+          const int64_t k = k0 + 2 * p;
+          const int8_t* a = r.pairs.data() + (k / 4) * 32 + (k % 4 == 0 ? 0 : 16);
+          for (int j = 0; j < kTile; ++j) dot[j] += (q[j] & 0xF) * a[0] + (q[j] >> 4) * a[1];
+        }
+        Int8Epilogue(w, t, kb, r, k0 / kGroup, dot, out);
+      }
+    }
+    std::memcpy(y + t * kTile, out, static_cast<size_t>(std::min(kTile, w.n() - t * kTile)) * sizeof(float));
+  }
+}
+
+#if defined(__x86_64__)
+OL_AVX2 void GemvInt8Avx2(const PackedNBits& w, const Int8Row& r, float* y, int64_t t0, int64_t t1) {
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  for (int64_t t = t0; t < t1; ++t) {
+    __m256 out_lo = _mm256_setzero_ps(), out_hi = _mm256_setzero_ps();
+    for (int64_t kb = 0; kb < w.k_blocks(); ++kb) {
+      const uint8_t* q = w.weights(t, kb);
+      const float* s = w.scales(t, kb);
+      const float* z = w.neg_scaled_zp(t, kb);
+      for (int64_t g = 0; g < w.block() / kGroup; ++g) {
+        const int64_t k0 = kb * w.block() + g * kGroup, gi = k0 / kGroup;
+        const int8_t* a = r.pairs.data() + (k0 / 4) * 32;
+        __m256i acc_a = _mm256_setzero_si256(), acc_b = _mm256_setzero_si256();
+        // 8 steps of 4 rows x 16 columns; int16 sums stay below 8 * 2 * 15 * 127 < 2^15.
+        for (int step = 0; step < 8; ++step, q += 32, a += 32) {
+          const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+          const __m256i lo = _mm256_and_si256(bytes, nibble);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+          const __m256i act = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+          acc_a = _mm256_add_epi16(acc_a, _mm256_maddubs_epi16(_mm256_unpacklo_epi8(lo, hi), act));
+          acc_b = _mm256_add_epi16(acc_b, _mm256_maddubs_epi16(_mm256_unpackhi_epi8(lo, hi), act));
+        }
+        // Columns 0-7 are acc_a's two halves (rows 4i, 4i+1 and 4i+2, 4i+3), 8-15 acc_b's.
+        __m256i d0 = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(acc_a)),
+                                      _mm256_cvtepi16_epi32(_mm256_extracti128_si256(acc_a, 1)));
+        __m256i d1 = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(acc_b)),
+                                      _mm256_cvtepi16_epi32(_mm256_extracti128_si256(acc_b, 1)));
+        const float sa = r.scales[static_cast<size_t>(gi)];
+        const int32_t sum = r.sums[static_cast<size_t>(gi)];
+        if (z == nullptr) {
+          const __m256i zsum = _mm256_set1_epi32(static_cast<int32_t>(w.uniform_zp()) * sum);
+          d0 = _mm256_sub_epi32(d0, zsum);
+          d1 = _mm256_sub_epi32(d1, zsum);
+        }
+        const __m256 vsa = _mm256_set1_ps(sa);
+        out_lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_mul_ps(_mm256_loadu_ps(s), vsa), out_lo);
+        out_hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_mul_ps(_mm256_loadu_ps(s + 8), vsa), out_hi);
+        if (z != nullptr) {
+          const __m256 zs = _mm256_set1_ps(sa * static_cast<float>(sum));
+          out_lo = _mm256_fmadd_ps(_mm256_loadu_ps(z), zs, out_lo);
+          out_hi = _mm256_fmadd_ps(_mm256_loadu_ps(z + 8), zs, out_hi);
+        }
+      }
+    }
+    alignas(32) float out[kTile];
+    _mm256_store_ps(out, out_lo);
+    _mm256_store_ps(out + 8, out_hi);
+    std::memcpy(y + t * kTile, out, static_cast<size_t>(std::min(kTile, w.n() - t * kTile)) * sizeof(float));
+  }
+}
+#endif
+
 bool UseAvx2(NBitsPath path) {
 #if defined(__x86_64__)
   return path != NBitsPath::kPortable && math::CpuHasAvx2Fma();
@@ -226,12 +346,38 @@ void NBitsGemvTiles(const PackedNBits& w, const float* a_pad, const float* a_sum
   GemvTilesPortable(w, a_pad, a_sums, y, t0, t1);
 }
 
-void NBitsGemv(const PackedNBits& w, const float* a, float* y, NBitsPath path) {
-  std::vector<float> a_pad, sums;
-  PadActivation(w, a, a_pad, sums);
+bool Int8Eligible(const PackedNBits& w) { return w.bits() == 4 && w.block() % kGroup == 0; }
+
+void QuantizeActivations(const float* a, int64_t k, int64_t k_pad, int8_t* q, float* scales) {
+  for (int64_t g = 0; g < k_pad / kGroup; ++g) {
+    const int64_t begin = g * kGroup, end = std::min(k, begin + kGroup);
+    float amax = 0.0f;
+    for (int64_t i = begin; i < end; ++i) amax = std::max(amax, std::abs(a[i]));
+    const float scale = amax / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+    scales[g] = scale;
+    for (int64_t i = begin; i < begin + kGroup; ++i)
+      q[i] = i < end ? static_cast<int8_t>(std::clamp(std::nearbyint(a[i] * inv), -127.0f, 127.0f))
+                     : int8_t{0};
+  }
+}
+
+void NBitsGemv(const PackedNBits& w, const float* a, float* y, NBitsPath path,
+               NBitsCompute compute) {
   // Tasks of at least ~32 KiB of packed weights: less and scheduling costs show.
   const int64_t tile_bytes = w.k_blocks() * w.block() * kTile * w.bits() / 8;
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, tile_bytes));
+  if (compute == NBitsCompute::kInt8 && Int8Eligible(w)) {
+    const Int8Row row = MakeInt8Row(w, a);
+    math::ParallelFor(w.tiles(), grain, [&](int64_t t0, int64_t t1) {
+#if defined(__x86_64__)
+      if (UseAvx2(path)) return GemvInt8Avx2(w, row, y, t0, t1);
+#endif
+      GemvInt8Portable(w, row, y, t0, t1);
+    });
+    return;
+  }
+  std::vector<float> a_pad, sums;
+  PadActivation(w, a, a_pad, sums);
   math::ParallelFor(w.tiles(), grain, [&](int64_t t0, int64_t t1) {
     NBitsGemvTiles(w, a_pad.data(), sums.data(), y, t0, t1, path);
   });
@@ -264,10 +410,11 @@ void DequantizeTile(const PackedNBits& w, int64_t k0, int64_t kc, int64_t t0, in
 
 }  // namespace
 
-void NBitsGemm(const PackedNBits& w, int64_t m, const float* a, float* c, NBitsPath path) {
+void NBitsGemm(const PackedNBits& w, int64_t m, const float* a, float* c, NBitsPath path,
+               NBitsCompute compute) {
   const int64_t n = w.n(), k = w.k();
   if (m <= 4) {  // a few rows: the GEMV reads the packed weights at memory speed
-    for (int64_t r = 0; r < m; ++r) NBitsGemv(w, a + r * k, c + r * n, path);
+    for (int64_t r = 0; r < m; ++r) NBitsGemv(w, a + r * k, c + r * n, path, compute);
     return;
   }
   // Column panels of 8 tiles x depth chunks of 256 rows: a 128 KiB float buffer per task.

@@ -21,6 +21,14 @@ namespace onnx_light::ops::contrib {
 
 enum class NBitsPath { kAuto, kPortable, kAvx2 };
 
+// kInt8 (MatMulNBits accuracy_level 4, as onnxruntime): the activation row is quantized to
+// int8 in groups of 32 (scale = max|a| / 127, round to nearest even) and the GEMV sums
+// integer products of 4-bit weights and int8 activations (AVX2 maddubs, 64 weights per 11
+// instructions); the block's float scale and the group's scale are applied per group. Only
+// for 4 bits with block_size a multiple of 32 (Int8Eligible); otherwise, and for M > 4, the
+// float path runs. Results are exact integer sums, so both code paths agree bit for bit.
+enum class NBitsCompute { kFloat, kInt8 };
+
 // The source tensors as MatMulNBits takes them (B [N, k_blocks, block*bits/8] uint8,
 // scales [N * k_blocks], zero points absent / packed uint8 / float).
 struct NBitsSource {
@@ -70,13 +78,19 @@ class PackedNBits {
 void NBitsGemvTiles(const PackedNBits& w, const float* a_pad, const float* a_sums, float* y,
                     int64_t t0, int64_t t1, NBitsPath path);
 
+bool Int8Eligible(const PackedNBits& w);
+
 // y[N] = a[K] W (one activation row), parallel over column tiles.
-void NBitsGemv(const PackedNBits& w, const float* a, float* y, NBitsPath path = NBitsPath::kAuto);
+void NBitsGemv(const PackedNBits& w, const float* a, float* y, NBitsPath path = NBitsPath::kAuto,
+               NBitsCompute compute = NBitsCompute::kFloat);
 
 // C[M, N] = A[M, K] W (row-major, lda = K, ldc = N): GEMV per row for small M, else blocks of
 // W dequantized into a small float buffer feeding the packed SGEMM (never the whole weight).
 void NBitsGemm(const PackedNBits& w, int64_t m, const float* a, float* c,
-               NBitsPath path = NBitsPath::kAuto);
+               NBitsPath path = NBitsPath::kAuto, NBitsCompute compute = NBitsCompute::kFloat);
+
+// The int8 activation row of kInt8 (exposed for tests): q[k] and one scale per 32 values.
+void QuantizeActivations(const float* a, int64_t k, int64_t k_pad, int8_t* q, float* scales);
 
 // The float value W[k, n] (tests and references).
 float NBitsWeight(const PackedNBits& w, int64_t k, int64_t n);

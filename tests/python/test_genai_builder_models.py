@@ -5,11 +5,12 @@ and agree with onnxruntime on the same file:
   - the op list of each build is the one recorded here (a newer builder that emits another
     op fails loudly here, before any kernel is missing at run time);
   - fp32: logits and presents within 1e-4;
-  - int4: onnxruntime's MatMulNBits runs at the builder's accuracy_level 4, which quantizes
-    activations to int8 per block; onnx-light computes in float. So onnx-light is compared
-    (within 1e-4) with onnxruntime on the same file set to accuracy_level 0 (its float path:
-    the same dequantized weights), and with onnxruntime at level 4 within twice the distance
-    of onnxruntime's level 4 from its own level 0 (its own int4 error), plus 1e-4."""
+  - int4: MatMulNBits runs at the builder's accuracy_level 4, which quantizes activations to
+    int8 in both runtimes (onnx-light for decode rows, in groups of 32; in float for the
+    prompt). The tolerance is onnxruntime's own int8 error: the distance of its level-4 run
+    from its level-0 run (the float product with the same dequantized weights) on the same
+    file. onnx-light stays within twice that (plus 1e-4) of both runs; and its prompt logits,
+    computed in float, within 1e-4 of the level-0 run."""
 from __future__ import annotations
 
 import json
@@ -126,7 +127,10 @@ def test_builder_model_matches_onnxruntime_on_prompt_and_decode(built):
     float_path = _steps(_ort_runner(path, accuracy_level=0), path, tokens)
     level4 = _steps(_ort_runner(path), path, tokens)
     for step, (a, ref, q) in enumerate(zip(ours, float_path, level4)):
-        assert int(a["logits"][0, -1].argmax()) == int(ref["logits"][0, -1].argmax()), step
         for name in names:
-            assert _max_diff(a, ref, name) <= 1e-4, (step, name)
-            assert _max_diff(a, q, name) <= 2 * _max_diff(q, ref, name) + 1e-4, (step, name)
+            own_error = _max_diff(q, ref, name)
+            assert _max_diff(a, ref, name) <= 2 * own_error + 1e-4, (step, name)
+            assert _max_diff(a, q, name) <= 2 * own_error + 1e-4, (step, name)
+    # The prompt (M = 6 rows) runs in float: the dequantized weights' product exactly.
+    for name in names:
+        assert _max_diff(ours[0], float_path[0], name) <= 1e-4, name

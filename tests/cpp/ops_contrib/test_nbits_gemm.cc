@@ -159,3 +159,51 @@ TEST_CASE("the packed copy holds the 4-bit weights, one scale and one scaled zer
       CHECK(contrib::NBitsWeight(packed, row, col) ==
             doctest::Approx(q.w[static_cast<size_t>(row * q.n + col)]).epsilon(1e-6));
 }
+
+TEST_CASE("the int8-activation GEMV (accuracy_level 4) is the exact product of the int8 row") {
+  uint32_t seed = 500;
+  for (int64_t block : {32, 64, 128, 256})
+    for (bool with_zp : {false, true})
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{37, 3 * block - 5}, {16, block}, {49, 33}}) {
+        CAPTURE(block);
+        CAPTURE(with_zp);
+        CAPTURE(n);
+        CAPTURE(k);
+        const Quantized q(4, n, k, block, with_zp, ++seed);
+        const contrib::PackedNBits packed(q.Source());
+        REQUIRE(contrib::Int8Eligible(packed));
+        const auto a = Activations(k, seed);
+        // The reference multiplies the dequantized int8 row by W in double.
+        const int64_t k_pad = packed.k_blocks() * block;
+        std::vector<int8_t> qa(static_cast<size_t>(k_pad));
+        std::vector<float> scales(static_cast<size_t>(k_pad / 32));
+        contrib::QuantizeActivations(a.data(), k, k_pad, qa.data(), scales.data());
+        std::vector<float> a8(static_cast<size_t>(k));
+        for (int64_t i = 0; i < k; ++i)
+          a8[static_cast<size_t>(i)] = static_cast<float>(qa[static_cast<size_t>(i)]) *
+                                       scales[static_cast<size_t>(i / 32)];
+        std::vector<float> avx(static_cast<size_t>(n)), portable(static_cast<size_t>(n));
+        contrib::NBitsGemv(packed, a.data(), avx.data(), contrib::NBitsPath::kAvx2,
+                           contrib::NBitsCompute::kInt8);
+        contrib::NBitsGemv(packed, a.data(), portable.data(), contrib::NBitsPath::kPortable,
+                           contrib::NBitsCompute::kInt8);
+        CheckRow(q, a8.data(), avx.data());
+        for (int64_t j = 0; j < n; ++j) CHECK(avx[static_cast<size_t>(j)] == portable[static_cast<size_t>(j)]);
+      }
+}
+
+TEST_CASE("int8 activations round to nearest with one scale per 32 values; zero rows stay zero") {
+  std::vector<float> a(64, 0.0f);
+  a[0] = 1.27f;
+  a[1] = -0.5f;
+  a[2] = 0.005f;  // 0.5 of a step: rounds to even (0)
+  std::vector<int8_t> q(64);
+  std::vector<float> scales(2);
+  contrib::QuantizeActivations(a.data(), 40, 64, q.data(), scales.data());
+  CHECK(scales[0] == doctest::Approx(0.01f));
+  CHECK(q[0] == 127);
+  CHECK(q[1] == -50);
+  CHECK(q[2] == 0);
+  CHECK(scales[1] == 0.0f);
+  for (int i = 32; i < 64; ++i) CHECK(q[static_cast<size_t>(i)] == 0);
+}
