@@ -385,27 +385,63 @@ void NBitsGemv(const PackedNBits& w, const float* a, float* y, NBitsPath path,
 
 namespace {
 
+// The 16 values -scale * zero point of tile t, block kb (computed when they are uniform).
+void ZeroTerms(const PackedNBits& w, int64_t t, int64_t kb, float z[16]) {
+  const float* s = w.scales(t, kb);
+  const float* zt = w.neg_scaled_zp(t, kb);
+  for (int j = 0; j < kTile; ++j) z[j] = zt != nullptr ? zt[j] : -w.uniform_zp() * s[j];
+}
+
+// Row i of block kb of tile t: the 16 quantized values as bytes.
+void RowBytes(const PackedNBits& w, int64_t t, int64_t kb, int64_t i, uint8_t out[16]) {
+  const uint8_t* q = w.weights(t, kb);
+  if (w.bits() == 8) {
+    std::memcpy(out, q + i * kTile, kTile);
+    return;
+  }
+  const uint8_t* p = q + (i / 2) * kTile;
+  for (int j = 0; j < kTile; ++j) out[j] = (i & 1) ? static_cast<uint8_t>(p[j] >> 4) : static_cast<uint8_t>(p[j] & 0xF);
+}
+
+void DequantizeRowPortable(const uint8_t q[16], const float* s, const float* z, float* row) {
+  for (int j = 0; j < kTile; ++j) row[j] = s[j] * static_cast<float>(q[j]) + z[j];
+}
+
+#if defined(__x86_64__)
+OL_AVX2 void DequantizeRowAvx2(const uint8_t q[16], const float* s, const float* z, float* row) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+  const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)));
+  _mm256_storeu_ps(row, _mm256_fmadd_ps(_mm256_loadu_ps(s), lo, _mm256_loadu_ps(z)));
+  _mm256_storeu_ps(row + 8, _mm256_fmadd_ps(_mm256_loadu_ps(s + 8), hi, _mm256_loadu_ps(z + 8)));
+}
+#endif
+
 // Dequantizes W[k0 : k0 + kc, tiles t0 .. t0 + nt) into buf (row-major, ld = nt * 16).
 void DequantizeTile(const PackedNBits& w, int64_t k0, int64_t kc, int64_t t0, int64_t nt,
-                    float* buf) {
+                    float* buf, NBitsPath path) {
   const int64_t ld = nt * kTile;
+  const bool avx2 = UseAvx2(path);
   for (int64_t t = 0; t < nt; ++t)
-    for (int64_t k = k0; k < k0 + kc; ++k) {
-      const int64_t kb = k / w.block(), i = k % w.block();
-      const uint8_t* q = w.weights(t0 + t, kb);
+    for (int64_t k = k0; k < k0 + kc;) {
+      const int64_t kb = k / w.block(), end = std::min(k0 + kc, (kb + 1) * w.block());
       const float* s = w.scales(t0 + t, kb);
-      const float* zt = w.neg_scaled_zp(t0 + t, kb);
       float z[kTile];
-      for (int j = 0; j < kTile; ++j) z[j] = zt != nullptr ? zt[j] : -w.uniform_zp() * s[j];
-      float* row = buf + (k - k0) * ld + t * kTile;
-      if (w.bits() == 8) {
-        for (int j = 0; j < kTile; ++j) row[j] = s[j] * q[i * kTile + j] + z[j];
-      } else {
-        const uint8_t* p = q + (i / 2) * kTile;
-        const int shift = (i & 1) ? 4 : 0;
-        for (int j = 0; j < kTile; ++j) row[j] = s[j] * static_cast<float>((p[j] >> shift) & 0xF) + z[j];
+      ZeroTerms(w, t0 + t, kb, z);
+      for (; k < end; ++k) {
+        uint8_t q[kTile];
+        RowBytes(w, t0 + t, kb, k % w.block(), q);
+        float* row = buf + (k - k0) * ld + t * kTile;
+#if defined(__x86_64__)
+        if (avx2) {
+          DequantizeRowAvx2(q, s, z, row);
+          continue;
+        }
+#endif
+        DequantizeRowPortable(q, s, z, row);
       }
     }
+  (void)avx2;
 }
 
 }  // namespace
@@ -430,7 +466,7 @@ void NBitsGemm(const PackedNBits& w, int64_t m, const float* a, float* c, NBitsP
       const int64_t n0 = t0 * kTile, nc = std::min(nt * kTile, n - n0);
       for (int64_t k0 = 0; k0 < k; k0 += depth) {
         const int64_t kc = std::min(depth, k - k0);
-        DequantizeTile(w, k0, kc, t0, nt, buf.data());
+        DequantizeTile(w, k0, kc, t0, nt, buf.data(), path);
         math::GemmArgs g;
         g.m = m;
         g.n = nc;

@@ -131,16 +131,18 @@ TEST_CASE("both paths equal the reference on a real decoder shape (K = 576, N = 
 TEST_CASE("the M > 1 product (GEMV rows, then dequantized tiles into SGEMM) equals the reference") {
   for (int64_t m : {2, 5, 19})
     for (auto [n, k, block] : {std::tuple<int64_t, int64_t, int64_t>{37, 91, 32},
-                               {300, 600, 64}, {129, 17, 16}}) {
+                               {300, 600, 64}, {129, 17, 16}, {40, 2100, 128}}) {
       CAPTURE(m);
       CAPTURE(n);
       CAPTURE(k);
       const Quantized q(4, n, k, block, true, static_cast<uint32_t>(m * 7 + n));
       const contrib::PackedNBits packed(q.Source());
       const auto a = Activations(m * k, static_cast<uint32_t>(m));
-      std::vector<float> c(static_cast<size_t>(m * n), -1.0f);
-      contrib::NBitsGemm(packed, m, a.data(), c.data());
-      for (int64_t r = 0; r < m; ++r) CheckRow(q, a.data() + r * k, c.data() + r * n);
+      for (auto path : kPaths) {
+        std::vector<float> c(static_cast<size_t>(m * n), -1.0f);
+        contrib::NBitsGemm(packed, m, a.data(), c.data(), path);
+        for (int64_t r = 0; r < m; ++r) CheckRow(q, a.data() + r * k, c.data() + r * n);
+      }
     }
 }
 
