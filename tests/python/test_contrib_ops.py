@@ -2,7 +2,8 @@
 (ops/contrib/), one node at a time on random inputs, against onnxruntime running the same
 model: SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization, SkipLayerNormalization,
 RotaryEmbedding, MatMulNBits (4 and 8 bits, block sizes 16..256, zero points absent, packed
-or float, K not a multiple of the block) and GroupQueryAttention (prompt, decode, subsequent
+or float, K not a multiple of the block, float and int8 activations), GatherBlockQuantized
+and GroupQueryAttention (prompt, decode, subsequent
 prompt, packed QKV, rotary, local window, softcap, smooth softmax, ragged batches). Float
 results agree within 1e-5 (relative to the magnitudes summed); unsupported attributes and
 inputs raise errors naming the node and the attribute or input."""
@@ -101,8 +102,7 @@ def test_skip_simplified_layer_norm_matches_onnxruntime_with_the_sum_output(shap
 def test_skip_layer_norm_matches_onnxruntime(extra):
     rng = np.random.default_rng(len(extra))
     feeds = _skip_feeds(rng, (2, 7, 48), (2, 7, 48), extra)
-    inputs = list(feeds) if extra != ["bias"] else list(feeds)
-    node = helper.make_node("SkipLayerNormalization", inputs, ["Y", "", "", "S"], domain=MS,
+    node = helper.make_node("SkipLayerNormalization", list(feeds), ["Y", "", "", "S"], domain=MS,
                             epsilon=1e-5)
     ours, theirs = _run_both(_model(node, _types(feeds), ["Y", "S"]), feeds)
     _close(ours["Y"], theirs["Y"], np.abs(theirs["Y"]).max())
@@ -302,6 +302,30 @@ def test_mat_mul_n_bits_counts_its_repacked_weight_once():
         assert np.allclose(y, a @ w, rtol=1e-5, atol=1e-4)
     # 4-bit weights (K * N / 2 bytes) plus a scale and a scaled zero point per column-block.
     assert runtime.packed_weight_bytes() - before == k * n // 2 + 2 * 4 * n * (k // 32)
+
+
+# ---- GatherBlockQuantized ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("with_zp", [False, True])
+def test_gather_block_quantized_matches_onnxruntime(bits, with_zp):
+    rng = np.random.default_rng(bits + with_zp)
+    rows, cols, block = 50, 96, 32
+    inits, _ = _quantized(rng, cols, rows, bits, block, "uint8" if with_zp else "none")
+    data = inits["B"].reshape(rows, -1)
+    names = ["data", "ids", "scales"] + (["zp"] if with_zp else [])
+    node = helper.make_node("GatherBlockQuantized", names, ["Y"], domain=MS, name="embed",
+                            bits=bits, block_size=block, gather_axis=0, quantize_axis=1)
+    init = [("data", data), ("scales", inits["scales"].reshape(rows, -1))]
+    if with_zp:
+        init.append(("zp", inits["zero_points"].reshape(rows, -1)))
+    model = _model(node, [("ids", TensorProto.INT64)], ["Y"], init)
+    ids = np.array([[3, 0, 49, 3], [7, -1, 20, 11]], np.int64)
+    ours, theirs = _run_both(model, {"ids": ids})
+    np.testing.assert_array_equal(ours["Y"], theirs["Y"])
+    with pytest.raises(ValueError, match="embed.*index 50 of input 'indices'"):
+        _run_ours(model, {"ids": np.array([[50]], np.int64)})
 
 
 # ---- GroupQueryAttention -----------------------------------------------------------------
