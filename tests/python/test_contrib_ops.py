@@ -125,6 +125,41 @@ def test_skip_layer_norm_mean_and_inv_std_var_outputs_match_numpy():
     _close(ours["Y"], (s - mean) * inv * feeds["gamma"] + feeds["beta"], 10.0)
 
 
+def test_layer_norms_refuse_bad_attributes_and_shapes_naming_node_and_input():
+    x = np.zeros((2, 8), np.float32)
+    node = helper.make_node("SimplifiedLayerNormalization", ["X", "scale"], ["Y"], name="norm",
+                            stash_type=0)
+    with pytest.raises(NotImplementedError, match="norm.*stash_type 0 is not supported"):
+        _run_ours(_model(node, [("X", F32), ("scale", F32)], ["Y"]),
+                  {"X": x, "scale": np.ones(8, np.float32)})
+    node = helper.make_node("SimplifiedLayerNormalization", ["X", "scale"], ["Y"], name="norm")
+    with pytest.raises(ValueError, match="norm.*input 'scale' has 4 elements"):
+        _run_ours(_model(node, [("X", F32), ("scale", F32)], ["Y"]),
+                  {"X": x, "scale": np.ones(4, np.float32)})
+    feeds = {"input": np.zeros((2, 3, 8), np.float32), "skip": np.zeros((2, 1, 8), np.float32),
+             "gamma": np.ones(8, np.float32)}
+    node = helper.make_node("SkipSimplifiedLayerNormalization", list(feeds), ["Y"], domain=MS,
+                            name="skipnorm")
+    with pytest.raises(ValueError, match="skipnorm.*input 'skip' of shape \\[2, 1, 8\\]"):
+        _run_ours(_model(node, _types(feeds), ["Y"]), feeds)
+
+
+def test_group_query_attention_and_mat_mul_n_bits_refuse_float16_naming_the_input():
+    rng = np.random.default_rng(3)
+    model, feeds = _gqa(rng, seq=1, past=2)
+    feeds = {k: (v.astype(np.float16) if v.dtype == np.float32 else v) for k, v in feeds.items()}
+    for i in model.graph.input:
+        if i.type.tensor_type.elem_type == F32:
+            i.type.tensor_type.elem_type = TensorProto.FLOAT16
+    with pytest.raises(NotImplementedError, match="gqa.*input 'query' \\(only FLOAT\\)"):
+        _run_ours(model, feeds)
+    inits, _ = _quantized(rng, 32, 16, 4, 32, "none")
+    model = _nbits_model(32, 16, 4, 32, inits)
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+    with pytest.raises(NotImplementedError, match="mm.*input 'A' \\(only FLOAT\\)"):
+        _run_ours(model, {"A": np.zeros((1, 32), np.float16)})
+
+
 # ---- RotaryEmbedding ---------------------------------------------------------------------
 
 
