@@ -1,4 +1,5 @@
-// com.microsoft RotaryEmbedding. Semantics: onnxruntime's docs/ContribOperators.md and its
+// com.microsoft RotaryEmbedding (ContribRotaryEmbedding: the ONNX opset-23 op, whose inputs
+// differ, is ops/onnx/rotary_embedding.cc). Semantics: onnxruntime's docs/ContribOperators.md and its
 // CPU kernel (contrib_ops/cpu/bert/rotary_embedding.cc, rotary_embedding_helper.h).
 // Inputs: input [B, S, hidden] or [B, N, S, head_size]; position_ids [B, S] (format 1) or
 // one element p0 (format 0: position p0 + s); cos_cache/sin_cache [max_position,
@@ -18,9 +19,9 @@ namespace onnx_light::ops {
 using core::runtime::KernelCall;
 using core::runtime::Tensor;
 
-class RotaryEmbedding final : public core::runtime::KernelBase {
+class ContribRotaryEmbedding final : public core::runtime::KernelBase {
  public:
-  explicit RotaryEmbedding(const core::runtime::KernelContext&) {}
+  explicit ContribRotaryEmbedding(const core::runtime::KernelContext&) {}
   void Compute(KernelCall& call) const override;
 
  protected:
@@ -56,7 +57,7 @@ class RotaryEmbedding final : public core::runtime::KernelBase {
   int64_t num_heads_ = 0, rotary_dim_attr_ = 0;
 };
 
-RotaryEmbedding::Layout RotaryEmbedding::Geometry(const KernelCall& call, const Tensor& x,
+ContribRotaryEmbedding::Layout ContribRotaryEmbedding::Geometry(const KernelCall& call, const Tensor& x,
                                                   const Tensor& cos) const {
   Layout l{};
   l.batch = x.dim(0);
@@ -93,7 +94,7 @@ RotaryEmbedding::Layout RotaryEmbedding::Geometry(const KernelCall& call, const 
   return l;
 }
 
-void RotaryEmbedding::Compute(KernelCall& call) const {
+void ContribRotaryEmbedding::Compute(KernelCall& call) const {
   const Tensor& x = call.input(0);
   const Tensor& pos = call.input(1);
   const Tensor& cos = call.input(2);
@@ -143,6 +144,6 @@ void RotaryEmbedding::Compute(KernelCall& call) const {
   yv.Finish();
 }
 
-OL_KERNEL_FACTORY(RotaryEmbedding)
+OL_KERNEL_FACTORY(ContribRotaryEmbedding)
 
 }  // namespace onnx_light::ops
