@@ -12,6 +12,7 @@ using core::runtime::RuntimeContext;
 #define OL_OP(domain, op_type, since, Class) \
   std::unique_ptr<KernelBase> Make##Class(const NodeProto& node, RuntimeContext& ctx);
 #include "ops/op_list_attention.inc"
+#include "ops/op_list_contrib.inc"
 #include "ops/op_list_control.inc"
 #include "ops/op_list_fused.inc"
 #include "ops/op_list_math.inc"
@@ -28,6 +29,7 @@ const KernelRegistry& BuiltinKernels() {
 #define OL_OP(domain, op_type, since, Class) \
   r.Register(domain, op_type, symbolic::Device::kCPU, &ops::Make##Class, since);
 #include "ops/op_list_attention.inc"
+#include "ops/op_list_contrib.inc"
 #include "ops/op_list_control.inc"
 #include "ops/op_list_fused.inc"
 #include "ops/op_list_math.inc"

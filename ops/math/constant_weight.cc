@@ -65,6 +65,8 @@ bool NarrowForPacking(int64_t n) { return Padded(n) * 4 > n * 5; }  // padding w
 size_t PackedWeightBudget() { return budget.load(std::memory_order_relaxed); }
 void SetPackedWeightBudget(size_t bytes) { budget.store(bytes, std::memory_order_relaxed); }
 size_t PackedWeightBytes() { return kept.load(std::memory_order_relaxed); }
+void CountPackedWeightBytes(size_t bytes) { kept.fetch_add(bytes, std::memory_order_relaxed); }
+void UncountPackedWeightBytes(size_t bytes) { kept.fetch_sub(bytes, std::memory_order_relaxed); }
 
 ConstantWeight::~ConstantWeight() {
   if (packed_ != nullptr) kept.fetch_sub(packed_->bytes(), std::memory_order_relaxed);

@@ -45,6 +45,11 @@ namespace onnx_light::ops::math {
 size_t PackedWeightBudget();
 void SetPackedWeightBudget(size_t bytes);  // affects packs kept from now on
 size_t PackedWeightBytes();
+// Other kernels' packed copies of constant weights (MatMulNBits' repacked blocks) are
+// counted in PackedWeightBytes() too. They are always kept, whatever the budget: their
+// alternative repacks the whole weight on every call.
+void CountPackedWeightBytes(size_t bytes);
+void UncountPackedWeightBytes(size_t bytes);
 
 class ConstantWeight {
  public:

@@ -22,6 +22,7 @@
 #include "executor/attributes.h"
 #include "executor/runtime_context.h"
 #include "ops/kernel_factory.h"
+#include "ops/math/kv_append.h"
 #include "ops/math/vector_ops.h"
 #include "ops/math/vexp.h"
 
@@ -236,75 +237,21 @@ class PastBlocks {
   std::vector<const float*> starts_;
 };
 
-// Records a kPersistentStorage report of present K/V construction (events enabled only).
-void RecordStorage(const KernelCall& call, size_t allocations, size_t allocated_bytes,
-                   size_t prefix_bytes, size_t append_bytes) {
-  if (!call.has_context() || !call.context().events_enabled()) return;
-  core::runtime::RuntimeEvent event;
-  event.action = core::runtime::RuntimeEventAction::kPersistentStorage;
-  event.node_name = call.node().name();
-  event.op_type = call.node().op_type();
-  event.storage_allocations = allocations;
-  event.storage_allocated_bytes = allocated_bytes;
-  event.storage_prefix_copied_bytes = prefix_bytes;
-  event.storage_append_copied_bytes = append_bytes;
-  call.context().RecordEvent(std::move(event));
-}
-
-// Writes present = concat(past, new) along the sequence axis in the source dtype (no
-// conversion of the prefix: 16-bit caches are copied as bits). When this node directly
-// consumes the bound past (input `past_input`) and produces the bound present, the state's
-// append reservation supplies a buffer that already holds the prefix: only the new rows of
-// each (batch, head) block are copied. Otherwise (plain sessions, zero-width rows, capacity
-// disabled) the present is a fresh dense tensor. `past` is dense from axis 2 (a block of a
-// strided cache is contiguous).
+// Present K/V = concat(past, new rows), appended in place into a bound cache's reserved
+// capacity when there is one (ops/math/kv_append.h).
 void WritePresent(KernelCall& call, size_t output, size_t past_input, const Tensor* past,
-                  const HeadView& current, DataType dtype) {
-  const int64_t past_len = past ? past->dim(2) : 0;
-  const int64_t total = past_len + current.seq;
-  const Shape shape{current.batch, current.heads, total, current.head_size};
-  const size_t elem = core::StorageBytes(dtype, 1);
-  const size_t row_bytes = static_cast<size_t>(current.head_size) * elem;
-  auto copy_new_rows = [&](int64_t b, int64_t h, uint8_t* out) {
-    if (row_bytes == 0) return;  // zero-width rows: nothing to copy (and no data pointer)
-    for (int64_t s = 0; s < current.seq; ++s, out += row_bytes)
-      std::memcpy(out,
-                  static_cast<const uint8_t*>(current.data) +
-                      static_cast<size_t>(current.Offset(b, h, s)) * elem,
-                  row_bytes);
-  };
-  const size_t append_bytes =
-      static_cast<size_t>(current.batch * current.heads * current.seq) * row_bytes;
-  if (past != nullptr && call.has_context()) {
-    const auto& context = call.context();
-    if (auto reservation = context.ReservePersistentAppend(call, shape, 2, past_input, output)) {
-      for (int64_t b = 0; b < current.batch; ++b)
-        for (int64_t h = 0; h < current.heads; ++h)
-          copy_new_rows(b, h,
-                        reinterpret_cast<uint8_t*>(
-                            reservation->block(static_cast<size_t>(b * current.heads + h)).data()));
-      call.SetOutput(output,
-                     context.CommitPersistentAppend(call, std::move(*reservation), append_bytes));
-      RecordStorage(call, 0, 0, 0, append_bytes);
-      return;
-    }
-  }
-  Tensor& present = call.AllocateOutput(output, dtype, shape);
-  auto* dst = static_cast<uint8_t*>(present.mutable_raw_data());
-  for (int64_t b = 0; b < current.batch; ++b)
-    for (int64_t h = 0; h < current.heads; ++h) {
-      uint8_t* out = dst + static_cast<size_t>((b * current.heads + h) * total) * row_bytes;
-      if (past_len > 0 && row_bytes > 0) {
-        const auto* src = static_cast<const uint8_t*>(past->strided_data()) +
-                          static_cast<size_t>(past->BlockOffset(2, b * current.heads + h)) * elem;
-        std::memcpy(out, src, static_cast<size_t>(past_len) * row_bytes);
-        out += static_cast<size_t>(past_len) * row_bytes;
-      }
-      copy_new_rows(b, h, out);
-    }
-  RecordStorage(call, 1, present.nbytes(),
-                static_cast<size_t>(current.batch * current.heads * past_len) * row_bytes,
-                append_bytes);
+                  const HeadView& current) {
+  math::KvRows rows;
+  rows.data = current.data;
+  rows.type = current.type;
+  rows.batch = current.batch;
+  rows.heads = current.heads;
+  rows.seq = current.seq;
+  rows.head_size = current.head_size;
+  rows.batch_stride = current.batch_stride;
+  rows.head_stride = current.head_stride;
+  rows.seq_stride = current.seq_stride;
+  math::WritePresentKv(call, output, past_input, past, rows);
 }
 
 void Attention::Compute(KernelCall& call) const {
@@ -536,8 +483,8 @@ void Attention::Compute(KernelCall& call) const {
     }
   });
 
-  if (call.output_wanted(1)) WritePresent(call, 1, 4, past_key, kv, k.dtype());
-  if (call.output_wanted(2)) WritePresent(call, 2, 5, past_value, vv, v.dtype());
+  if (call.output_wanted(1)) WritePresent(call, 1, 4, past_key, kv);
+  if (call.output_wanted(2)) WritePresent(call, 2, 5, past_value, vv);
 }
 
 }  // namespace

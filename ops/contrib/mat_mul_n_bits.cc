@@ -1,0 +1,167 @@
+// com.microsoft MatMulNBits (FLOAT activations). Semantics: onnxruntime's
+// docs/ContribOperators.md and its CPU kernel (contrib_ops/cpu/quantization/matmul_nbits.cc):
+//   Y[..., N] = A[..., K] x W + bias,  W[k, n] = (q[n, k] - zp[n, k / block]) * scale[...]
+// Inputs: A; B uint8 [N, ceil(K / block), block * bits / 8] (4 bits: element 2i in the low
+// nibble); scales [N * ceil(K / block)]; optional zero_points (uint8 packed the same way per
+// column, or FLOAT like scales; absent = 2^(bits - 1)); g_idx (refused); optional bias [N].
+// Attributes K, N, bits (4 or 8), block_size (16..256, a power of two), accuracy_level: 4
+// means int8 compute in onnxruntime, and here too for decode rows (M <= 4) of 4-bit weights
+// with blocks of a multiple of 32 (ops/contrib/nbits_gemm.h, NBitsCompute::kInt8: A
+// quantized to int8 per 32 values); every other case computes in float (level 4 prompts
+// included, more exact than onnxruntime's int8 there).
+// B is repacked once (ops/contrib/nbits_gemm.h) when B, scales and zero points are plan
+// constants, and the copy is kept with the kernel (counted in PackedWeightBytes()); any
+// other B is repacked for the call.
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include "executor/attributes.h"
+#include "ops/contrib/nbits_gemm.h"
+#include "ops/kernel_factory.h"
+#include "ops/math/common.h"
+#include "ops/math/constant_weight.h"
+
+namespace onnx_light::ops {
+
+using core::DataType;
+using core::runtime::KernelCall;
+using core::runtime::RuntimeValue;
+using core::runtime::Tensor;
+
+class MatMulNBits final : public core::runtime::KernelBase {
+ public:
+  explicit MatMulNBits(const core::runtime::KernelContext&) {}
+  ~MatMulNBits() override {
+    if (packed_) math::UncountPackedWeightBytes(packed_->bytes());
+  }
+  void Compute(KernelCall& call) const override;
+  void OnConstantInput(size_t index, const RuntimeValue& value) override {
+    if (index >= 1 && index <= 3 && value.is_tensor()) constant_[index] = value.tensor();
+  }
+
+ protected:
+  void Configure(const NodeProto& node) override;
+
+ private:
+  contrib::NBitsSource Source(const KernelCall& call) const;
+  bool AllConstant(const KernelCall& call) const;
+
+  int64_t k_ = 0, n_ = 0, bits_ = 4, block_ = 32;
+  contrib::NBitsCompute compute_ = contrib::NBitsCompute::kFloat;
+  Tensor constant_[4];  // declared constants of inputs 1..3 (B, scales, zero_points)
+  mutable std::once_flag once_;
+  mutable std::unique_ptr<const contrib::PackedNBits> packed_;
+};
+
+void MatMulNBits::Configure(const NodeProto& node) {
+  using namespace core::runtime;
+  k_ = RequiredAttrInt(node, "K");
+  n_ = RequiredAttrInt(node, "N");
+  bits_ = AttrInt(node, "bits", 4);
+  block_ = RequiredAttrInt(node, "block_size");
+  if (AttrInt(node, "accuracy_level", 0) == 4) compute_ = contrib::NBitsCompute::kInt8;
+  if (bits_ != 4 && bits_ != 8)
+    Throw(core::ErrorCode::kNotImplemented,
+          NodeLabel(node) + ": bits " + std::to_string(bits_) + " is not supported (4 or 8)");
+  if (block_ < 16 || block_ > 256 || (block_ & (block_ - 1)) != 0)
+    Throw(core::ErrorCode::kNotImplemented,
+          NodeLabel(node) + ": block_size " + std::to_string(block_) +
+              " is not supported (a power of two in 16..256)");
+  if (k_ <= 0 || n_ <= 0)
+    Throw(core::ErrorCode::kInvalidModel, NodeLabel(node) + ": K and N must be positive");
+}
+
+contrib::NBitsSource MatMulNBits::Source(const KernelCall& call) const {
+  if (call.has_input(4))
+    Throw(core::ErrorCode::kNotImplemented,
+          core::runtime::NodeLabel(call.node()) + ": input 'g_idx' is not supported");
+  const int64_t k_blocks = (k_ + block_ - 1) / block_;
+  const Tensor& b = call.input(1);
+  const Tensor& scales = call.input(2);
+  if (b.dtype() != DataType::kUint8 || b.numel() != n_ * k_blocks * block_ * bits_ / 8)
+    call.Fail("input 'B' must be UINT8 [N, ceil(K / block_size), block_size * bits / 8] = [" +
+              std::to_string(n_) + ", " + std::to_string(k_blocks) + ", " +
+              std::to_string(block_ * bits_ / 8) + "], got " + core::DataTypeName(b.dtype()) +
+              " " + core::runtime::ShapeToString(b.shape()));
+  if (scales.dtype() != DataType::kFloat)
+    math::ThrowUnsupportedType(call.node(), "input 'scales' (only FLOAT)", scales.dtype());
+  if (scales.numel() != n_ * k_blocks)
+    call.Fail("input 'scales' must have N * ceil(K / block_size) = " +
+              std::to_string(n_ * k_blocks) + " elements");
+  contrib::NBitsSource s;
+  s.bits = static_cast<int>(bits_);
+  s.n = n_;
+  s.k = k_;
+  s.block = block_;
+  s.b = b.data<uint8_t>();
+  s.scales = scales.data<float>();
+  if (call.has_input(3)) {
+    const Tensor& zp = call.input(3);
+    if (zp.dtype() == DataType::kUint8) {
+      const int64_t per_col = bits_ == 8 ? k_blocks : (k_blocks + 1) / 2;
+      if (zp.numel() != n_ * per_col)
+        call.Fail("input 'zero_points' (UINT8) must have " + std::to_string(n_ * per_col) +
+                  " elements");
+      s.zp_packed = zp.data<uint8_t>();
+    } else if (zp.dtype() == DataType::kFloat) {
+      if (zp.numel() != n_ * k_blocks)
+        call.Fail("input 'zero_points' (FLOAT) must have scales' element count");
+      s.zp_float = zp.data<float>();
+    } else {
+      math::ThrowUnsupportedType(call.node(), "input 'zero_points'", zp.dtype());
+    }
+  }
+  return s;
+}
+
+// Whether this call's B, scales and zero points are the declared constants (same storage).
+bool MatMulNBits::AllConstant(const KernelCall& call) const {
+  for (size_t i = 1; i <= 3; ++i) {
+    if (!call.has_input(i)) continue;
+    const Tensor& t = call.input(i);
+    if (!constant_[i].defined() || t.raw_data() != constant_[i].raw_data() ||
+        t.shape() != constant_[i].shape() || t.dtype() != constant_[i].dtype())
+      return false;
+  }
+  return true;
+}
+
+void MatMulNBits::Compute(KernelCall& call) const {
+  const Tensor& a = call.input(0);
+  if (a.dtype() != DataType::kFloat)
+    math::ThrowUnsupportedType(call.node(), "input 'A' (only FLOAT)", a.dtype());
+  if (a.rank() < 1 || a.dim(-1) != k_)
+    call.Fail("input 'A' " + core::runtime::ShapeToString(a.shape()) + " must end in K = " +
+              std::to_string(k_));
+  const Tensor* bias = call.has_input(5) ? &call.input(5) : nullptr;
+  if (bias && (bias->dtype() != DataType::kFloat || bias->numel() != n_))
+    call.Fail("input 'bias' must be FLOAT with N = " + std::to_string(n_) + " elements");
+  const contrib::NBitsSource src = Source(call);
+  std::unique_ptr<const contrib::PackedNBits> local;
+  const contrib::PackedNBits* w = nullptr;
+  if (AllConstant(call)) {
+    std::call_once(once_, [&] {
+      packed_ = std::make_unique<const contrib::PackedNBits>(src);
+      math::CountPackedWeightBytes(packed_->bytes());
+    });
+    w = packed_.get();
+  } else {
+    local = std::make_unique<const contrib::PackedNBits>(src);
+    w = local.get();
+  }
+  core::runtime::Shape shape = a.shape();
+  shape.back() = n_;
+  Tensor& y = call.AllocateOutput(0, DataType::kFloat, shape);
+  const int64_t m = a.numel() / k_;
+  if (m == 0) return;
+  float* out = y.mutable_data<float>();
+  contrib::NBitsGemm(*w, m, a.data<float>(), out, contrib::NBitsPath::kAuto, compute_);
+  if (bias)
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < n_; ++j) out[r * n_ + j] += bias->data<float>()[j];
+}
+
+OL_KERNEL_FACTORY(MatMulNBits)
+
+}  // namespace onnx_light::ops

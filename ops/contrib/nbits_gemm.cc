@@ -1,0 +1,487 @@
+#include "ops/contrib/nbits_gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "ops/math/common.h"
+#include "ops/math/gemm.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace onnx_light::ops::contrib {
+
+namespace {
+
+constexpr int64_t kTile = 16;
+
+uint8_t SourceQ(const NBitsSource& s, int64_t n, int64_t k, int64_t k_blocks) {
+  const int64_t blob = s.block * s.bits / 8;
+  const uint8_t* col = s.b + n * k_blocks * blob;
+  if (s.bits == 8) return col[k];
+  const uint8_t byte = col[k / 2];
+  return (k & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xF);
+}
+
+float SourceZp(const NBitsSource& s, int64_t n, int64_t kb, int64_t k_blocks) {
+  if (s.zp_float != nullptr) return s.zp_float[n * k_blocks + kb];
+  if (s.zp_packed == nullptr) return static_cast<float>(1 << (s.bits - 1));
+  if (s.bits == 8) return s.zp_packed[n * k_blocks + kb];
+  const uint8_t byte = s.zp_packed[n * ((k_blocks + 1) / 2) + kb / 2];
+  return static_cast<float>((kb & 1) ? (byte >> 4) : (byte & 0xF));
+}
+
+// Sum of a over each block (the zero point's term).
+void BlockSums(const float* a_pad, int64_t k_blocks, int64_t block, float* sums) {
+  for (int64_t kb = 0; kb < k_blocks; ++kb) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < block; ++i) s += a_pad[kb * block + i];
+    sums[kb] = s;
+  }
+}
+
+// acc[16] = sum_k a[k] q[k][col] over one block (portable).
+void BlockDotPortable(const uint8_t* q, const float* a, int64_t block, int bits, float acc[16]) {
+  for (int j = 0; j < kTile; ++j) acc[j] = 0.0f;
+  if (bits == 4) {
+    for (int64_t p = 0; p < block / 2; ++p, q += kTile) {
+      const float a0 = a[2 * p], a1 = a[2 * p + 1];
+      for (int j = 0; j < kTile; ++j)
+        acc[j] += a0 * static_cast<float>(q[j] & 0xF) + a1 * static_cast<float>(q[j] >> 4);
+    }
+  } else {
+    for (int64_t i = 0; i < block; ++i, q += kTile)
+      for (int j = 0; j < kTile; ++j) acc[j] += a[i] * static_cast<float>(q[j]);
+  }
+}
+
+void GemvTilesPortable(const PackedNBits& w, const float* a_pad, const float* a_sums, float* y,
+                       int64_t t0, int64_t t1) {
+  float acc[kTile];
+  for (int64_t t = t0; t < t1; ++t) {
+    float out[kTile] = {};
+    for (int64_t kb = 0; kb < w.k_blocks(); ++kb) {
+      BlockDotPortable(w.weights(t, kb), a_pad + kb * w.block(), w.block(), w.bits(), acc);
+      const float* s = w.scales(t, kb);
+      const float* z = w.neg_scaled_zp(t, kb);
+      if (z != nullptr) {
+        for (int j = 0; j < kTile; ++j) out[j] += s[j] * acc[j] + z[j] * a_sums[kb];
+      } else {
+        const float zs = w.uniform_zp() * a_sums[kb];
+        for (int j = 0; j < kTile; ++j) out[j] += s[j] * (acc[j] - zs);
+      }
+    }
+    const int64_t cols = std::min(kTile, w.n() - t * kTile);
+    std::memcpy(y + t * kTile, out, static_cast<size_t>(cols) * sizeof(float));
+  }
+}
+
+#if defined(__x86_64__)
+#define OL_AVX2 __attribute__((target("avx2,fma")))
+
+// Two 8-lane accumulators (columns 0-7 and 8-15) over one block; even and odd rows use
+// separate accumulators so consecutive FMAs do not wait on each other.
+OL_AVX2 void BlockDot4Avx2(const uint8_t* q, const float* a, int64_t block, __m256& lo,
+                           __m256& hi) {
+  const __m256i mask = _mm256_set1_epi32(0xF);
+  __m256 lo0 = _mm256_setzero_ps(), lo1 = _mm256_setzero_ps();
+  __m256 hi0 = _mm256_setzero_ps(), hi1 = _mm256_setzero_ps();
+  for (int64_t p = 0; p < block / 2; ++p, q += kTile) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+    const __m256i l = _mm256_cvtepu8_epi32(bytes);
+    const __m256i h = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
+    const __m256 a0 = _mm256_broadcast_ss(a + 2 * p), a1 = _mm256_broadcast_ss(a + 2 * p + 1);
+    lo0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(l, mask)), a0, lo0);
+    hi0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(h, mask)), a0, hi0);
+    lo1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(l, 4)), a1, lo1);
+    hi1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(h, 4)), a1, hi1);
+  }
+  lo = _mm256_add_ps(lo0, lo1);
+  hi = _mm256_add_ps(hi0, hi1);
+}
+
+OL_AVX2 void BlockDot8Avx2(const uint8_t* q, const float* a, int64_t block, __m256& lo,
+                           __m256& hi) {
+  __m256 lo0 = _mm256_setzero_ps(), lo1 = _mm256_setzero_ps();
+  __m256 hi0 = _mm256_setzero_ps(), hi1 = _mm256_setzero_ps();
+  for (int64_t i = 0; i < block; i += 2, q += 2 * kTile) {
+    const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+    const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kTile));
+    const __m256 a0 = _mm256_broadcast_ss(a + i), a1 = _mm256_broadcast_ss(a + i + 1);
+    lo0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(r0)), a0, lo0);
+    hi0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(r0, 8))), a0, hi0);
+    lo1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(r1)), a1, lo1);
+    hi1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(r1, 8))), a1, hi1);
+  }
+  lo = _mm256_add_ps(lo0, lo1);
+  hi = _mm256_add_ps(hi0, hi1);
+}
+
+OL_AVX2 void GemvTilesAvx2(const PackedNBits& w, const float* a_pad, const float* a_sums, float* y,
+                           int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t < t1; ++t) {
+    __m256 out_lo = _mm256_setzero_ps(), out_hi = _mm256_setzero_ps();
+    for (int64_t kb = 0; kb < w.k_blocks(); ++kb) {
+      __m256 lo, hi;
+      if (w.bits() == 4)
+        BlockDot4Avx2(w.weights(t, kb), a_pad + kb * w.block(), w.block(), lo, hi);
+      else
+        BlockDot8Avx2(w.weights(t, kb), a_pad + kb * w.block(), w.block(), lo, hi);
+      const float* s = w.scales(t, kb);
+      const float* z = w.neg_scaled_zp(t, kb);
+      if (z != nullptr) {
+        const __m256 sum = _mm256_broadcast_ss(a_sums + kb);
+        out_lo = _mm256_fmadd_ps(_mm256_loadu_ps(z), sum, out_lo);
+        out_hi = _mm256_fmadd_ps(_mm256_loadu_ps(z + 8), sum, out_hi);
+      } else {
+        const __m256 zs = _mm256_set1_ps(-w.uniform_zp() * a_sums[kb]);
+        lo = _mm256_add_ps(lo, zs);
+        hi = _mm256_add_ps(hi, zs);
+      }
+      out_lo = _mm256_fmadd_ps(_mm256_loadu_ps(s), lo, out_lo);
+      out_hi = _mm256_fmadd_ps(_mm256_loadu_ps(s + 8), hi, out_hi);
+    }
+    const int64_t cols = std::min(kTile, w.n() - t * kTile);
+    if (cols == kTile) {
+      _mm256_storeu_ps(y + t * kTile, out_lo);
+      _mm256_storeu_ps(y + t * kTile + 8, out_hi);
+    } else {
+      alignas(32) float out[kTile];
+      _mm256_store_ps(out, out_lo);
+      _mm256_store_ps(out + 8, out_hi);
+      std::memcpy(y + t * kTile, out, static_cast<size_t>(cols) * sizeof(float));
+    }
+  }
+}
+#endif
+
+
+// ---- int8 activations (accuracy_level 4) --------------------------------------------------
+
+constexpr int64_t kGroup = 32;
+
+// The activation row of the int8 GEMV: per two row pairs (4 rows) one 32-byte vector, whose
+// low half repeats (q[4i], q[4i+1]) and high half (q[4i+2], q[4i+3]), matching the tile
+// layout's two consecutive 16-byte row pairs; a scale and the sum of q per group of 32.
+struct Int8Row {
+  std::vector<int8_t> pairs;
+  std::vector<float> scales;
+  std::vector<int32_t> sums;
+};
+
+Int8Row MakeInt8Row(const PackedNBits& w, const float* a) {
+  const int64_t k_pad = w.k_blocks() * w.block(), groups = k_pad / kGroup;
+  std::vector<int8_t> q(static_cast<size_t>(k_pad));
+  Int8Row row;
+  row.scales.resize(static_cast<size_t>(groups));
+  row.sums.assign(static_cast<size_t>(groups), 0);
+  QuantizeActivations(a, w.k(), k_pad, q.data(), row.scales.data());
+  for (int64_t i = 0; i < k_pad; ++i) row.sums[static_cast<size_t>(i / kGroup)] += q[static_cast<size_t>(i)];
+  row.pairs.resize(static_cast<size_t>(k_pad / 4 * 32));
+  for (int64_t i = 0; i < k_pad / 4; ++i)
+    for (int j = 0; j < 16; ++j) {
+      const int64_t half = j < 8 ? 0 : 2;
+      row.pairs[static_cast<size_t>(i * 32 + 2 * j)] = q[static_cast<size_t>(4 * i + half)];
+      row.pairs[static_cast<size_t>(i * 32 + 2 * j + 1)] = q[static_cast<size_t>(4 * i + half + 1)];
+    }
+  return row;
+}
+
+// out[j] += float(dot[j] - zp * sum) * (scale[j] * s_a) (+ nszp[j] * s_a * sum): the group's
+// float epilogue, in the same operation order as the AVX2 path (fma).
+void Int8Epilogue(const PackedNBits& w, int64_t t, int64_t kb, const Int8Row& r, int64_t g,
+                  const int32_t dot[16], float out[16]) {
+  const float* s = w.scales(t, kb);
+  const float* z = w.neg_scaled_zp(t, kb);
+  const float sa = r.scales[static_cast<size_t>(g)];
+  const int32_t sum = r.sums[static_cast<size_t>(g)];
+  const int32_t zsum = z != nullptr ? 0 : static_cast<int32_t>(w.uniform_zp()) * sum;
+  for (int j = 0; j < kTile; ++j) {
+    out[j] = std::fma(static_cast<float>(dot[j] - zsum), s[j] * sa, out[j]);
+    if (z != nullptr) out[j] = std::fma(z[j], sa * static_cast<float>(sum), out[j]);
+  }
+}
+
+void GemvInt8Portable(const PackedNBits& w, const Int8Row& r, float* y, int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t < t1; ++t) {
+    float out[kTile] = {};
+    for (int64_t kb = 0; kb < w.k_blocks(); ++kb) {
+      const uint8_t* q = w.weights(t, kb);
+      for (int64_t g = 0; g < w.block() / kGroup; ++g) {
+        int32_t dot[kTile] = {};
+        const int64_t k0 = kb * w.block() + g * kGroup;
+        for (int64_t p = 0; p < kGroup / 2; ++p, q += kTile) {
+          const int64_t k = k0 + 2 * p;
+          const int8_t* a = r.pairs.data() + (k / 4) * 32 + (k % 4 == 0 ? 0 : 16);
+          for (int j = 0; j < kTile; ++j) dot[j] += (q[j] & 0xF) * a[0] + (q[j] >> 4) * a[1];
+        }
+        Int8Epilogue(w, t, kb, r, k0 / kGroup, dot, out);
+      }
+    }
+    std::memcpy(y + t * kTile, out, static_cast<size_t>(std::min(kTile, w.n() - t * kTile)) * sizeof(float));
+  }
+}
+
+#if defined(__x86_64__)
+OL_AVX2 void GemvInt8Avx2(const PackedNBits& w, const Int8Row& r, float* y, int64_t t0, int64_t t1) {
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  for (int64_t t = t0; t < t1; ++t) {
+    __m256 out_lo = _mm256_setzero_ps(), out_hi = _mm256_setzero_ps();
+    for (int64_t kb = 0; kb < w.k_blocks(); ++kb) {
+      const uint8_t* q = w.weights(t, kb);
+      const float* s = w.scales(t, kb);
+      const float* z = w.neg_scaled_zp(t, kb);
+      for (int64_t g = 0; g < w.block() / kGroup; ++g) {
+        const int64_t k0 = kb * w.block() + g * kGroup, gi = k0 / kGroup;
+        const int8_t* a = r.pairs.data() + (k0 / 4) * 32;
+        __m256i acc_a = _mm256_setzero_si256(), acc_b = _mm256_setzero_si256();
+        // 8 steps of 4 rows x 16 columns; int16 sums stay below 8 * 2 * 15 * 127 < 2^15.
+        for (int step = 0; step < 8; ++step, q += 32, a += 32) {
+          const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+          const __m256i lo = _mm256_and_si256(bytes, nibble);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+          const __m256i act = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+          acc_a = _mm256_add_epi16(acc_a, _mm256_maddubs_epi16(_mm256_unpacklo_epi8(lo, hi), act));
+          acc_b = _mm256_add_epi16(acc_b, _mm256_maddubs_epi16(_mm256_unpackhi_epi8(lo, hi), act));
+        }
+        // Columns 0-7 are acc_a's two halves (rows 4i, 4i+1 and 4i+2, 4i+3), 8-15 acc_b's.
+        __m256i d0 = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(acc_a)),
+                                      _mm256_cvtepi16_epi32(_mm256_extracti128_si256(acc_a, 1)));
+        __m256i d1 = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(acc_b)),
+                                      _mm256_cvtepi16_epi32(_mm256_extracti128_si256(acc_b, 1)));
+        const float sa = r.scales[static_cast<size_t>(gi)];
+        const int32_t sum = r.sums[static_cast<size_t>(gi)];
+        if (z == nullptr) {
+          const __m256i zsum = _mm256_set1_epi32(static_cast<int32_t>(w.uniform_zp()) * sum);
+          d0 = _mm256_sub_epi32(d0, zsum);
+          d1 = _mm256_sub_epi32(d1, zsum);
+        }
+        const __m256 vsa = _mm256_set1_ps(sa);
+        out_lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_mul_ps(_mm256_loadu_ps(s), vsa), out_lo);
+        out_hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_mul_ps(_mm256_loadu_ps(s + 8), vsa), out_hi);
+        if (z != nullptr) {
+          const __m256 zs = _mm256_set1_ps(sa * static_cast<float>(sum));
+          out_lo = _mm256_fmadd_ps(_mm256_loadu_ps(z), zs, out_lo);
+          out_hi = _mm256_fmadd_ps(_mm256_loadu_ps(z + 8), zs, out_hi);
+        }
+      }
+    }
+    alignas(32) float out[kTile];
+    _mm256_store_ps(out, out_lo);
+    _mm256_store_ps(out + 8, out_hi);
+    std::memcpy(y + t * kTile, out, static_cast<size_t>(std::min(kTile, w.n() - t * kTile)) * sizeof(float));
+  }
+}
+#endif
+
+bool UseAvx2(NBitsPath path) {
+#if defined(__x86_64__)
+  return path != NBitsPath::kPortable && math::CpuHasAvx2Fma();
+#else
+  (void)path;
+  return false;
+#endif
+}
+
+// A zero padded to whole blocks, and its block sums.
+void PadActivation(const PackedNBits& w, const float* a, std::vector<float>& a_pad,
+                   std::vector<float>& sums) {
+  a_pad.assign(static_cast<size_t>(w.k_blocks() * w.block()), 0.0f);
+  std::memcpy(a_pad.data(), a, static_cast<size_t>(w.k()) * sizeof(float));
+  sums.resize(static_cast<size_t>(w.k_blocks()));
+  BlockSums(a_pad.data(), w.k_blocks(), w.block(), sums.data());
+}
+
+}  // namespace
+
+PackedNBits::PackedNBits(const NBitsSource& src)
+    : bits_(src.bits), n_(src.n), k_(src.k), block_(src.block),
+      k_blocks_((src.k + src.block - 1) / src.block), tiles_((src.n + kTile - 1) / kTile),
+      block_bytes_(kTile * src.block * src.bits / 8),
+      uniform_zp_(static_cast<float>(1 << (src.bits - 1))) {
+  q_.assign(static_cast<size_t>(tiles_ * k_blocks_ * block_bytes_), 0);
+  scale_.assign(static_cast<size_t>(tiles_ * k_blocks_ * kTile), 0.0f);
+  const bool zp_table = src.zp_packed != nullptr || src.zp_float != nullptr;
+  if (zp_table) nszp_.assign(scale_.size(), 0.0f);
+  for (int64_t n = 0; n < n_; ++n) {
+    const int64_t t = n / kTile, j = n % kTile;
+    for (int64_t kb = 0; kb < k_blocks_; ++kb) {
+      const size_t at = static_cast<size_t>((t * k_blocks_ + kb) * kTile + j);
+      scale_[at] = src.scales[n * k_blocks_ + kb];
+      if (zp_table) nszp_[at] = -scale_[at] * SourceZp(src, n, kb, k_blocks_);
+      uint8_t* dst = q_.data() + (t * k_blocks_ + kb) * block_bytes_;
+      const int64_t rows = std::min(block_, k_ - kb * block_);
+      for (int64_t i = 0; i < rows; ++i) {
+        const uint8_t v = SourceQ(src, n, kb * block_ + i, k_blocks_);
+        if (bits_ == 8) dst[i * kTile + j] = v;
+        else dst[(i / 2) * kTile + j] |= static_cast<uint8_t>((i & 1) ? v << 4 : v);
+      }
+    }
+  }
+}
+
+size_t PackedNBits::bytes() const {
+  return q_.size() + (scale_.size() + nszp_.size()) * sizeof(float);
+}
+
+float NBitsWeight(const PackedNBits& w, int64_t k, int64_t n) {
+  const int64_t t = n / kTile, j = n % kTile, kb = k / w.block(), i = k % w.block();
+  const uint8_t* q = w.weights(t, kb);
+  const int v = w.bits() == 8 ? q[i * kTile + j]
+                              : ((i & 1) ? q[(i / 2) * kTile + j] >> 4 : q[(i / 2) * kTile + j] & 0xF);
+  const size_t at = static_cast<size_t>(j);
+  const float s = w.scales(t, kb)[at];
+  const float* z = w.neg_scaled_zp(t, kb);
+  return z != nullptr ? s * static_cast<float>(v) + z[at] : s * (static_cast<float>(v) - w.uniform_zp());
+}
+
+void NBitsGemvTiles(const PackedNBits& w, const float* a_pad, const float* a_sums, float* y,
+                    int64_t t0, int64_t t1, NBitsPath path) {
+#if defined(__x86_64__)
+  if (UseAvx2(path)) return GemvTilesAvx2(w, a_pad, a_sums, y, t0, t1);
+#endif
+  (void)path;
+  GemvTilesPortable(w, a_pad, a_sums, y, t0, t1);
+}
+
+bool Int8Eligible(const PackedNBits& w) { return w.bits() == 4 && w.block() % kGroup == 0; }
+
+void QuantizeActivations(const float* a, int64_t k, int64_t k_pad, int8_t* q, float* scales) {
+  for (int64_t g = 0; g < k_pad / kGroup; ++g) {
+    const int64_t begin = g * kGroup, end = std::min(k, begin + kGroup);
+    float amax = 0.0f;
+    for (int64_t i = begin; i < end; ++i) amax = std::max(amax, std::abs(a[i]));
+    const float scale = amax / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+    scales[g] = scale;
+    for (int64_t i = begin; i < begin + kGroup; ++i)
+      q[i] = i < end ? static_cast<int8_t>(std::clamp(std::nearbyint(a[i] * inv), -127.0f, 127.0f))
+                     : int8_t{0};
+  }
+}
+
+void NBitsGemv(const PackedNBits& w, const float* a, float* y, NBitsPath path,
+               NBitsCompute compute) {
+  // Tasks of at least ~32 KiB of packed weights: less and scheduling costs show.
+  const int64_t tile_bytes = w.k_blocks() * w.block() * kTile * w.bits() / 8;
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, tile_bytes));
+  if (compute == NBitsCompute::kInt8 && Int8Eligible(w)) {
+    const Int8Row row = MakeInt8Row(w, a);
+    math::ParallelFor(w.tiles(), grain, [&](int64_t t0, int64_t t1) {
+#if defined(__x86_64__)
+      if (UseAvx2(path)) return GemvInt8Avx2(w, row, y, t0, t1);
+#endif
+      GemvInt8Portable(w, row, y, t0, t1);
+    });
+    return;
+  }
+  std::vector<float> a_pad, sums;
+  PadActivation(w, a, a_pad, sums);
+  math::ParallelFor(w.tiles(), grain, [&](int64_t t0, int64_t t1) {
+    NBitsGemvTiles(w, a_pad.data(), sums.data(), y, t0, t1, path);
+  });
+}
+
+namespace {
+
+// The 16 values -scale * zero point of tile t, block kb (computed when they are uniform).
+void ZeroTerms(const PackedNBits& w, int64_t t, int64_t kb, float z[16]) {
+  const float* s = w.scales(t, kb);
+  const float* zt = w.neg_scaled_zp(t, kb);
+  for (int j = 0; j < kTile; ++j) z[j] = zt != nullptr ? zt[j] : -w.uniform_zp() * s[j];
+}
+
+// Row i of block kb of tile t: the 16 quantized values as bytes.
+void RowBytes(const PackedNBits& w, int64_t t, int64_t kb, int64_t i, uint8_t out[16]) {
+  const uint8_t* q = w.weights(t, kb);
+  if (w.bits() == 8) {
+    std::memcpy(out, q + i * kTile, kTile);
+    return;
+  }
+  const uint8_t* p = q + (i / 2) * kTile;
+  for (int j = 0; j < kTile; ++j) out[j] = (i & 1) ? static_cast<uint8_t>(p[j] >> 4) : static_cast<uint8_t>(p[j] & 0xF);
+}
+
+void DequantizeRowPortable(const uint8_t q[16], const float* s, const float* z, float* row) {
+  for (int j = 0; j < kTile; ++j) row[j] = s[j] * static_cast<float>(q[j]) + z[j];
+}
+
+#if defined(__x86_64__)
+OL_AVX2 void DequantizeRowAvx2(const uint8_t q[16], const float* s, const float* z, float* row) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+  const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)));
+  _mm256_storeu_ps(row, _mm256_fmadd_ps(_mm256_loadu_ps(s), lo, _mm256_loadu_ps(z)));
+  _mm256_storeu_ps(row + 8, _mm256_fmadd_ps(_mm256_loadu_ps(s + 8), hi, _mm256_loadu_ps(z + 8)));
+}
+#endif
+
+// Dequantizes W[k0 : k0 + kc, tiles t0 .. t0 + nt) into buf (row-major, ld = nt * 16).
+void DequantizeTile(const PackedNBits& w, int64_t k0, int64_t kc, int64_t t0, int64_t nt,
+                    float* buf, NBitsPath path) {
+  const int64_t ld = nt * kTile;
+  const bool avx2 = UseAvx2(path);
+  for (int64_t t = 0; t < nt; ++t)
+    for (int64_t k = k0; k < k0 + kc;) {
+      const int64_t kb = k / w.block(), end = std::min(k0 + kc, (kb + 1) * w.block());
+      const float* s = w.scales(t0 + t, kb);
+      float z[kTile];
+      ZeroTerms(w, t0 + t, kb, z);
+      for (; k < end; ++k) {
+        uint8_t q[kTile];
+        RowBytes(w, t0 + t, kb, k % w.block(), q);
+        float* row = buf + (k - k0) * ld + t * kTile;
+#if defined(__x86_64__)
+        if (avx2) {
+          DequantizeRowAvx2(q, s, z, row);
+          continue;
+        }
+#endif
+        DequantizeRowPortable(q, s, z, row);
+      }
+    }
+  (void)avx2;
+}
+
+}  // namespace
+
+void NBitsGemm(const PackedNBits& w, int64_t m, const float* a, float* c, NBitsPath path,
+               NBitsCompute compute) {
+  const int64_t n = w.n(), k = w.k();
+  if (m <= 4) {  // a few rows: the GEMV reads the packed weights at memory speed
+    for (int64_t r = 0; r < m; ++r) NBitsGemv(w, a + r * k, c + r * n, path, compute);
+    return;
+  }
+  // Column panels of 8 tiles over the whole depth (up to 2048 rows: a float buffer of at most
+  // 1 MiB per task), so that each panel of C is written once, not once per depth chunk (C is
+  // 25 MB for a 128-token prompt through a 49152-column LM head).
+  constexpr int64_t kPanelTiles = 8;
+  const int64_t depth = k <= 2048 ? k : 1024;
+  const int64_t panels = (w.tiles() + kPanelTiles - 1) / kPanelTiles;
+  math::ParallelFor(panels, 1, [&](int64_t p0, int64_t p1) {
+    std::vector<float> buf(static_cast<size_t>(depth * kPanelTiles * kTile));
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t t0 = p * kPanelTiles, nt = std::min(kPanelTiles, w.tiles() - t0);
+      const int64_t n0 = t0 * kTile, nc = std::min(nt * kTile, n - n0);
+      for (int64_t k0 = 0; k0 < k; k0 += depth) {
+        const int64_t kc = std::min(depth, k - k0);
+        DequantizeTile(w, k0, kc, t0, nt, buf.data(), path);
+        math::GemmArgs g;
+        g.m = m;
+        g.n = nc;
+        g.k = kc;
+        g.a = a + k0;
+        g.lda = k;
+        g.b = buf.data();
+        g.ldb = nt * kTile;
+        g.beta = k0 == 0 ? 0.0f : 1.0f;
+        g.c = c + n0;
+        g.ldc = n;
+        math::Sgemm(g);
+      }
+    }
+  });
+}
+
+}  // namespace onnx_light::ops::contrib

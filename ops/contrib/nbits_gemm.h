@@ -1,0 +1,98 @@
+// Block-quantized weights (com.microsoft MatMulNBits: 4 or 8 bits, blocks of 16..256 along
+// K, a scale and a zero point per column and block) repacked once for CPU products:
+//   W[k, n] = (q[n, k] - zp[n, kb]) * scale[n, kb],  kb = k / block.
+// Layout: columns in tiles of 16 (the last zero padded); per tile and block, for 4 bits
+// each pair of rows (k, k+1) takes 16 bytes (byte j = q[col j][k] | q[col j][k+1] << 4), for
+// 8 bits each row 16 bytes. So the GEMV reads one tile's weights in one sequential run and
+// one load feeds 16 columns (two 8-lane AVX2 accumulators). The zero point is folded out of
+// the inner loop: y[n] += scale * sum_k(a_k q_k) - scale * zp * sum_k(a_k) per block, with
+// -scale * zp kept per column and block only when the model gives zero points (otherwise zp
+// is the same 2^(bits-1) everywhere and the packed copy is no bigger than onnxruntime's).
+// Rows of K past the end of the weight (K not a multiple of the block) hold zeros, and the
+// activations are zero padded to match.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace onnx_light::ops::contrib {
+
+enum class NBitsPath { kAuto, kPortable, kAvx2 };
+
+// kInt8 (MatMulNBits accuracy_level 4, as onnxruntime): the activation row is quantized to
+// int8 in groups of 32 (scale = max|a| / 127, round to nearest even) and the GEMV sums
+// integer products of 4-bit weights and int8 activations (AVX2 maddubs, 64 weights per 11
+// instructions); the block's float scale and the group's scale are applied per group. Only
+// for 4 bits with block_size a multiple of 32 (Int8Eligible); otherwise, and for M > 4, the
+// float path runs. Results are exact integer sums, so both code paths agree bit for bit.
+enum class NBitsCompute { kFloat, kInt8 };
+
+// The source tensors as MatMulNBits takes them (B [N, k_blocks, block*bits/8] uint8,
+// scales [N * k_blocks], zero points absent / packed uint8 / float).
+struct NBitsSource {
+  int bits = 4;
+  int64_t n = 0, k = 0, block = 32;
+  const uint8_t* b = nullptr;
+  const float* scales = nullptr;
+  const uint8_t* zp_packed = nullptr;  // 4 bits: ceil(k_blocks / 2) bytes per column
+  const float* zp_float = nullptr;
+};
+
+class PackedNBits {
+ public:
+  explicit PackedNBits(const NBitsSource& src);
+  PackedNBits(const PackedNBits&) = delete;
+  PackedNBits& operator=(const PackedNBits&) = delete;
+
+  int bits() const { return bits_; }
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  int64_t block() const { return block_; }
+  int64_t k_blocks() const { return k_blocks_; }
+  int64_t tiles() const { return tiles_; }
+  size_t bytes() const;
+  // Weights of tile t, block kb: 16 * block * bits / 8 bytes.
+  const uint8_t* weights(int64_t t, int64_t kb) const {
+    return q_.data() + static_cast<size_t>((t * k_blocks_ + kb) * block_bytes_);
+  }
+  // 16 scales of tile t, block kb.
+  const float* scales(int64_t t, int64_t kb) const { return scale_.data() + (t * k_blocks_ + kb) * 16; }
+  // 16 (-scale * zero point) of tile t, block kb; null when every zero point is uniform_zp().
+  const float* neg_scaled_zp(int64_t t, int64_t kb) const {
+    return nszp_.empty() ? nullptr : nszp_.data() + (t * k_blocks_ + kb) * 16;
+  }
+  float uniform_zp() const { return uniform_zp_; }
+
+ private:
+  int bits_;
+  int64_t n_, k_, block_, k_blocks_, tiles_, block_bytes_;
+  float uniform_zp_;
+  std::vector<uint8_t> q_;
+  std::vector<float> scale_, nszp_;
+};
+
+// y[n] (+)= sum_k a[k] W[k, n] for tiles [t0, t1): `a_pad` is A zero padded to k_blocks *
+// block, `a_sums` its per-block sums; writes y[n] for n < N only (bias not included).
+void NBitsGemvTiles(const PackedNBits& w, const float* a_pad, const float* a_sums, float* y,
+                    int64_t t0, int64_t t1, NBitsPath path);
+
+bool Int8Eligible(const PackedNBits& w);
+
+// y[N] = a[K] W (one activation row), parallel over column tiles.
+void NBitsGemv(const PackedNBits& w, const float* a, float* y, NBitsPath path = NBitsPath::kAuto,
+               NBitsCompute compute = NBitsCompute::kFloat);
+
+// C[M, N] = A[M, K] W (row-major, lda = K, ldc = N): GEMV per row for small M, else blocks of
+// W dequantized into a small float buffer feeding the packed SGEMM (never the whole weight).
+void NBitsGemm(const PackedNBits& w, int64_t m, const float* a, float* c,
+               NBitsPath path = NBitsPath::kAuto, NBitsCompute compute = NBitsCompute::kFloat);
+
+// The int8 activation row of kInt8 (exposed for tests): q[k] and one scale per 32 values.
+void QuantizeActivations(const float* a, int64_t k, int64_t k_pad, int8_t* q, float* scales);
+
+// The float value W[k, n] (tests and references).
+float NBitsWeight(const PackedNBits& w, int64_t k, int64_t n);
+
+}  // namespace onnx_light::ops::contrib

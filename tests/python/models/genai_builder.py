@@ -1,0 +1,84 @@
+"""Decoders built by onnxruntime-genai's model builder (`python -m
+onnxruntime_genai.models.builder -e cpu -p fp32|int4`) from tiny random-weight Llama and Qwen2
+checkpoints that transformers builds from a config and `save_pretrained`s (no download), with
+a small BPE tokenizer trained in-process (the builder requires one). Outputs are cached under
+build/models/genai, named by a hash of the config, the onnxruntime-genai/transformers versions
+and this file, so a changed builder never reuses a stale model."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from importlib.metadata import version
+
+MODEL_DIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "..",
+                                          "build", "models", "genai"))
+
+_TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,
+             rms_norm_eps=1e-6, tie_word_embeddings=True)
+# "tiny" for the tests; the real shapes (SmolLM2-135M, Qwen2.5-0.5B: export_hf's configs)
+# for perf/bench_genai_decode.py.
+CONFIGS = {("llama", "tiny"): dict(_TINY), ("qwen2", "tiny"): dict(_TINY)}
+
+
+def _real_configs():
+    from models import export_hf
+
+    return {("llama", "smollm2"): export_hf.CONFIGS[("llama", "smollm2")],
+            ("qwen2", "qwen05"): export_hf.CONFIGS[("qwen2", "qwen05")]}
+
+
+def _config(arch: str, size: str) -> dict:
+    return CONFIGS[(arch, size)] if (arch, size) in CONFIGS else _real_configs()[(arch, size)]
+
+
+def _key(arch: str, precision: str, size: str) -> str:
+    with open(__file__, "rb") as f:
+        source = f.read().decode()
+    blob = json.dumps([arch, precision, size, _config(arch, size), version("onnxruntime-genai"),
+                       version("transformers"), source], sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def _checkpoint(arch: str, size: str, out: str) -> None:
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    torch.manual_seed(0)
+    config_class = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}[arch]
+    model = transformers.AutoModelForCausalLM.from_config(config_class(**_config(arch, size)))
+    with torch.no_grad():  # random (not zero) attention biases, so Qwen2's bias path is built
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.1)
+    model.save_pretrained(out)
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel()
+    tokenizer.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 4,
+                                  trainers.BpeTrainer(vocab_size=120,
+                                                      special_tokens=["<unk>", "<s>", "</s>"]))
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>",
+                                         eos_token="</s>", unk_token="<unk>").save_pretrained(out)
+
+
+def ensure(arch: str, precision: str, size: str = "tiny") -> str:
+    """Path of the builder's model.onnx for (arch, fp32|int4, size), built if not cached."""
+    out = os.path.join(MODEL_DIR, f"{size}_{arch}_{precision}-{_key(arch, precision, size)}")
+    path = os.path.join(out, "model.onnx")
+    if os.path.exists(path):
+        return path
+    checkpoint = out + ".hf"
+    if not os.path.exists(os.path.join(checkpoint, "config.json")):
+        _checkpoint(arch, size, checkpoint)
+    tmp = out + f".tmp-{os.getpid()}"
+    subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", checkpoint,
+                    "-o", tmp, "-p", precision, "-e", "cpu"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.replace(tmp, out)
+    shutil.rmtree(checkpoint)  # the float checkpoint (2 GB at Qwen2.5-0.5B's shape) is done
+    return path

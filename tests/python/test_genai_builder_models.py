@@ -1,0 +1,136 @@
+"""Decoders written by onnxruntime-genai's model builder (fp32 and int4 CPU builds of tiny
+random-weight Llama and Qwen2 checkpoints, tests/python/models/genai_builder.py) run through
+onnx-light's plain session API, a prompt call then decode calls feeding the presents back,
+and agree with onnxruntime on the same file:
+  - the op list of each build is the one recorded here (a newer builder that emits another
+    op fails loudly here, before any kernel is missing at run time);
+  - fp32: logits and presents within 1e-4;
+  - int4: MatMulNBits runs at the builder's accuracy_level 4, which quantizes activations to
+    int8 in both runtimes (onnx-light for decode rows, in groups of 32; in float for the
+    prompt). The tolerance is onnxruntime's own int8 error: the distance of its level-4 run
+    from its level-0 run (the float product with the same dequantized weights) on the same
+    file. onnx-light stays within twice that (plus 1e-4) of both runs; and its prompt logits,
+    computed in float, within 1e-4 of the level-0 run."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from models import genai_builder
+from onnx_light import onnx as ol_onnx
+from onnx_light.onnx_py._onnxpykernels import runtime
+
+_COMMON = {("", "Cast"), ("", "Constant"), ("", "Gather"), ("", "Mul"), ("", "ReduceSum"),
+           ("", "Shape"), ("", "Sigmoid"), ("", "SimplifiedLayerNormalization"), ("", "Sub"),
+           ("com.microsoft", "GroupQueryAttention"),
+           ("com.microsoft", "SkipSimplifiedLayerNormalization")}
+_FP32 = _COMMON | {("", "MatMul"), ("", "Transpose")}
+_INT4 = _COMMON | {("", "Reshape"), ("com.microsoft", "MatMulNBits"),
+                   ("com.microsoft", "GatherBlockQuantized")}
+# Qwen2's Q/K/V biases are Adds after the projections.
+EXPECTED_OPS = {("llama", "fp32"): _FP32, ("llama", "int4"): _INT4,
+                ("qwen2", "fp32"): _FP32 | {("", "Add")}, ("qwen2", "int4"): _INT4 | {("", "Add")}}
+CASES = [(arch, precision) for arch in ("llama", "qwen2") for precision in ("fp32", "int4")]
+DECODE_STEPS = 3
+
+
+def _ops(path):
+    model = onnx.load(path, load_external_data=False)
+    return {(n.domain, n.op_type) for n in model.graph.node}
+
+
+def _layers(path):
+    model = onnx.load(path, load_external_data=False)
+    return [i for i in model.graph.input if i.name.startswith("past_key_values.")]
+
+
+def _head_size(path):
+    with open(os.path.join(os.path.dirname(path), "genai_config.json")) as f:
+        return json.load(f)["model"]["decoder"]["head_size"]
+
+
+def _steps(run, path, tokens):
+    """Outputs of the prompt call (tokens[0]) and of one decode call per later token, the
+    presents fed back as the next call's pasts (the same tokens for every runtime)."""
+    pasts = _layers(path)
+    cache = {p.name: np.zeros((1, p.type.tensor_type.shape.dim[1].dim_value, 0,
+                               _head_size(path)), np.float32) for p in pasts}
+    total, results = 0, []
+    for ids in tokens:
+        total += ids.shape[1]
+        out = run({"input_ids": ids, "attention_mask": np.ones((1, total), np.int64), **cache})
+        results.append(out)
+        cache = {p.name: out[p.name.replace("past_key_values.", "present.")] for p in pasts}
+    return results
+
+
+def _ort_runner(path, accuracy_level=None):
+    if accuracy_level is None:
+        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    else:
+        model = onnx.load(path)
+        for node in model.graph.node:
+            for a in node.attribute:
+                if node.op_type == "MatMulNBits" and a.name == "accuracy_level":
+                    a.i = accuracy_level
+        session = ort.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return lambda feeds: dict(zip(names, session.run(names, feeds)))
+
+
+def _ol_runner(path):
+    model = ol_onnx.load_model(path)
+    session = runtime.RuntimeSession(model)
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(21)))
+
+    def run(feeds):
+        out = session.run(context, feeds)
+        return {name: np.from_dlpack(value).copy() for name, value in out.items()}
+    return run
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[f"{a}-{p}" for a, p in CASES])
+def built(request):
+    arch, precision = request.param
+    return arch, precision, genai_builder.ensure(arch, precision)
+
+
+def test_builder_emits_exactly_the_recorded_op_list(built):
+    arch, precision, path = built
+    assert _ops(path) == EXPECTED_OPS[(arch, precision)]
+
+
+def _max_diff(a, b, name):
+    assert a[name].shape == b[name].shape, name
+    return float(np.abs(a[name] - b[name]).max())
+
+
+def test_builder_model_matches_onnxruntime_on_prompt_and_decode(built):
+    arch, precision, path = built
+    rng = np.random.default_rng(7)
+    tokens = [rng.integers(3, 120, (1, 6), dtype=np.int64)]
+    tokens += [rng.integers(3, 120, (1, 1), dtype=np.int64) for _ in range(DECODE_STEPS)]
+    ours = _steps(_ol_runner(path), path, tokens)
+    names = ["logits"] + [p.name.replace("past_key_values.", "present.") for p in _layers(path)]
+    if precision == "fp32":
+        theirs = _steps(_ort_runner(path), path, tokens)
+        for step, (a, b) in enumerate(zip(ours, theirs)):
+            for name in names:
+                assert _max_diff(a, b, name) <= 1e-4, (step, name)
+        return
+    float_path = _steps(_ort_runner(path, accuracy_level=0), path, tokens)
+    level4 = _steps(_ort_runner(path), path, tokens)
+    for step, (a, ref, q) in enumerate(zip(ours, float_path, level4)):
+        for name in names:
+            own_error = _max_diff(q, ref, name)
+            assert _max_diff(a, ref, name) <= 2 * own_error + 1e-4, (step, name)
+            assert _max_diff(a, q, name) <= 2 * own_error + 1e-4, (step, name)
+    # The prompt (M = 6 rows) runs in float: the dequantized weights' product exactly.
+    for name in names:
+        assert _max_diff(ours[0], float_path[0], name) <= 1e-4, name
