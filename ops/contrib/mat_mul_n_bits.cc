@@ -36,6 +36,8 @@ class MatMulNBits final : public core::runtime::KernelBase {
     if (packed_) math::UncountPackedWeightBytes(packed_->bytes());
   }
   void Compute(KernelCall& call) const override;
+  // An int4 LM head on generate's prompt step multiplies the last row alone.
+  bool ComputesLastRowOnly() const override { return true; }
   void OnConstantInput(size_t index, const RuntimeValue& value) override {
     if (index >= 1 && index <= 3 && value.is_tensor()) constant_[index] = value.tensor();
   }
@@ -128,7 +130,10 @@ bool MatMulNBits::AllConstant(const KernelCall& call) const {
 }
 
 void MatMulNBits::Compute(KernelCall& call) const {
-  const Tensor& a = call.input(0);
+  Tensor a_dense, a_last;
+  const Tensor& a_full = call.input(0).contiguous() ? call.input(0)
+                                                     : (a_dense = call.input(0).Contiguous());
+  const Tensor& a = call.last_row_only() ? math::LastRows(call, a_full, a_last) : a_full;
   if (a.dtype() != DataType::kFloat)
     math::ThrowUnsupportedType(call.node(), "input 'A' (only FLOAT)", a.dtype());
   if (a.rank() < 1 || a.dim(-1) != k_)

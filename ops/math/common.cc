@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/dtype.h"
 #include "executor/attributes.h"
 #include "onnx_light.pb.h"
 
@@ -163,4 +164,22 @@ std::vector<int64_t> BroadcastIndex(const Shape& out_shape, const Shape& in_shap
   }
   return index;
 }
+const Tensor& LastRows(const KernelCall& call, const Tensor& a, Tensor& holder) {
+  if (a.rank() < 2 || a.dim(-2) <= 1) return a;
+  const Tensor dense = a.Contiguous(call.allocator());
+  Shape shape = dense.shape();
+  const int64_t m = shape[shape.size() - 2];
+  shape[shape.size() - 2] = 1;
+  holder = Tensor(dense.name(), dense.dtype(), shape, call.allocator());
+  const size_t row = core::StorageBytes(dense.dtype(), dense.dim(-1));
+  const auto* src = static_cast<const char*>(dense.raw_data());
+  auto* dst = static_cast<char*>(holder.mutable_raw_data());
+  const int64_t per_matrix = m * dense.dim(-1);
+  const int64_t matrices = per_matrix == 0 ? 0 : dense.numel() / per_matrix;
+  for (int64_t i = 0; i < matrices; ++i)
+    std::memcpy(dst + static_cast<size_t>(i) * row,
+                src + static_cast<size_t>(i * m + m - 1) * row, row);
+  return holder;
+}
+
 }  // namespace onnx_light::ops::math

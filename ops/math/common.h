@@ -87,6 +87,11 @@ void ParallelFor(int64_t n, int64_t grain, const F& fn) {
                     [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end()); });
 }
 
+// The last row of each of `a`'s matrices ([..., 1, K], a dense copy in `holder` from the
+// call's allocator), or `a` itself when it has one row per matrix or is a vector: what a
+// kernel that ComputesLastRowOnly multiplies when KernelCall::last_row_only() is set.
+const Tensor& LastRows(const KernelCall& call, const Tensor& a, Tensor& holder);
+
 // Contiguous strides of a shape (in elements).
 std::vector<int64_t> Strides(const Shape& shape);
 

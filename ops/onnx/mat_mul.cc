@@ -5,7 +5,6 @@
 // (an initializer, or a Transpose of one folded to a transposed view) is packed on its
 // second use and the pack serves every later call, prompts and decode steps alike
 // (ConstantWeight).
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,7 +59,7 @@ class MatMul final : public core::runtime::KernelBase {
   void Compute(KernelCall& call) const override {
     Tensor a_dense, b_dense, a_last;
     const Tensor& a_full = InPlaceOrDense(call.input(0), a_dense);
-    const Tensor& a = call.last_row_only() ? LastRows(call, a_full, a_last) : a_full;
+    const Tensor& a = call.last_row_only() ? math::LastRows(call, a_full, a_last) : a_full;
     const Tensor& b = InPlaceOrDense(call.input(1), b_dense);
     if (a.dtype() != b.dtype())
       call.Fail("A is " + core::DataTypeName(a.dtype()) + " but B is " +
@@ -130,26 +129,6 @@ class MatMul final : public core::runtime::KernelBase {
   }
 
  private:
-  // The last row of each of `a`'s matrices ([..., 1, K], copied into `holder`), or `a`
-  // itself when it has one row per matrix (or is a vector).
-  static const Tensor& LastRows(const KernelCall& call, const Tensor& a, Tensor& holder) {
-    if (a.rank() < 2 || a.dim(-2) <= 1) return a;
-    const Tensor dense = a.Contiguous(call.allocator());
-    Shape shape = dense.shape();
-    const int64_t m = shape[shape.size() - 2];
-    shape[shape.size() - 2] = 1;
-    holder = Tensor(dense.name(), dense.dtype(), shape, call.allocator());
-    const size_t row = core::StorageBytes(dense.dtype(), dense.dim(-1));
-    const auto* src = static_cast<const char*>(dense.raw_data());
-    auto* dst = static_cast<char*>(holder.mutable_raw_data());
-    const int64_t per_matrix = m * dense.dim(-1);
-    const int64_t matrices = per_matrix == 0 ? 0 : dense.numel() / per_matrix;
-    for (int64_t i = 0; i < matrices; ++i)
-      std::memcpy(dst + static_cast<size_t>(i) * row, src + (static_cast<size_t>(i * m + m - 1)) * row,
-                  row);
-    return holder;
-  }
-
   // `t` itself when dense, a strided FLOAT tensor with dense matrices or a FLOAT matrix
   // viewed transposed; else a dense copy kept in `holder`.
   static const Tensor& InPlaceOrDense(const Tensor& t, Tensor& holder) {

@@ -134,3 +134,29 @@ def test_builder_model_matches_onnxruntime_on_prompt_and_decode(built):
     # The prompt (M = 6 rows) runs in float: the dequantized weights' product exactly.
     for name in names:
         assert _max_diff(ours[0], float_path[0], name) <= 1e-4, name
+
+
+def test_last_position_logits_of_the_prompt_equal_the_last_row(built):
+    """session.run(..., last_position_only=True) on the prompt: the LM head (MatMul, or
+    MatMulNBits in the int4 builds) multiplies the last row alone. fp32: that row of the
+    whole logits within 1e-5. int4: one row is decode-shaped, so it takes the int8 path; it
+    stays within twice onnxruntime's own int8 error (level 4 against level 0) of the float
+    reference, like the decode steps above."""
+    arch, precision, path = built
+    ids = np.random.default_rng(11).integers(3, 120, (1, 6), dtype=np.int64)
+    feeds = {"input_ids": ids, "attention_mask": np.ones((1, 6), np.int64),
+             **{p.name: np.zeros((1, p.type.tensor_type.shape.dim[1].dim_value, 0,
+                                  _head_size(path)), np.float32) for p in _layers(path)}}
+    model = ol_onnx.load_model(path)
+    session = runtime.RuntimeSession(model)
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(21)))
+    whole = np.from_dlpack(session.run(context, feeds, output_names=["logits"])["logits"])
+    last = np.from_dlpack(session.run(context, feeds, output_names=["logits"],
+                                      last_position_only=True)["logits"])
+    assert whole.shape[1] == 6 and last.shape == (1, 1, whole.shape[2])
+    if precision == "fp32":
+        assert np.abs(last[0, 0] - whole[0, -1]).max() <= 1e-5
+        return
+    ref = _ort_runner(path, accuracy_level=0)(feeds)["logits"][0, -1]
+    own_error = float(np.abs(_ort_runner(path)(feeds)["logits"][0, -1] - ref).max())
+    assert np.abs(last[0, 0] - ref).max() <= 2 * own_error + 1e-4
