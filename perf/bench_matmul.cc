@@ -42,10 +42,10 @@ void BM_Sgemm(benchmark::State& state) { Sgemm(state, math::GemmPath::kAuto); }
 void BM_SgemmAvx2(benchmark::State& state) { Sgemm(state, math::GemmPath::kAvx2); }
 void BM_SgemmPortable(benchmark::State& state) { Sgemm(state, math::GemmPath::kPortable); }
 
-// M x K times a K x N weight; range(3) = 1: B packed once beforehand (PackedB).
-void BM_Prefill(benchmark::State& state) {
-  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
-  const bool cached = state.range(3) != 0;
+// M x K times a K x N weight, B packed per call or once beforehand (PackedB), in an arena
+// of `threads` threads (0: the default arena).
+void Prefill(benchmark::State& state, int64_t m, int64_t k, int64_t n, bool cached,
+             int threads) {
   const std::vector<float> a = RandomVector(m * k), b = RandomVector(k * n);
   std::vector<float> c(static_cast<size_t>(m * n));
   const math::PackedB packed(false, k, n, b.data(), n);
@@ -59,8 +59,9 @@ void BM_Prefill(benchmark::State& state) {
   g.ldb = n;
   g.c = c.data();
   g.ldc = n;
+  tbb::task_arena arena(threads > 0 ? threads : tbb::task_arena::automatic);
   for (auto _ : state) {
-    math::Sgemm(g, cached ? &packed : nullptr);
+    arena.execute([&] { math::Sgemm(g, cached ? &packed : nullptr); });
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
@@ -68,30 +69,15 @@ void BM_Prefill(benchmark::State& state) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// range(0..2) = M, K, N; range(3) = 1: B packed once beforehand.
+void BM_Prefill(benchmark::State& state) {
+  Prefill(state, state.range(0), state.range(1), state.range(2), state.range(3) != 0, 0);
+}
+
 // The real-size decoders' prompt products (M = 128 rows times a packed weight) on one
-// thread, timed in CPU time: a figure that a shared, noisy machine does not move much.
-// range(0..2) = M, K, N.
+// thread, timed in CPU time: a figure that a shared, noisy machine moves less.
 void BM_PrefillOneThread(benchmark::State& state) {
-  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
-  const std::vector<float> a = RandomVector(m * k), b = RandomVector(k * n);
-  std::vector<float> c(static_cast<size_t>(m * n));
-  const math::PackedB packed(false, k, n, b.data(), n);
-  math::GemmArgs g;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.a = a.data();
-  g.lda = k;
-  g.c = c.data();
-  g.ldc = n;
-  tbb::task_arena one(1);
-  for (auto _ : state) {
-    one.execute([&] { math::Sgemm(g, &packed); });
-    benchmark::DoNotOptimize(c.data());
-    benchmark::ClobberMemory();
-  }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k / 1e9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  Prefill(state, state.range(0), state.range(1), state.range(2), true, 1);
 }
 
 // 1 x K times K x N (trans_b = 0) or times N x K stored transposed (trans_b = 1).
