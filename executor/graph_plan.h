@@ -32,6 +32,9 @@ struct RunOptions {
   const std::atomic<bool>* cancel_requested = nullptr;
   // Attached to the run's child context by RuntimeSession::Execute (state runs only).
   PersistentAppendHook* append_hook = nullptr;
+  // Largest tensor a kernel may allocate in this run (core/checked_math.h); 0 = the process
+  // default. RuntimeSession::Execute sets it from RuntimeSessionOptions::max_tensor_bytes.
+  size_t max_tensor_bytes = 0;
 };
 
 // What sub-plan builders (control-flow kernels, function calls) need from the plan being
