@@ -285,12 +285,13 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
                                               return mask[static_cast<size_t>(b)][static_cast<size_t>(t)];
                                             })));
     // Refused here rather than as a Gather index error deep inside the graph.
-    if (declares_positions) CheckPositions(limit, positions, length - fed, options.position_ids_name);
-    if (declares_positions)
+    if (declares_positions) {
+      CheckPositions(limit, positions, length - fed, options.position_ids_name);
       call.emplace(options.position_ids_name,
                    RuntimeValue(Int64Tensor(options.position_ids_name, batch, fed, [&](int64_t b, int64_t t) {
                      return positions[static_cast<size_t>(b)][static_cast<size_t>(length - fed + t)];
                    })));
+    }
 
     const auto start = std::chrono::steady_clock::now();
     RuntimeValueMap outputs =

@@ -67,7 +67,8 @@ class Constant final : public core::runtime::KernelBase {
       if (a.name() == name && a.type() != type && a.type() != A::UNDEFINED)
         core::Throw(core::ErrorCode::kInvalidModel,
                     label + ": attribute '" + a.name() + "' is tagged " +
-                        A::AttributeType_Name(a.type()) + ", expected " + A::AttributeType_Name(type));
+                        A::AttributeType_Name(a.type()) + ", expected " +
+                        A::AttributeType_Name(type));
   }
 
   Tensor value_;

@@ -241,7 +241,9 @@ def run_case(target: str, seeds: list[bytes], seed: int, index: int) -> str:
             b = m.graph.persistent_bindings.add()
             b.input_name, b.output_name = "past", "present"
             import numpy as np
-            past = feed_value(rng, np.float32, [2]) if rng.random() < 0.5 else np.zeros(2, np.float32)
+            past = np.zeros(2, np.float32)
+            if rng.random() < 0.5:
+                past = feed_value(rng, np.float32, [2])
             state = runtime.PersistentValueState(m, {"past": past}, options)
             state.run(context, {"x": feed_value(rng, np.float32, [2])})
             return "ok"
@@ -300,7 +302,7 @@ def parent_main(target: str, seconds: float, batch: int, timeout: float, seed: i
                 out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     progress = out_dir / f"progress_{target}_{os.getpid()}.txt"
-    totals = {"cases": 0, "crash": 0, "hang": 0, "oom": 0, "outcomes": {}}
+    totals = {"cases": 0, "crash": 0, "hang": 0, "oom": 0, "harness_error": 0, "outcomes": {}}
     findings = []
     start, deadline = 0, time.monotonic() + seconds
     env = dict(os.environ)
@@ -320,8 +322,10 @@ def parent_main(target: str, seconds: float, batch: int, timeout: float, seed: i
             kind = "hang"
         elif "MemoryError" in err or "bad_alloc" in err or rc == -signal.SIGKILL:
             kind = "oom"
+        elif rc < 0:
+            kind = "crash"  # killed by a signal (SIGSEGV, SIGABRT, ...)
         else:
-            kind = "crash"
+            kind = "harness_error"  # the child itself failed (import, setup): not a finding
         totals[kind] += 1
         totals["cases"] += last - start + 1
         findings.append({"kind": kind, "target": target, "seed": seed, "index": last,
