@@ -9,8 +9,11 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "text_parser"
 
 PRELUDE = """
 import numpy as np, onnx
@@ -370,3 +373,26 @@ def test_a_self_referential_dict_of_fields_given_to_a_proto_is_refused():
     g["node"].append({"op_type": "If", "attribute": [{"name": "then_branch", "g": g}]})
     report(lambda: ol.GraphProto(**g))
     """, "ValueError", "nest more than 100 levels")
+
+
+def test_a_loop_with_a_huge_trip_count_and_scan_outputs_fails_at_max_tensor_bytes():
+    expect(f"""
+    import onnx_light.onnx as ol
+    m = ol.load_model({str(DATA / "loop_body.pb")!r})
+    m.graph.node[1].name = "loop"
+    session = runtime.RuntimeSession(m, runtime.RuntimeSessionOptions(max_tensor_bytes=1 << 20))
+    report(lambda: session.run(ctx(), {{"n": np.array({BIG}, np.int64),
+                                        "init": np.ones(2, np.float32)}}))
+    """, "MemoryError", "Loop node 'loop'", "scan outputs of", "max_tensor_bytes = 1048576")
+
+
+def test_printing_a_model_with_invalid_utf8_names_gives_a_value_error_locating_them():
+    line = expect("""
+    import onnx_light.onnx as ol
+    from onnx_light.onnx_lib import printer
+    m = model_bytes([helper.make_node("Relu", ["x"], ["y"], name="NAMEXX")],
+                    [vi("x", TP.FLOAT, [2])], [vi("y")])
+    m = ol.load_model(m.replace(b"NAMEXX", b"NA\\xff\\xfeXX"))
+    report(lambda: printer.to_text(m))
+    """, "ValueError", "not valid UTF-8", "NA\\xff\\xfeXX")
+    assert "UnicodeDecodeError" not in line
