@@ -116,7 +116,8 @@ Tensor TensorFromDLPack(DLManagedTensor* managed, std::string name) {
            "DLPack tensor '" + name + "' has an invalid shape (ndim=" + std::to_string(dl.ndim) +
                ")");
   Shape shape(dl.shape, dl.shape + dl.ndim);
-  const int64_t numel = ShapeNumel(shape);  // throws on a negative dimension
+  const int64_t numel = ShapeNumel(shape);  // throws on a negative dimension or overflow
+  StorageBytes(dtype, numel);  // the byte extent must fit too (throws)
 
   // Compact row-major: every dimension of size > 1 has the stride of the dimensions after
   // it. Size-1 dimensions are never stepped over, so their stride is irrelevant (PyTorch

@@ -1,5 +1,7 @@
 #include "core/dtype.h"
 
+#include "core/checked_math.h"
+
 namespace onnx_light::core {
 
 int ElementBits(DataType type) {
@@ -21,8 +23,7 @@ int ElementBits(DataType type) {
 }
 
 size_t StorageBytes(DataType type, int64_t count) {
-  const int bits = ElementBits(type);
-  return (static_cast<size_t>(count) * static_cast<size_t>(bits) + 7) / 8;
+  return CheckedStorageBytes(type, count, "byte size");
 }
 
 bool IsKnownDataType(int32_t value) { return value >= 1 && value <= 26; }

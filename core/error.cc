@@ -11,8 +11,22 @@ const char* ErrorCodeName(ErrorCode code) {
     case ErrorCode::kFailedPrecondition: return "failed precondition";
     case ErrorCode::kCancelled: return "cancelled";
     case ErrorCode::kRuntime: return "runtime error";
+    case ErrorCode::kResourceExhausted: return "resource exhausted";
   }
   return "unknown";
+}
+
+std::string EscapeNul(const std::string& message) {
+  if (message.find('\0') == std::string::npos) return message;
+  std::string out;
+  out.reserve(message.size() + 8);
+  for (char c : message) {
+    if (c == '\0')
+      out += "\\x00";
+    else
+      out += c;
+  }
+  return out;
 }
 
 }  // namespace onnx_light::core

@@ -16,14 +16,18 @@ enum class ErrorCode {
   kFailedPrecondition,  // wrong lifecycle: closed state, overlapping calls   -> RuntimeError
   kCancelled,           // a TaskCompletion was cancelled                    -> CancelledError
   kRuntime,             // a kernel failed while running                      -> RuntimeError
+  kResourceExhausted,   // a size past max_tensor_bytes, or allocation failed -> MemoryError
 };
 
 const char* ErrorCodeName(ErrorCode code);
+// `message` with each NUL byte written as \x00: what() is a C string, and a name from a
+// model may hold NULs that would otherwise cut the message short.
+std::string EscapeNul(const std::string& message);
 
 class Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
+      : std::runtime_error(EscapeNul(message)), code_(code) {}
   ErrorCode code() const { return code_; }
 
  private:

@@ -1,5 +1,7 @@
 #include "core/model_io.h"
 
+#include "core/checked_math.h"
+
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -88,7 +90,8 @@ void ValidateExternalData(const ModelProto& model, const std::string& base_dir) 
     uintmax_t length = ref.length < 0 ? 0 : static_cast<uintmax_t>(ref.length);
     if (ref.length < 0 && IsKnownDataType(t.data_type())) {
       int64_t numel = 1;
-      for (int64_t d : t.dims()) numel *= d < 0 ? 0 : d;
+      for (int64_t d : t.dims())
+        numel = CheckedMul(numel, d < 0 ? 0 : d, "tensor '" + t.name() + "'");
       length = StorageBytes(static_cast<DataType>(t.data_type()), numel);
     }
     const uintmax_t end = static_cast<uintmax_t>(ref.offset) + length;

@@ -4,19 +4,12 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace onnx_light::core::runtime {
 
-int64_t ShapeNumel(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) {
-    OL_CHECK(d >= 0, ErrorCode::kInvalidArgument,
-             "negative dimension in shape " + ShapeToString(shape));
-    n *= d;
-  }
-  return n;
-}
+int64_t ShapeNumel(const Shape& shape) { return CheckedNumel(shape, "tensor shape"); }
 
 std::string ShapeToString(const Shape& shape) {
   std::string s = "[";
@@ -31,17 +24,27 @@ Tensor::Tensor(std::string name, DataType dtype, Shape shape, Allocator& allocat
     : name_(std::move(name)), dtype_(dtype), shape_(std::move(shape)) {
   numel_ = ShapeNumel(shape_);
   if (dtype_ == DataType::kString) {
+    CheckAllocation(CheckedStorageBytes(DataType::kInt64, numel_, "string tensor") / 8 *
+                    sizeof(std::string));
     auto holder = std::make_shared<std::vector<std::string>>(static_cast<size_t>(numel_));
     data_ = holder->data();
     owner_ = std::move(holder);
   } else {
     OL_CHECK(ElementBits(dtype_) > 0, ErrorCode::kNotImplemented,
              "cannot allocate a tensor of type " + DataTypeName(dtype_) + " for '" + name_ + "'");
-    auto storage = allocator.Allocate(StorageBytes(dtype_, numel_));
+    const size_t bytes = CheckedStorageBytes(dtype_, numel_, "tensor");
+    CheckAllocation(bytes);
+    auto storage = allocator.Allocate(bytes);
     data_ = storage.get();
     owner_ = std::move(storage);
   }
   writable_ = true;
+}
+
+void Tensor::CheckAllocation(size_t bytes) const {
+  if (bytes <= MaxTensorBytes()) return;  // the message is built only on failure
+  CheckTensorBytes(bytes, "tensor '" + name_ + "' of shape " + ShapeToString(shape_) + " (" +
+                              DataTypeName(dtype_) + ")");
 }
 
 Tensor::Tensor(const Tensor& other)

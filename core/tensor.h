@@ -130,6 +130,7 @@ class Tensor {
 
  private:
   [[noreturn]] void ThrowNotContiguous() const;
+  void CheckAllocation(size_t bytes) const;  // against max_tensor_bytes (core/checked_math.h)
 
   std::string name_;
   DataType dtype_ = DataType::kUndefined;

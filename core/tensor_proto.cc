@@ -12,6 +12,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "onnx_light.pb.h"
 
@@ -21,15 +22,28 @@ namespace {
 
 template <typename Dst, typename Src>
 Tensor FromTyped(const std::string& name, DataType dtype, Shape shape, const Src& values) {
+  // The tensor views the vector: its bytes must cover the shape exactly (complex types
+  // take two values per element, and nothing else checked their count).
+  const size_t want = StorageBytes(dtype, ShapeNumel(shape));
+  OL_CHECK(static_cast<size_t>(values.size()) * sizeof(Dst) == want, ErrorCode::kInvalidModel,
+           "tensor '" + name + "': " + std::to_string(values.size()) + " typed values for " +
+               DataTypeName(dtype) + ShapeToString(shape));
   std::vector<Dst> out(values.begin(), values.end());
   return Tensor::FromVector(name, dtype, std::move(shape), std::move(out));
 }
 
 // ONNX stores 8/16-bit and packed types in int32_data, one element (or packed byte) each.
 Tensor FromInt32Field(const TensorProto& proto, DataType dtype, Shape shape) {
+  const auto& v = proto.int32_data();
+  // Checked before allocating: dims may promise far more elements than the field holds.
+  const int64_t values_needed = ElementBits(dtype) < 8
+                                    ? static_cast<int64_t>(StorageBytes(dtype, ShapeNumel(shape)))
+                                    : ShapeNumel(shape);
+  OL_CHECK(v.size() >= values_needed, ErrorCode::kInvalidModel,
+           "tensor '" + proto.name() + "': int32_data has " + std::to_string(v.size()) +
+               " values for " + DataTypeName(dtype) + ShapeToString(shape));
   Tensor t(proto.name(), dtype, shape);
   const int64_t n = t.numel();
-  const auto& v = proto.int32_data();
   auto* dst = static_cast<uint8_t*>(t.mutable_raw_data());
   const int bits = ElementBits(dtype);
   if (bits < 8) {
@@ -187,7 +201,7 @@ Tensor TensorFromProto(const TensorProto& proto, std::shared_ptr<const void> own
            "tensor '" + proto.name() + "' has unknown data type " + std::to_string(proto.data_type()));
   const auto dtype = static_cast<DataType>(proto.data_type());
   Shape shape(proto.dims().begin(), proto.dims().end());
-  const int64_t n = ShapeNumel(shape);
+  const int64_t n = CheckedNumel(shape, "tensor '" + proto.name() + "'");
   const std::string& name = proto.name();
 
   if (proto.data_location() == TensorProto::EXTERNAL) {

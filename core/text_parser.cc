@@ -1,5 +1,7 @@
 #include "core/text_parser.h"
 
+#include "core/checked_math.h"
+
 #include <charconv>
 #include <cstdint>
 #include <limits>
@@ -608,7 +610,7 @@ class Parser {
                            (dim.has_dim_param() ? dim.dim_param() : std::string("?")) + "'");
       }
       tensor->add_dims(dim.dim_value());
-      count *= dim.dim_value();
+      count = CheckedMul(count, dim.dim_value(), "tensor value shape");
     }
     const size_t open = SkipSpace();
     if (Accept('{')) {

@@ -1,5 +1,7 @@
 #include "core/text_printer.h"
 
+#include "core/checked_math.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
@@ -118,9 +120,8 @@ std::string ValueInfo(const ValueInfoProto& info) {
 }
 
 int64_t ElementCount(const TensorProto& tensor) {
-  int64_t count = 1;
-  for (int64_t dim : tensor.dims()) count *= dim;
-  return count;
+  return CheckedNumel(std::span(tensor.dims().data(), static_cast<size_t>(tensor.dims_size())),
+                      "tensor '" + tensor.name() + "'");
 }
 
 template <typename T>
@@ -145,7 +146,7 @@ std::vector<std::string> RawValues(const TensorProto& tensor) {
   std::vector<std::string> out;
   auto fixed = [&](auto tag, auto to_text) {
     using T = decltype(tag);
-    need(count * static_cast<int64_t>(sizeof(T)));
+    need(CheckedMul(count, static_cast<int64_t>(sizeof(T)), context));
     for (int64_t i = 0; i < count; ++i) out.push_back(to_text(ReadRaw<T>(raw, i)));
   };
   auto integer = [](auto v) { return Number(static_cast<int64_t>(v)); };
@@ -163,11 +164,11 @@ std::vector<std::string> RawValues(const TensorProto& tensor) {
     case TensorProto::FLOAT: fixed(float{}, [](float v) { return Floating(v); }); break;
     case TensorProto::DOUBLE: fixed(double{}, [](double v) { return Floating(v); }); break;
     case TensorProto::COMPLEX64:
-      need(count * 8);
+      need(CheckedMul(count, 8, context));
       for (int64_t i = 0; i < 2 * count; ++i) out.push_back(Floating(ReadRaw<float>(raw, i)));
       break;
     case TensorProto::COMPLEX128:
-      need(count * 16);
+      need(CheckedMul(count, 16, context));
       for (int64_t i = 0; i < 2 * count; ++i) out.push_back(Floating(ReadRaw<double>(raw, i)));
       break;
     case TensorProto::INT8: fixed(int8_t{}, integer); break;

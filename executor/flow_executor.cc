@@ -1,5 +1,7 @@
 #include "executor/flow_executor.h"
 
+#include "core/checked_math.h"
+
 namespace onnx_light::core::runtime {
 
 FlowGraphExecutor::FlowGraphExecutor(const GraphPlan& plan)
@@ -20,6 +22,8 @@ FlowGraphExecutor::FlowGraphExecutor(const GraphPlan& plan)
 void FlowGraphExecutor::Body(size_t index) {
   if (failed_.load(std::memory_order_acquire)) return;
   try {
+    // Kernels run on the arena's threads: the run's tensor size limit is set on each.
+    ScopedMaxTensorBytes scope(options_->max_tensor_bytes);
     RunPlanNode(plan_, index, *frame_, *context_, *options_, /*concurrent=*/true);
   } catch (...) {
     bool expected = false;

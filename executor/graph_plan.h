@@ -36,6 +36,9 @@ struct RunOptions {
   // that produces one of them directly and can (KernelBase::ComputesLastRowOnly) computes
   // only the last row along axis -2: the output comes back with that axis of length 1.
   const std::vector<std::string>* last_position_outputs = nullptr;
+  // Largest tensor a kernel may allocate in this run (core/checked_math.h); 0 = the process
+  // default. RuntimeSession::Execute sets it from RuntimeSessionOptions::max_tensor_bytes.
+  size_t max_tensor_bytes = 0;
 };
 
 // What sub-plan builders (control-flow kernels, function calls) need from the plan being

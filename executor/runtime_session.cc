@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include <tbb/task_arena.h>
 
+#include "core/onnx_arity.h"
 #include "executor/flow_executor.h"
 #include "onnx_light.pb.h"
 
@@ -78,6 +80,7 @@ RuntimeSession::RuntimeSession(std::shared_ptr<const ModelProto> model,
   OL_CHECK(options_.intra_op_threads >= 0, ErrorCode::kInvalidArgument,
            "RuntimeSessionOptions.intra_op_threads must be >= 0, got " +
                std::to_string(options_.intra_op_threads));
+  CheckNodeArity(*model_);  // extra inputs/outputs would be silently ignored by kernels
   impl_ = std::make_unique<Impl>(options_.intra_op_threads);
 }
 
@@ -179,11 +182,18 @@ void RuntimeSession::Execute(RuntimeContext& context, RunFrame& frame,
   // only this run's frame.
   RuntimeContext child = context.MakeChild(&frame, options.cancel_requested);
   child.set_persistent_append_hook(options.append_hook);
+  // 0 in the session options means unlimited; in RunOptions it means the process default.
+  const size_t limit = options_.max_tensor_bytes == 0 ? std::numeric_limits<size_t>::max()
+                                                      : options_.max_tensor_bytes;
   RunOptions run_options;
   run_options.cancel_requested = child.cancel_requested();
   run_options.last_position_outputs = options.last_position_outputs;
+  run_options.max_tensor_bytes = limit;
   if (executor_for(plan) == RuntimeSessionOptions::ExecutorMode::kInline) {
-    impl_->arena.execute([&] { ExecuteInline(plan, frame, child, run_options); });
+    impl_->arena.execute([&] {
+      ScopedMaxTensorBytes scope(limit);
+      ExecuteInline(plan, frame, child, run_options);
+    });
     return;
   }
   impl_->arena.execute([&] {

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/checked_math.h"
 #include "core/runtime_value.h"
 #include "executor/graph_plan.h"
 #include "executor/runtime_context.h"
@@ -46,6 +47,10 @@ struct RuntimeSessionOptions {
   // Replace subgraphs exporters write (torch's decomposed attention) by fused kernels when
   // the plan is built (executor/fusion.h). Off: the graph's own nodes run.
   bool fuse_subgraphs = true;
+  // Largest tensor (in bytes) one allocation of a run may request; a larger one fails with
+  // kResourceExhausted naming the node and the size instead of exhausting the machine.
+  // Default: half the physical memory (core::DefaultMaxTensorBytes()); 0 = unlimited.
+  size_t max_tensor_bytes = DefaultMaxTensorBytes();
 
   bool operator==(const RuntimeSessionOptions&) const = default;
 };

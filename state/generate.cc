@@ -78,6 +78,59 @@ Task<RuntimeValueMap> RunStep(PersistentValueState* state, const RuntimeSession&
   co_return session.Run(context, std::move(feeds), wanted, options);
 }
 
+// The input roles name distinct inputs, none of them a persistent one: a name in two roles
+// (attention_mask_name="position_ids") would feed one input twice per step, with a length
+// that grows with every token.
+void CheckRoles(const GenerationOptions& o, const GraphProto& graph) {
+  const std::pair<const char*, const std::string*> roles[] = {
+      {"input_ids_name", &o.input_ids_name},
+      {"attention_mask_name", &o.attention_mask_name},
+      {"position_ids_name", &o.position_ids_name}};
+  for (size_t i = 0; i < std::size(roles); ++i) {
+    for (size_t j = i + 1; j < std::size(roles); ++j)
+      OL_CHECK(*roles[i].second != *roles[j].second, ErrorCode::kInvalidArgument,
+               std::string("generate: ") + roles[i].first + " and " + roles[j].first +
+                   " both name '" + *roles[i].second + "'; each role needs its own input");
+    for (const auto& b : graph.persistent_bindings())
+      OL_CHECK(b.input_name() != *roles[i].second, ErrorCode::kInvalidArgument,
+               std::string("generate: ") + roles[i].first + " '" + *roles[i].second +
+                   "' is a persistent input (bound to '" + b.output_name() + "')");
+  }
+}
+
+// How many positions the model embeds, when the graph shows it: a Gather (axis 0) of an
+// initializer table by the position input (a learned position embedding). 0 when unknown.
+struct PositionLimit {
+  int64_t positions = 0;
+  std::string table;
+};
+PositionLimit FindPositionLimit(const GraphProto& graph, const std::string& position_name) {
+  for (const auto& node : graph.node()) {
+    if (node.op_type() != "Gather" || node.input_size() < 2 || node.input(1) != position_name)
+      continue;
+    int64_t axis = 0;
+    for (const auto& a : node.attribute())
+      if (a.name() == "axis") axis = a.i();
+    if (axis != 0) continue;
+    for (const auto& init : graph.initializer())
+      if (init.name() == node.input(0) && init.dims_size() >= 1 && init.dims(0) > 0)
+        return {init.dims(0), init.name()};
+  }
+  return {};
+}
+
+void CheckPositions(const PositionLimit& limit, const std::vector<std::vector<int64_t>>& rows,
+                    int64_t first, const std::string& position_name) {
+  if (limit.positions == 0) return;
+  for (const auto& row : rows)
+    for (size_t t = static_cast<size_t>(first); t < row.size(); ++t)
+      OL_CHECK(row[t] < limit.positions, ErrorCode::kInvalidArgument,
+               "generate: position " + std::to_string(row[t]) + " is past the model's limit of " +
+                   std::to_string(limit.positions) + " positions ('" + position_name +
+                   "' indexes the " + std::to_string(limit.positions) + " rows of '" +
+                   limit.table + "'); use a shorter prompt or fewer max_new_tokens");
+}
+
 }  // namespace
 
 Task<Tensor> GenerateTask(std::shared_ptr<const ModelProto> model, RuntimeContext& context,
@@ -107,6 +160,7 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
   sampling.seed = options.seed;
   Sampler sampler(sampling);  // validates the sampling options
   const GraphProto& graph = session->model().graph();
+  CheckRoles(options, graph);
 
   // The prompt.
   auto ids_it = feeds.find(options.input_ids_name);
@@ -214,6 +268,8 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
                options.stop_token_ids.end();
   };
 
+  const PositionLimit limit =
+      declares_positions ? FindPositionLimit(graph, options.position_ids_name) : PositionLimit{};
   int64_t generated = 0;
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     if (step > 0 && options.step_gate) co_await options.step_gate(step);
@@ -232,11 +288,14 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
                                             [&](int64_t b, int64_t t) {
                                               return mask[static_cast<size_t>(b)][static_cast<size_t>(t)];
                                             })));
-    if (declares_positions)
+    // Refused here rather than as a Gather index error deep inside the graph.
+    if (declares_positions) {
+      CheckPositions(limit, positions, length - fed, options.position_ids_name);
       call.emplace(options.position_ids_name,
                    RuntimeValue(Int64Tensor(options.position_ids_name, batch, fed, [&](int64_t b, int64_t t) {
                      return positions[static_cast<size_t>(b)][static_cast<size_t>(length - fed + t)];
                    })));
+    }
 
     const auto start = std::chrono::steady_clock::now();
     RuntimeValueMap outputs =

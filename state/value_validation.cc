@@ -1,5 +1,7 @@
 #include "state/value_validation.h"
 
+#include "core/checked_math.h"
+
 #include <algorithm>
 #include <set>
 #include <utility>
@@ -95,9 +97,8 @@ Shape LogicalDims(const std::string& path, const EncodedValueProto& encoded) {
 }
 
 int64_t ProtoNumel(const TensorProto& t) {
-  int64_t n = 1;
-  for (int64_t d : t.dims()) n *= d;
-  return n;
+  return CheckedNumel(std::span(t.dims().data(), static_cast<size_t>(t.dims_size())),
+                      "tensor '" + t.name() + "'");
 }
 
 // Number of elements actually carried by a parameter tensor (raw or typed field).
@@ -500,9 +501,11 @@ void ValueValidator::CheckEncodedPayload(const std::string& path,
             Fail(ErrorCode::kInvalidArgument, field_path,
                  "structured encoding field shape " + DimsString(t.shape()) +
                      " is not concrete");
-          n *= d.dim_value();
+          n = CheckedMul(n, d.dim_value(), "structured encoding field");
         }
-        bytes += StorageBytes(dtype, n);
+        bytes = static_cast<size_t>(CheckedAdd(static_cast<int64_t>(bytes),
+                                               static_cast<int64_t>(StorageBytes(dtype, n)),
+                                               "structured encoding payload"));
       }
       if (bytes != e.raw_data().size())
         Fail(ErrorCode::kInvalidArgument, path,

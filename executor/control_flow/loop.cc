@@ -2,6 +2,7 @@
 // one iteration to the next; per-iteration scan outputs are stacked along a new axis 0.
 #include <limits>
 
+#include "core/checked_math.h"
 #include "executor/attributes.h"
 #include "executor/control_flow/subgraph.h"
 #include "onnx_light.pb.h"
@@ -39,6 +40,10 @@ class LoopKernel final : public KernelBase {
     for (size_t j = 0; j < carried_; ++j)
       if (call.has_input(2 + j)) carried[j] = call.input_value(2 + j);
     std::vector<std::vector<Tensor>> scans(scans_);
+    // The scan outputs grow by one slice per iteration and M comes from the model or a feed:
+    // their bytes (plus each slice's bookkeeping) are held to max_tensor_bytes, which their
+    // concatenation would need anyway, so a huge M fails instead of exhausting memory.
+    size_t scan_bytes = 0;
     RunFrame frame(body_.plan());
     std::vector<RuntimeValue> inputs, outputs;
     for (int64_t i = 0; i < trip_count && cond; ++i) {
@@ -53,6 +58,10 @@ class LoopKernel final : public KernelBase {
         RuntimeValue& v = outputs[1 + carried_ + k];
         if (!v.is_tensor()) call.Fail("scan output " + std::to_string(k) + " must be a tensor");
         scans[k].push_back(std::move(v).TakeTensor());
+        scan_bytes += scans[k].back().nbytes() + sizeof(Tensor);
+        if (scan_bytes > core::MaxTensorBytes())
+          core::CheckTensorBytes(scan_bytes, NodeLabel(call.node()) + ": the scan outputs of " +
+                                                 std::to_string(i + 1) + " iterations");
       }
     }
     for (size_t j = 0; j < carried_; ++j) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "executor/attributes.h"
 #include "ops/elementwise/types.h"
@@ -28,6 +29,7 @@ Shape BroadcastShapes(const core::runtime::KernelCall& call, std::span<const Sha
     }
   }
   // A dimension of 0 broadcasts only with 1 or 0: handled above since 0 != 1.
+  core::CheckedNumel(out, "broadcast output");  // throws before any plan or allocation
   return out;
 }
 

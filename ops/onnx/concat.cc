@@ -9,6 +9,7 @@
 // block; the first input is read through its strides, block by block.
 #include <cstring>
 
+#include "core/checked_math.h"
 #include "ops/elementwise/copy.h"
 #include "ops/kernel_factory.h"
 
@@ -51,8 +52,11 @@ class Concat final : public core::runtime::KernelBase {
       if (!ok)
         call.Fail("inputs must match in every dimension but axis " + std::to_string(axis) +
                   ": " + elementwise::DescribeInputs(call));
-      out_shape[static_cast<size_t>(axis)] += t->shape()[static_cast<size_t>(axis)];
+      out_shape[static_cast<size_t>(axis)] = core::CheckedAdd(
+          out_shape[static_cast<size_t>(axis)], t->shape()[static_cast<size_t>(axis)],
+          "Concat's output axis");
     }
+    core::CheckedNumel(out_shape, "Concat's output");  // out_row below must not overflow
     int64_t outer = 1, inner = 1;
     for (int64_t d = 0; d < axis; ++d) outer *= out_shape[static_cast<size_t>(d)];
     for (int64_t d = axis + 1; d < rank; ++d) inner *= out_shape[static_cast<size_t>(d)];

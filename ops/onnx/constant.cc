@@ -41,6 +41,7 @@ class Constant final : public core::runtime::KernelBase {
       } else {
         continue;
       }
+      CheckTag(a, label);
       if (!a.ref_attr_name().empty())
         core::Throw(core::ErrorCode::kInvalidModel,
                     label + ": attribute '" + n + "' is an unresolved reference");
@@ -54,6 +55,22 @@ class Constant final : public core::runtime::KernelBase {
   void Compute(core::runtime::KernelCall& call) const override { call.SetOutput(0, value_); }
 
  private:
+  // The payload read above is the field the attribute's name implies: a tag naming another
+  // type means the field read is empty (value_floats tagged FLOAT would give no values).
+  static void CheckTag(const AttributeProto& a, const std::string& label) {
+    using A = AttributeProto;
+    static const std::pair<const char*, A::AttributeType> kExpected[] = {
+        {"value", A::TENSOR},       {"value_float", A::FLOAT},     {"value_floats", A::FLOATS},
+        {"value_int", A::INT},      {"value_ints", A::INTS},       {"value_string", A::STRING},
+        {"value_strings", A::STRINGS}};
+    for (const auto& [name, type] : kExpected)
+      if (a.name() == name && a.type() != type && a.type() != A::UNDEFINED)
+        core::Throw(core::ErrorCode::kInvalidModel,
+                    label + ": attribute '" + a.name() + "' is tagged " +
+                        A::AttributeType_Name(a.type()) + ", expected " +
+                        A::AttributeType_Name(type));
+  }
+
   Tensor value_;
 };
 

@@ -3,6 +3,7 @@
 // give a row of values[0].
 #include <cmath>
 
+#include "core/checked_math.h"
 #include "ops/elementwise/cast_util.h"
 #include "ops/kernel_factory.h"
 
@@ -21,8 +22,8 @@ class OneHot final : public core::runtime::KernelBase {
     if (depth_t.numel() != 1 || values.numel() != 2)
       call.Fail("depth must have one element and values two: " + elementwise::DescribeInputs(call));
     const double depth_d = elementwise::ToDoubles(call, depth_t, "depth")[0];
-    const int64_t depth = static_cast<int64_t>(std::floor(depth_d));
-    if (depth < 1) call.Fail("depth must be positive, got " + std::to_string(depth_d));
+    if (!(depth_d >= 1)) call.Fail("depth must be positive, got " + std::to_string(depth_d));
+    const int64_t depth = core::CheckedCountFromDouble(std::floor(depth_d), "OneHot's depth");
     const std::vector<double> idx = elementwise::ToDoubles(call, indices_t, "indices");
     const int64_t out_rank = indices_t.rank() + 1;
     const int64_t axis = elementwise::NormalizeAxis(call, axis_, out_rank);

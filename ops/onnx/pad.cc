@@ -2,6 +2,7 @@
 // [begin_0, ..., begin_n, end_0, ..., end_n]; negative pads crop. Opset 2-10 take pads and
 // value as attributes; 11+ take pads and constant_value as inputs, 18+ optional axes.
 // Each output index maps to an input index per dimension (or to the constant).
+#include "core/checked_math.h"
 #include "ops/elementwise/cast_util.h"
 #include "ops/elementwise/copy.h"
 #include "ops/kernel_factory.h"
@@ -54,12 +55,19 @@ class PadKernel final : public core::runtime::KernelBase {
     std::vector<std::vector<int64_t>> maps(static_cast<size_t>(rank));
     for (size_t d = 0; d < static_cast<size_t>(rank); ++d) {
       const int64_t dim = x.shape()[d];
-      out_shape[d] = dim + begin[d] + end[d];
+      out_shape[d] = core::CheckedSignedAdd(core::CheckedSignedAdd(dim, begin[d], "Pad's output"),
+                                            end[d], "Pad's output");
       if (out_shape[d] < 0)
         call.Fail("pads crop more than axis " + std::to_string(d) + " of input shape " +
                   core::runtime::ShapeToString(x.shape()));
       if (mode_ != "constant" && dim == 0 && out_shape[d] > 0)
         call.Fail("cannot pad the empty axis " + std::to_string(d) + " in " + mode_ + " mode");
+    }
+    // The index maps hold one entry per output index: size-check the output before them, and
+    // build none for an empty output (whose other axes may still be huge).
+    if (core::CheckedNumel(out_shape, "Pad's output") == 0) maps.clear();
+    for (size_t d = 0; d < maps.size(); ++d) {
+      const int64_t dim = x.shape()[d];
       auto& m = maps[d];
       m.resize(static_cast<size_t>(out_shape[d]));
       for (int64_t o = 0; o < out_shape[d]; ++o) {

@@ -2,6 +2,7 @@
 // elements of the inputs' type (FLOAT, DOUBLE, FLOAT16, BFLOAT16, INT16, INT32, INT64).
 #include <cmath>
 
+#include "core/checked_math.h"
 #include "ops/elementwise/types.h"
 #include "ops/kernel_factory.h"
 
@@ -34,14 +35,16 @@ class Range final : public core::runtime::KernelBase {
       if (delta == C{0}) call.Fail("delta must not be zero");
       int64_t n;
       if constexpr (std::is_integral_v<C>) {
-        const int64_t span = static_cast<int64_t>(limit) - static_cast<int64_t>(start);
+        int64_t span = 0;
+        if (__builtin_sub_overflow(static_cast<int64_t>(limit), static_cast<int64_t>(start), &span))
+          call.Fail("limit - start overflows int64");
         const int64_t d = delta;
         n = span / d + ((span % d != 0 && ((span < 0) == (d < 0))) ? 1 : 0);
       } else {
         const double count = std::ceil((static_cast<double>(limit) - static_cast<double>(start)) /
                                        static_cast<double>(delta));
-        if (!std::isfinite(count)) call.Fail("the number of elements is not finite");
-        n = static_cast<int64_t>(count);
+        if (std::isnan(count)) call.Fail("the number of elements is not a number");
+        n = count <= 0 ? 0 : core::CheckedCountFromDouble(count, "Range's element count");
       }
       n = std::max<int64_t>(n, 0);
       T* out = call.AllocateOutput(0, start_t.dtype(), {n}).template mutable_data<T>();

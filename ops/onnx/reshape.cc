@@ -1,5 +1,6 @@
 // Reshape: a view of the input with a new shape (same owner and bytes, no copy). A 0 in
 // `shape` copies the input's dimension unless allowzero=1; one -1 is inferred.
+#include "core/checked_math.h"
 #include "ops/elementwise/types.h"
 #include "ops/kernel_factory.h"
 
@@ -45,7 +46,7 @@ class Reshape final : public core::runtime::KernelBase {
         call.Fail("shape " + ShapeToString(requested) + " has a negative dimension");
       }
       if (d == 0) has_zero = true;
-      known *= d;
+      known = core::CheckedMul(known, d, "Reshape's shape");
     }
     if (infer >= 0) {
       if (allow_zero_ && has_zero)

@@ -2,6 +2,7 @@
 // lengths (1-D `split`), of one length (scalar `split`, the last piece may be shorter), or
 // into single slices (no `split`; keepdims = 0 then drops the axis). Pieces along axis 0 are
 // views on the input's bytes; other axes copy.
+#include "core/checked_math.h"
 #include "ops/kernel_factory.h"
 #include "ops/onnx/sequence_util.h"
 
@@ -36,13 +37,17 @@ class SplitToSequence final : public core::runtime::KernelBase {
       std::vector<int64_t> values = split.ToInt64Vector();
       if (split.rank() == 0) {
         if (values[0] <= 0) call.Fail("split must be positive, got " + std::to_string(values[0]));
-        for (int64_t done = 0; done < dim; done += values[0])
-          lengths.push_back(std::min(values[0], dim - done));
+        // Stepping by lengths, not by `done += length`: a huge length would overflow.
+        for (int64_t done = 0; done < dim;) {
+          const int64_t length = std::min(values[0], dim - done);
+          lengths.push_back(length);
+          done += length;
+        }
       } else {
         int64_t total = 0;
         for (int64_t v : values) {
           if (v < 0) call.Fail("split lengths must be nonnegative, got " + std::to_string(v));
-          total += v;
+          total = core::CheckedAdd(total, v, "SequenceSplit's lengths");
         }
         if (total != dim)
           call.Fail("split lengths sum to " + std::to_string(total) + ", the axis has " +

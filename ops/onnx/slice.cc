@@ -63,14 +63,15 @@ class SliceKernel final : public core::runtime::KernelBase {
       if (st > 0) {
         s = std::clamp<int64_t>(s, 0, dim);
         e = std::clamp<int64_t>(e, 0, dim);
-        count = e > s ? (e - s + st - 1) / st : 0;
+        count = e > s ? 1 + (e - s - 1) / st : 0;  // ceil((e - s) / st) without overflow
       } else if (dim == 0) {
         s = 0;
         count = 0;
       } else {
         s = std::clamp<int64_t>(s, 0, dim - 1);
         e = std::clamp<int64_t>(e, -1, dim - 1);
-        count = s > e ? (s - e + (-st) - 1) / (-st) : 0;
+        const int64_t back = st == INT64_MIN ? INT64_MAX : -st;  // -INT64_MIN overflows
+        count = s > e ? 1 + (s - e - 1) / back : 0;
       }
       start[a] = count > 0 ? s : 0;
       step[a] = st;

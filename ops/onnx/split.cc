@@ -2,6 +2,7 @@
 // attribute (opset 2-12) or input (13+), else from num_outputs (18+: ceil-sized parts, the
 // last one smaller), else equal parts. When every part is one contiguous block (all
 // dimensions before `axis` are 1) the outputs are views on the input's bytes.
+#include "core/checked_math.h"
 #include "ops/elementwise/copy.h"
 #include "ops/elementwise/view.h"
 #include "ops/kernel_factory.h"
@@ -44,7 +45,7 @@ class SplitKernel final : public core::runtime::KernelBase {
       int64_t total = 0;
       for (int64_t s : sizes) {
         if (s < 0) call.Fail("split sizes must not be negative");
-        total += s;
+        total = core::CheckedAdd(total, s, "Split's sizes");
       }
       if (total != dim)
         call.Fail("split sizes add up to " + std::to_string(total) + " but axis " +

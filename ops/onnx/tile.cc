@@ -1,5 +1,6 @@
 // Tile: repeats the input repeats[d] times along each dimension d. Viewing the output as
 // [r0, d0, r1, d1, ...] makes it one strided copy with stride 0 along each r.
+#include "core/checked_math.h"
 #include "ops/elementwise/copy.h"
 #include "ops/kernel_factory.h"
 
@@ -24,7 +25,7 @@ class Tile final : public core::runtime::KernelBase {
       split_shape.push_back(x.shape()[d]);
       strides.push_back(0);
       strides.push_back(in_strides[d]);
-      out_shape.push_back(repeats[d] * x.shape()[d]);
+      out_shape.push_back(core::CheckedMul(repeats[d], x.shape()[d], "Tile's output dimension"));
     }
     elementwise::DispatchByWidth(call, x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;

@@ -112,8 +112,7 @@ Tensor FromBuffer(py::handle obj, const std::string& name) {
                std::to_string(v.itemsize) + "-byte items)");
   Shape shape(v.shape, v.shape + v.ndim);
   if (v.ndim == 0) shape.clear();
-  int64_t numel = 1;
-  for (int64_t d : shape) numel *= d;
+  const int64_t numel = core::runtime::ShapeNumel(shape);  // checked: no overflow
   // Compact row-major: dimensions of size 1 are never stepped over, so their strides do not
   // matter; an empty array has no layout.
   if (v.strides != nullptr && numel > 0) {

@@ -35,4 +35,16 @@ py::object TensorToPython(const core::runtime::Tensor& tensor);
 core::runtime::RuntimeValue ValueFromPython(py::handle obj, const std::string& name);
 py::object ValueToPython(const core::runtime::RuntimeValue& value);
 
+// `obj` cast to T, or a TypeError naming the argument and the type it needs: pybind11's own
+// cast error ("Unable to cast Python instance to C++ type") names neither.
+template <typename T>
+T CastArgument(py::handle obj, const char* argument, const char* expected) {
+  try {
+    return obj.cast<T>();
+  } catch (const py::cast_error&) {
+    throw py::type_error(std::string(argument) + " must be " + expected + ", got " +
+                         py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+  }
+}
+
 }  // namespace onnx_light::python

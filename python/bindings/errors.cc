@@ -1,8 +1,28 @@
 // onnx_light::core::Error -> Python exceptions, chosen by the error code; the message is kept.
+#include <cstring>
+
 #include "core/error.h"
 #include "python/bindings/registration.h"
 
 namespace onnx_light::python {
+
+namespace {
+
+// Names in a model may be invalid UTF-8: PyErr_SetString would then raise UnicodeDecodeError
+// instead of the error itself, so undecodable bytes are shown as \xNN escapes.
+void SetError(PyObject* type, const char* message) {
+  PyObject* text = PyUnicode_DecodeUTF8(message, static_cast<Py_ssize_t>(std::strlen(message)),
+                                        "backslashreplace");
+  if (text == nullptr) {
+    PyErr_Clear();
+    PyErr_SetString(type, "(undecodable error message)");
+    return;
+  }
+  PyErr_SetObject(type, text);
+  Py_DECREF(text);
+}
+
+}  // namespace
 
 void RegisterErrors(py::module_& m) {
   // Deliberately leaked: exception types live as long as the interpreter.
@@ -40,12 +60,15 @@ void RegisterErrors(py::module_& m) {
         case core::ErrorCode::kCancelled:
           type = cancelled;
           break;
+        case core::ErrorCode::kResourceExhausted:
+          type = PyExc_MemoryError;
+          break;
         case core::ErrorCode::kFailedPrecondition:
         case core::ErrorCode::kRuntime:
           type = PyExc_RuntimeError;
           break;
       }
-      PyErr_SetString(type, e.what());
+      SetError(type, e.what());
     }
   });
 
@@ -61,6 +84,7 @@ void RegisterErrors(py::module_& m) {
             {"failed_precondition", core::ErrorCode::kFailedPrecondition},
             {"cancelled", core::ErrorCode::kCancelled},
             {"runtime", core::ErrorCode::kRuntime},
+            {"resource_exhausted", core::ErrorCode::kResourceExhausted},
         };
         for (const auto& [name, value] : kCodes) {
           if (code == name) core::Throw(value, message);

@@ -72,6 +72,7 @@ void RegisterGeneration(py::module_& runtime) {
         // do not plan the model or pack its weights again.
         std::shared_ptr<const core::runtime::RuntimeSession> session =
             SessionFromPython(model_obj, session_options);
+        const ModelGuard guard = GuardFromPython(model_obj);
         RuntimeValueMap values;
         for (const auto& [key, value] : feeds) {
           const std::string name = py::cast<std::string>(key);
@@ -87,6 +88,7 @@ void RegisterGeneration(py::module_& runtime) {
         }
         core::runtime::Tensor result;
         {
+          ModelGuard::Reading reading(guard, "generate");
           py::gil_scoped_release release;
           result = core::runtime::Generate(std::move(session), context, std::move(values),
                                            options.value_or(GenerationOptions{}),

@@ -1,6 +1,7 @@
 // The ONNX text format: core/text_parser.h and core/text_printer.h for Python. Parse results
 // are new message trees handed to Python without a copy; syntax errors raise ParseError (a
 // ValueError) carrying .line and .column.
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,43 @@ std::string MessageName(py::handle obj) {
 
 }  // namespace
 
+namespace {
+
+// The text of `proto` (a model, graph, function or node).
+std::string PrintProto(py::handle proto) {
+  const std::string name = MessageName(proto);
+  if (name == "ModelProto")
+    return core::PrintModel(*ProtoFromPython<ModelProto>(proto, "proto"));
+  if (name == "GraphProto")
+    return core::PrintGraph(*ProtoFromPython<GraphProto>(proto, "proto"));
+  if (name == "FunctionProto") {
+    return core::PrintFunction(*ProtoFromPython<FunctionProto>(proto, "proto"));
+  }
+  if (name == "NodeProto")
+    return core::PrintNode(*ProtoFromPython<NodeProto>(proto, "proto"));
+  core::Throw(core::ErrorCode::kTypeError,
+              "to_text expects a ModelProto, GraphProto, FunctionProto or NodeProto, got " +
+                  py::str(py::type::handle_of(proto).attr("__name__")).cast<std::string>());
+}
+
+// Names and strings in a model need not be valid UTF-8 (protobuf does not check proto2
+// strings): a ValueError locating the bad bytes instead of pybind11's UnicodeDecodeError.
+py::str TextToPython(const std::string& text) {
+  PyObject* s = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), nullptr);
+  if (s != nullptr) return py::reinterpret_steal<py::str>(s);
+  py::error_already_set decode_error;  // takes the UnicodeDecodeError
+  const auto bad = decode_error.value().attr("start").cast<size_t>();
+  const size_t newline = text.rfind('\n', bad);
+  const size_t from = newline == std::string::npos ? 0 : newline + 1;
+  const size_t to = std::min(text.size(), bad + 40);
+  py::str context = py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(
+      text.data() + from, static_cast<Py_ssize_t>(to - from), "backslashreplace"));
+  throw py::value_error("to_text: a name or string of the message is not valid UTF-8 (byte " +
+                        std::to_string(bad) + "): " + context.cast<std::string>());
+}
+
+}  // namespace
+
 void RegisterParser(py::module_& m) {
   // Created by RegisterErrors; deliberately leaked with the module's lifetime.
   static PyObject* parse_error = py::object(m.attr("ParseError")).release().ptr();
@@ -64,21 +102,7 @@ void RegisterParser(py::module_& m) {
              "Parses `outputs = domain.Op <attributes> (inputs)` into a NodeProto.");
   parser.def(
       "to_text",
-      [](py::handle proto) -> std::string {
-        const std::string name = MessageName(proto);
-        if (name == "ModelProto")
-          return core::PrintModel(*ProtoFromPython<ModelProto>(proto, "proto"));
-        if (name == "GraphProto")
-          return core::PrintGraph(*ProtoFromPython<GraphProto>(proto, "proto"));
-        if (name == "FunctionProto") {
-          return core::PrintFunction(*ProtoFromPython<FunctionProto>(proto, "proto"));
-        }
-        if (name == "NodeProto")
-          return core::PrintNode(*ProtoFromPython<NodeProto>(proto, "proto"));
-        core::Throw(core::ErrorCode::kTypeError,
-                    "to_text expects a ModelProto, GraphProto, FunctionProto or NodeProto, got " +
-                        py::str(py::type::handle_of(proto).attr("__name__")).cast<std::string>());
-      },
+      [](py::handle proto) { return TextToPython(PrintProto(proto)); },
       py::arg("proto"), "The ONNX text of a model, graph, function or node.");
 }
 

@@ -240,6 +240,16 @@ void CopyInto(pb::Message* dst, py::handle src) {
     return;
   }
   if (PyDict_Check(src.ptr())) {
+    // Nested dicts of fields recurse here: a self-referential one would overflow the stack.
+    // Protobuf refuses to parse messages nested deeper than 100 levels, so do we.
+    static thread_local int depth = 0;
+    struct Nest {
+      Nest() { ++depth; }
+      ~Nest() { --depth; }
+    } nest;
+    OL_CHECK(depth <= 100, ErrorCode::kInvalidArgument,
+             d->name() + ": dicts of fields nest more than 100 levels deep (is the dict "
+             "self-referential?)");
     dst->Clear();
     InitFromKwargs(dst, src);
     return;

@@ -111,6 +111,10 @@ const pb::Message& MessageRef::Get() const {
 }
 
 pb::Message* MessageRef::Mutable() const {
+  OL_CHECK(tree_->readers.load(std::memory_order_acquire) == 0, ErrorCode::kFailedPrecondition,
+           "cannot change this " + descriptor_->name() +
+               ": a session or state run is reading its model (the model is immutable while "
+               "sessions built from it run)");
   tree_->version.fetch_add(1, std::memory_order_relaxed);
   return Mutable(link_.get());
 }
@@ -182,6 +186,33 @@ bool IsMessageObject(py::handle obj) { return py::isinstance<MessageRef>(obj); }
 uint64_t MessageVersion(py::handle obj) {
   if (!py::isinstance<MessageRef>(obj)) return 0;
   return obj.cast<const MessageRef&>().tree()->version.load(std::memory_order_relaxed);
+}
+
+ModelGuard ModelGuard::Of(py::handle model) {
+  ModelGuard guard;
+  if (!py::isinstance<MessageRef>(model)) return guard;
+  guard.tree_ = model.cast<const MessageRef&>().tree();
+  guard.version_ = guard.tree_->version.load(std::memory_order_acquire);
+  return guard;
+}
+
+void ModelGuard::Check(const char* what) const {
+  if (tree_ == nullptr || tree_->version.load(std::memory_order_acquire) == version_) return;
+  core::Throw(ErrorCode::kFailedPrecondition,
+              std::string(what) +
+                  ": the model was changed after this session/state was built from it (the "
+                  "model is immutable for the session's lifetime); build a new session or "
+                  "state from the edited model");
+}
+
+ModelGuard::Reading::Reading(const ModelGuard& guard, const char* what) {
+  guard.Check(what);
+  tree_ = guard.tree_;
+  if (tree_ != nullptr) tree_->readers.fetch_add(1, std::memory_order_acq_rel);
+}
+
+ModelGuard::Reading::~Reading() {
+  if (tree_ != nullptr) tree_->readers.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 std::shared_ptr<pb::Message> ProtoFromPythonImpl(py::handle obj, const pb::Message& prototype,

@@ -39,7 +39,42 @@ struct MessageTree {
   std::vector<std::unique_ptr<pb::Message>> removed;
   std::unordered_set<const pb::Message*> removed_set;
   std::atomic<uint64_t> version{0};
+  // Runs (of sessions and states built on this tree) in progress: writes fail meanwhile.
+  std::atomic<int> readers{0};
   void Detach(pb::Message* element);  // takes ownership
+};
+
+// Sessions and states read their model in place (initializers are zero-copy views of its
+// bytes, often large or memory-mapped), and the spec makes the model immutable for their
+// lifetime. An edit from Python (ParseFromString, CopyFrom, any field write) would leave the
+// plan's views dangling, so instead of copying the model, a session or state built from a
+// Python model remembers the tree's write version: a run after an edit is refused with an
+// error, and a write while a run reads the model is refused too. Costs one atomic per run.
+class ModelGuard {
+ public:
+  ModelGuard() = default;  // guards nothing: bytes and `onnx` models are private copies
+  // Of one of our proto objects (its current version), or empty for anything else.
+  static ModelGuard Of(py::handle model);
+
+  // Throws kFailedPrecondition naming `what` if the model was written since the guard was
+  // taken. Call with the GIL held.
+  void Check(const char* what) const;
+
+  // Check(), then counts a reader until destroyed (the GIL may be released meanwhile).
+  class Reading {
+   public:
+    explicit Reading(const ModelGuard& guard, const char* what);
+    ~Reading();
+    Reading(const Reading&) = delete;
+    Reading& operator=(const Reading&) = delete;
+
+   private:
+    std::shared_ptr<MessageTree> tree_;
+  };
+
+ private:
+  std::shared_ptr<MessageTree> tree_;
+  uint64_t version_ = 0;
 };
 
 // How a view reaches its message from the root (null link: the root itself).

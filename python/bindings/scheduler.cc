@@ -128,17 +128,22 @@ void RegisterScheduler(py::module_& runtime) {
                 return keep_going.is_none() || py::cast<bool>(keep_going);
               };
             }
-            core::runtime::RequestCallback done;
-            if (!on_done.is_none()) {
-              done = [cb = Hold(on_done)](std::exception_ptr, GenerationResult) {
-                py::gil_scoped_acquire gil;
-                try {
-                  (*cb)();
-                } catch (py::error_already_set& e) {
-                  e.discard_as_unraisable("RequestScheduler on_done callback");
-                }
-              };
-            }
+            // The model is read until the request completes: writes to it fail meanwhile.
+            auto reading = std::make_shared<std::optional<ModelGuard::Reading>>();
+            reading->emplace(GuardFromPython(model_obj), "RequestScheduler.submit");
+            std::shared_ptr<py::object> on_done_held;
+            if (!on_done.is_none()) on_done_held = Hold(on_done);
+            core::runtime::RequestCallback done = [cb = std::move(on_done_held), reading](
+                                                      std::exception_ptr, GenerationResult) {
+              reading->reset();
+              if (cb == nullptr) return;
+              py::gil_scoped_acquire gil;
+              try {
+                (*cb)();
+              } catch (py::error_already_set& e) {
+                e.discard_as_unraisable("RequestScheduler on_done callback");
+              }
+            };
             py::gil_scoped_release release;
             return self.get().Submit(std::move(request), std::move(done));
           },

@@ -103,20 +103,25 @@ OpsetMap OpsetsFromPython(py::handle obj) {
   return opsets;
 }
 
-size_t CapacityFromPython(py::handle obj) {
+// A nonnegative int option that fits size_t; `what` names it in errors.
+size_t SizeFromPython(py::handle obj, const char* what) {
   if (py::isinstance<py::bool_>(obj) || !py::isinstance<py::int_>(obj))
-    throw py::type_error("persistent_tensor_initial_capacity must be an int, got " +
+    throw py::type_error(std::string(what) + " must be an int, got " +
                          std::string(py::str(obj.get_type().attr("__name__"))));
   if (obj.cast<py::int_>() < py::int_(0))
-    throw py::value_error("persistent_tensor_initial_capacity must be nonnegative, got " +
+    throw py::value_error(std::string(what) + " must be nonnegative, got " +
                           std::string(py::str(obj)));
   unsigned long long v = PyLong_AsUnsignedLongLong(obj.ptr());
   if (PyErr_Occurred() || v > SIZE_MAX) {
     PyErr_Clear();
-    throw py::value_error("persistent_tensor_initial_capacity " + std::string(py::str(obj)) +
+    throw py::value_error(std::string(what) + " " + std::string(py::str(obj)) +
                           " does not fit in size_t");
   }
   return static_cast<size_t>(v);
+}
+
+size_t CapacityFromPython(py::handle obj) {
+  return SizeFromPython(obj, "persistent_tensor_initial_capacity");
 }
 
 const char* ExecutorName(RuntimeSessionOptions::ExecutorMode mode) {
@@ -144,7 +149,7 @@ std::optional<std::vector<std::string>> NamesFromPython(py::handle names) {
   if (names.is_none()) return std::nullopt;
   if (py::isinstance<py::str>(names))
     throw py::type_error("output_names must be a list of output names, not a string");
-  return names.cast<std::vector<std::string>>();
+  return CastArgument<std::vector<std::string>>(names, "output_names", "a list of str");
 }
 
 }  // namespace
@@ -162,6 +167,11 @@ std::shared_ptr<const RuntimeSession> SessionFromPython(
   std::shared_ptr<const ModelProto> m = ProtoFromPython<ModelProto>(model, "model");
   if (IsMessageObject(model)) return SessionCache::Default().Get(m, o, MessageVersion(model));
   return std::make_shared<RuntimeSession>(std::move(m), o);  // a parsed copy: nothing to key
+}
+
+ModelGuard GuardFromPython(py::handle model) {
+  if (py::isinstance<PySession>(model)) return model.cast<const PySession&>().guard;
+  return ModelGuard::Of(model);
 }
 
 void RegisterSession(py::module_& runtime) {
@@ -276,7 +286,7 @@ void RegisterSession(py::module_& runtime) {
 
   py::class_<RuntimeSessionOptions>(runtime, "RuntimeSessionOptions")
       .def(py::init([](int intra_op_threads, py::object capacity, const std::string& executor,
-                       bool fold_constants, bool fuse_subgraphs) {
+                       bool fold_constants, bool fuse_subgraphs, py::object max_tensor_bytes) {
              if (intra_op_threads < 0)
                throw py::value_error("intra_op_threads must be >= 0, got " +
                                      std::to_string(intra_op_threads));
@@ -286,11 +296,22 @@ void RegisterSession(py::module_& runtime) {
              o.executor = ExecutorFromName(executor);
              o.fold_constants = fold_constants;
              o.fuse_subgraphs = fuse_subgraphs;
+             if (!max_tensor_bytes.is_none())
+               o.max_tensor_bytes = SizeFromPython(max_tensor_bytes, "max_tensor_bytes");
              return o;
            }),
            py::kw_only(), py::arg("intra_op_threads") = 0,
            py::arg("persistent_tensor_initial_capacity") = 32, py::arg("executor") = "auto",
-           py::arg("fold_constants") = true, py::arg("fuse_subgraphs") = true)
+           py::arg("fold_constants") = true, py::arg("fuse_subgraphs") = true,
+           py::arg("max_tensor_bytes") = py::none(),
+           "max_tensor_bytes: the largest tensor one allocation of a run may request (None: "
+           "half the physical memory; 0: unlimited); a larger one raises MemoryError naming "
+           "the node and the size.")
+      .def_property(
+          "max_tensor_bytes", [](const RuntimeSessionOptions& o) { return o.max_tensor_bytes; },
+          [](RuntimeSessionOptions& o, py::object v) {
+            o.max_tensor_bytes = SizeFromPython(v, "max_tensor_bytes");
+          })
       .def_readwrite("fold_constants", &RuntimeSessionOptions::fold_constants,
                      "Evaluate constant-only subgraphs once, when the plan is built.")
       .def_readwrite("fuse_subgraphs", &RuntimeSessionOptions::fuse_subgraphs,
@@ -318,7 +339,8 @@ void RegisterSession(py::module_& runtime) {
                std::to_string(o.persistent_tensor_initial_capacity) + ", executor='" +
                ExecutorName(o.executor) + "', fold_constants=" +
                (o.fold_constants ? "True" : "False") + ", fuse_subgraphs=" +
-               (o.fuse_subgraphs ? "True" : "False") + ")";
+               (o.fuse_subgraphs ? "True" : "False") +
+               ", max_tensor_bytes=" + std::to_string(o.max_tensor_bytes) + ")";
       });
 
   py::class_<PySession, std::shared_ptr<PySession>>(
@@ -331,7 +353,7 @@ void RegisterSession(py::module_& runtime) {
              return std::make_shared<PySession>(PySession{
                  std::make_shared<RuntimeSession>(std::move(m),
                                                   options.value_or(RuntimeSessionOptions{})),
-                 model});
+                 model, ModelGuard::Of(model)});
            }),
            py::arg("model"), py::arg("options") = py::none(),
            "A private session of `model` (runtime.cached_session gives the shared one).")
@@ -352,6 +374,7 @@ void RegisterSession(py::module_& runtime) {
             if (last_position_only) options.last_position_outputs = &*names;
             RuntimeValueMap outputs;
             {
+              ModelGuard::Reading reading(self.guard, "RuntimeSession.run");
               py::gil_scoped_release release;
               outputs = names ? self.session->Run(*context, std::move(values), *names, options)
                               : self.session->Run(*context, std::move(values));
@@ -386,7 +409,8 @@ void RegisterSession(py::module_& runtime) {
         auto session = SessionFromPython(model, options);
         py::object model_object = model;
         if (py::isinstance<PySession>(model)) model_object = model.cast<const PySession&>().model;
-        return std::make_shared<PySession>(PySession{std::move(session), model_object});
+        return std::make_shared<PySession>(
+            PySession{std::move(session), model_object, GuardFromPython(model)});
       },
       py::arg("model"), py::arg("options") = py::none(),
       "The session runtime.generate, ReferenceEvaluator and RequestScheduler.submit use for "

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "executor/runtime_session.h"
+#include "python/bindings/proto_wrapper.h"
 
 namespace onnx_light::python {
 
@@ -17,7 +18,12 @@ namespace py = pybind11;
 struct PySession {
   std::shared_ptr<const core::runtime::RuntimeSession> session;
   py::object model;  // the Python object it was built from (kept alive; None when unknown)
+  ModelGuard guard;  // refuses runs after `model` was edited (proto_wrapper.h)
 };
+
+// The guard of the session SessionFromPython(model, ...) gives: a RuntimeSession's own, or
+// the model object's write version now (call with the GIL held).
+ModelGuard GuardFromPython(py::handle model);
 
 // The session `model` runs on (call with the GIL held):
 //  - a runtime.RuntimeSession: that session (`options` must then be None);

@@ -39,10 +39,12 @@ class PyState {
       : session_object_(py::isinstance<PySession>(model) ? model : py::none()),
         model_object_(session_object_.is_none() ? model
                                                 : model.cast<const PySession&>().model),
+        guard_(GuardFromPython(model)),
         model_(session_object_.is_none()
                    ? ProtoFromPython<ModelProto>(model, "model")
                    : model.cast<const PySession&>().session->model_ptr()),
         converter_(model_) {
+    guard_.Check("PersistentValueState");
     if (!session_object_.is_none()) {
       if (!options.is_none())
         throw py::value_error(
@@ -56,7 +58,9 @@ class PyState {
       return;
     }
     RuntimeSessionOptions session_options;
-    if (!options.is_none()) session_options = options.cast<RuntimeSessionOptions>();
+    if (!options.is_none())
+      session_options = CastArgument<RuntimeSessionOptions>(options, "options",
+                                                            "a runtime.RuntimeSessionOptions");
     RuntimeValueMap values = ConvertInitial(initial);
     py::gil_scoped_release release;
     state_ = std::make_unique<PersistentValueState>(model_, std::move(values), session_options);
@@ -64,15 +68,18 @@ class PyState {
 
   py::dict Run(py::object context_object, py::object feeds, py::object completion_object,
                py::object output_names, bool last_position_only) {
-    RuntimeContext& context = context_object.cast<RuntimeContext&>();
+    RuntimeContext& context =
+        CastArgument<RuntimeContext&>(context_object, "context", "a runtime.RuntimeContext");
     std::shared_ptr<TaskCompletion> completion;
     if (!completion_object.is_none())
-      completion = completion_object.cast<std::shared_ptr<TaskCompletion>>();
+      completion = CastArgument<std::shared_ptr<TaskCompletion>>(
+          completion_object, "completion", "a runtime.TaskCompletion or None");
     std::optional<std::vector<std::string>> names;
     if (!output_names.is_none()) {
       if (py::isinstance<py::str>(output_names))
         throw py::type_error("output_names must be a list of output names, not a string");
-      names = output_names.cast<std::vector<std::string>>();
+      names = CastArgument<std::vector<std::string>>(output_names, "output_names",
+                                                     "a list of str");
     }
     if (last_position_only && !names)
       throw py::value_error("last_position_only needs output_names: the outputs wanted at the "
@@ -85,6 +92,7 @@ class PyState {
     if (!known) contexts_.push_back(context_object);
     RuntimeValueMap outputs;
     {
+      ModelGuard::Reading reading(guard_, "PersistentValueState.run");
       py::gil_scoped_release release;
       outputs = names ? State().Run(context, std::move(values), *names, last_position_only,
                                     completion.get())
@@ -99,11 +107,13 @@ class PyState {
       State().session();  // raises after close
       return session_object_;
     }
-    return py::cast(std::make_shared<PySession>(PySession{State().session(), model_object_}));
+    return py::cast(
+        std::make_shared<PySession>(PySession{State().session(), model_object_, guard_}));
   }
 
   void Reset(py::object initial) {
     RuntimeValueMap values = ConvertInitial(initial);
+    ModelGuard::Reading reading(guard_, "PersistentValueState.reset");
     py::gil_scoped_release release;
     State().Reset(std::move(values));
   }
@@ -148,6 +158,7 @@ class PyState {
 
   py::object session_object_;  // the runtime.RuntimeSession built on, or None
   py::object model_object_;
+  ModelGuard guard_;  // refuses runs after the model was edited (proto_wrapper.h)
   std::shared_ptr<const ModelProto> model_;
   StateConverter converter_;
   std::unique_ptr<PersistentValueState> state_;

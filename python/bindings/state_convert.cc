@@ -45,7 +45,12 @@ std::shared_ptr<const ParameterCatalogue> StateConverter::Catalogue() const {
 
 RuntimeValue StateConverter::FromPython(py::handle obj, const std::string& path,
                                         const TypeProto* declared,
-                                        std::shared_ptr<const ParameterCatalogue>& catalogue) const {
+                                        std::shared_ptr<const ParameterCatalogue>& catalogue,
+                                        int depth) const {
+  if (depth > kMaxNesting)
+    core::Throw(ErrorCode::kInvalidArgument,
+                "'" + path.substr(0, 200) + "...': dicts/lists nest more than " +
+                    std::to_string(kMaxNesting) + " levels deep (is the value self-referential?)");
   if (py::isinstance<py::dict>(obj)) {
     const StructTypeProto* s = nullptr;
     if (declared != nullptr && declared->has_struct_type())
@@ -65,7 +70,8 @@ RuntimeValue StateConverter::FromPython(py::handle obj, const std::string& path,
           core::Throw(ErrorCode::kInvalidArgument,
                       "'" + path + "': unknown field '" + name + "' for struct '" + s->name() + "'");
       }
-      fields.emplace_back(name, FromPython(item.second, path + "." + name, field_type, catalogue));
+      fields.emplace_back(
+          name, FromPython(item.second, path + "." + name, field_type, catalogue, depth + 1));
     }
     if (s != nullptr)
       for (const auto& f : s->field()) {
@@ -88,7 +94,8 @@ RuntimeValue StateConverter::FromPython(py::handle obj, const std::string& path,
     std::vector<RuntimeValue> values;
     size_t i = 0;
     for (auto item : py::reinterpret_borrow<py::list>(obj))
-      values.push_back(FromPython(item, path + "[" + std::to_string(i++) + "]", elem, catalogue));
+      values.push_back(
+          FromPython(item, path + "[" + std::to_string(i++) + "]", elem, catalogue, depth + 1));
     return RuntimeValue::Sequence(RuntimeSequence::FromValues(std::move(values)),
                                   std::move(elem_handle));
   }

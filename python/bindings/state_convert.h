@@ -32,9 +32,12 @@ class StateConverter {
   core::runtime::RuntimeValueMap MapFromPython(
       py::handle dict, const char* what,
       const std::function<const TypeProto*(const std::string&)>& declared_of) const;
+  // `depth`: how many dicts/lists enclose `obj`; past kMaxNesting it throws (a
+  // self-referential or absurdly deep value would otherwise overflow the C++ stack).
   core::runtime::RuntimeValue FromPython(
       py::handle obj, const std::string& path, const TypeProto* declared,
-      std::shared_ptr<const core::runtime::ParameterCatalogue>& catalogue) const;
+      std::shared_ptr<const core::runtime::ParameterCatalogue>& catalogue, int depth = 0) const;
+  static constexpr int kMaxNesting = 64;
 
  private:
   std::shared_ptr<const core::runtime::ParameterCatalogue> Catalogue() const;

@@ -114,12 +114,25 @@ def test_asyncio_stream_and_cancellation(model):
             out.append(tokens[0])
         return out
 
-    async def cancel_midway():
-        task = asyncio.ensure_future(collect(100000))
-        await asyncio.sleep(0.05)
-        task.cancel()
+    async def cancel_after(k):
+        # Cancelled by the k-th token event itself, never after a sleep: the outcome does not
+        # depend on how fast the machine generates. A pending cancel ends the task cancelled
+        # even if the stream could finish without suspending again.
+        seen = []
+        options = runtime.GenerationOptions(max_new_tokens=k + 40)  # within the 512 positions
+
+        async def consume():
+            async for tokens in aio.generate_stream(model, context, feeds, options):
+                seen.append(tokens[0])
+                if len(seen) == k:
+                    asyncio.current_task().cancel()
+
+        task = asyncio.ensure_future(consume())
         with pytest.raises(asyncio.CancelledError):
             await task
+        return seen
 
-    assert asyncio.run(collect(5)) == onnxruntime_greedy(PROMPT, 5)[0, PROMPT.shape[1]:].tolist()
-    asyncio.run(cancel_midway())
+    expected = onnxruntime_greedy(PROMPT, 5)[0, PROMPT.shape[1]:].tolist()
+    assert asyncio.run(collect(5)) == expected
+    seen = asyncio.run(cancel_after(3))
+    assert seen[:3] == expected[:3]
