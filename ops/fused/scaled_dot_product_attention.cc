@@ -21,8 +21,10 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,7 +46,7 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kMaxGroup = 16;      // query heads per KV head handled in one task
-constexpr int64_t kKeyBlock = 32;      // keys scored per online-softmax step
+constexpr int64_t kKeyBlock = 64;      // keys scored per online-softmax step
 constexpr int64_t kSplitMinKeys = 256;  // below this a task's key range is never split
 
 // Resolves a Reshape target against the input shape (0 copies, -1 infers).
@@ -81,6 +83,153 @@ struct Partial {
   float sum = 0;
 };
 
+// The per-row path (decode, short prompts, rows the tiled path declines): tasks of one
+// (batch, KV head, query) with the query heads that share the KV head, over a key range with
+// an online softmax; with few tasks and many keys the keys are split across tasks and the
+// partial states merged by log-sum-exp, by whichever task of a row finishes last.
+struct RowAttention {
+  RowAttention(const Tensor& q_, const Tensor& k_, const Tensor& v_, const float* qp_,
+               const float* mask_, const int64_t* ms_, float scale_, float* yp_)
+      : q(q_), k(k_), v(v_), qp(qp_), mask(mask_), ms(ms_), scale(scale_), yp(yp_) {}
+
+  const Tensor& q;
+  const Tensor& k;
+  const Tensor& v;
+  const float* qp;
+  const float* mask;
+  const int64_t* ms;  // mask strides over [B, H, S, T], 0 where broadcast
+  float scale;
+  float* yp;
+
+  int64_t heads = q.dim(1), sq = q.dim(2), dk = q.dim(3);
+  int64_t kv_heads = k.dim(1), total = k.dim(2), dv = v.dim(3);
+  int64_t group = heads / kv_heads, rows = q.dim(0) * kv_heads * sq;
+  int64_t chunks = 1, chunk_len = 0;
+  std::vector<Partial> partials;  // [row, chunk, head of the group]
+  std::vector<float> acc;         // [row, chunk, head of the group, dv]
+  std::unique_ptr<std::atomic<int64_t>[]> pending;  // chunks of each row still running
+
+  void Run() {
+    const int64_t threads = std::max<int64_t>(1, tbb::this_task_arena::max_concurrency());
+    if (rows < 2 * threads && total >= kSplitMinKeys)
+      chunks = std::min<int64_t>((2 * threads + rows - 1) / rows, total / (kSplitMinKeys / 2));
+    chunk_len = (total + chunks - 1) / chunks;
+    partials.resize(static_cast<size_t>(rows * chunks * group));
+    acc.assign(static_cast<size_t>(rows * chunks * group * dv), 0.0f);
+    pending.reset(new std::atomic<int64_t>[static_cast<size_t>(rows)]);
+    for (int64_t r = 0; r < rows; ++r) pending[static_cast<size_t>(r)] = chunks;
+    tbb::parallel_for(int64_t{0}, rows * chunks, [&](int64_t task) {
+      RunTask(task);
+      if (pending[static_cast<size_t>(task / chunks)].fetch_sub(1) == 1) MergeRow(task / chunks);
+    });
+  }
+
+  // The mask entries of keys [j0, j0 + n) for head h: a pointer into the mask when they are
+  // contiguous, else gathered into `buffer`; null without a mask.
+  const float* Bias(int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n, float* buffer) const {
+    if (mask == nullptr) return nullptr;
+    const float* row = mask + b * ms[0] + h * ms[1] + i * ms[2];
+    if (ms[3] == 1) return row + j0;
+    for (int64_t t = 0; t < n; ++t) buffer[t] = row[(j0 + t) * ms[3]];
+    return buffer;
+  }
+
+  void RunTask(int64_t task) {
+    const int64_t row = task / chunks, chunk = task % chunks;
+    const int64_t i = row % sq, kh = (row / sq) % kv_heads, b = row / (sq * kv_heads);
+    const Rows keys = RowsOf(k, b, kh), values = RowsOf(v, b, kh);
+    Partial* part = &partials[static_cast<size_t>(task * group)];
+    float* out = &acc[static_cast<size_t>(task * group * dv)];
+    const int64_t h0 = kh * group;
+    const float* q0 = qp + ((b * heads + h0) * sq + i) * dk;  // head h0 + g at q0 + g * sq * dk
+    const int64_t j_begin = chunk * chunk_len, j_end = std::min(total, j_begin + chunk_len);
+    float scores[kMaxGroup][kKeyBlock];
+    float buffer[kKeyBlock];
+    bool live[kMaxGroup];
+    for (int64_t j0 = j_begin; j0 < j_end; j0 += kKeyBlock) {
+      const int64_t n = std::min(kKeyBlock, j_end - j0);
+      Prefetch(keys, values, j0 + n, std::min(kKeyBlock, j_end - j0 - n));
+      // A mask shared by the heads that kills the whole block: nothing to score.
+      if (mask != nullptr && ms[1] == 0 && AllDead(Bias(b, h0, i, j0, n, buffer), n)) continue;
+      math::GroupDots(q0, sq * dk, group, keys.Row(j0), keys.stride, n, dk, scores[0],
+                      kKeyBlock);
+      bool all_live = true;
+      for (int64_t g = 0; g < group; ++g) {
+        live[g] = Softmax(part[g], scores[g], n, Bias(b, h0 + g, i, j0, n, buffer),
+                          out + g * dv);
+        all_live = all_live && live[g];
+      }
+      // Values: the block's rows (in L1 after the first pass) weighted and summed with the
+      // outputs' chunks in registers.
+      if (all_live) {
+        math::GroupWeightedRowSums(scores[0], kKeyBlock, group, values.Row(j0), values.stride,
+                                   n, out, dv, dv);
+        continue;
+      }
+      for (int64_t g = 0; g < group; ++g)
+        if (live[g])
+          math::WeightedRowSum(scores[g], n, values.Row(j0), values.stride, out + g * dv, dv);
+    }
+  }
+
+  // Asks for the next block's K and V rows while this one is computed: the decode step
+  // reads them from memory, and the scoring alone does not keep enough loads in flight.
+  void Prefetch(const Rows& keys, const Rows& values, int64_t j0, int64_t n) const {
+    for (int64_t t = 0; t < n; ++t) {
+      const char* kr = reinterpret_cast<const char*>(keys.Row(j0 + t));
+      const char* vr = reinterpret_cast<const char*>(values.Row(j0 + t));
+      for (int64_t byte = 0; byte < dk * 4; byte += 64) __builtin_prefetch(kr + byte);
+      for (int64_t byte = 0; byte < dv * 4; byte += 64) __builtin_prefetch(vr + byte);
+    }
+  }
+
+  static bool AllDead(const float* bias, int64_t n) {
+    for (int64_t t = 0; t < n; ++t)
+      if (bias[t] != kNegInf) return false;
+    return true;
+  }
+
+  // One online-softmax step of one head over a block of raw scores: scaled and masked, the
+  // running max, sum and output rescaled, the scores turned into weights. False when the
+  // block has no live key for this head (its weights are then unused).
+  bool Softmax(Partial& p, float* sc, int64_t n, const float* bias, float* out) const {
+    const float block_max = math::ScaleAddMax(sc, n, scale, bias);
+    if (block_max == kNegInf) return false;
+    if (block_max > p.max) {
+      const float r = p.max == kNegInf ? 0.0f : std::exp(p.max - block_max);
+      p.sum *= r;
+      for (int64_t d = 0; d < dv; ++d) out[d] *= r;
+      p.max = block_max;
+    }
+    // exp(s - max) for the block in one vector pass (-inf gives exactly 0).
+    p.sum += static_cast<float>(math::VecExpShiftSum(sc, p.max, sc, n));
+    return true;
+  }
+
+  // Merges the chunks of each head of `row` and writes Y; fully masked rows give zeros.
+  void MergeRow(int64_t row) {
+    const int64_t i = row % sq, kh = (row / sq) % kv_heads, b = row / (sq * kv_heads);
+    for (int64_t g = 0; g < group; ++g) {
+      float max = kNegInf;
+      for (int64_t c = 0; c < chunks; ++c)
+        max = std::max(max, partials[static_cast<size_t>((row * chunks + c) * group + g)].max);
+      float* dst = yp + ((b * heads + kh * group + g) * sq + i) * dv;
+      std::fill(dst, dst + dv, 0.0f);
+      if (max == kNegInf) continue;
+      float sum = 0;
+      for (int64_t c = 0; c < chunks; ++c) {
+        const size_t at = static_cast<size_t>((row * chunks + c) * group + g);
+        if (partials[at].max == kNegInf) continue;
+        const float r = std::exp(partials[at].max - max);
+        sum += partials[at].sum * r;
+        math::Axpy(r, &acc[at * static_cast<size_t>(dv)], dst, dv);
+      }
+      const float inv = 1.0f / sum;
+      for (int64_t d = 0; d < dv; ++d) dst[d] *= inv;
+    }
+  }
+};
+
 class ScaledDotProductAttention final : public core::runtime::KernelBase {
  public:
   explicit ScaledDotProductAttention(const core::runtime::KernelContext&) {}
@@ -104,7 +253,6 @@ class ScaledDotProductAttention final : public core::runtime::KernelBase {
       call.Fail("Q " + ShapeToString(q.shape()) + ", K " + ShapeToString(k.shape()) + ", V " +
                 ShapeToString(v.shape()) + " are not a grouped-query attention");
     CheckLayout(call, batch, heads, kv_heads, total, dk, dv);
-    const int64_t group = heads / kv_heads;
 
     // Mask strides over [B, H, S, T] (0 where broadcast).
     int64_t ms[4] = {0, 0, 0, 0};
@@ -135,91 +283,7 @@ class ScaledDotProductAttention final : public core::runtime::KernelBase {
     const float scale = q_scale_ * k_scale_;
     if (fused::PrefersTiles(sq) && ComputeTiled(q, k, v, qp, mask_data, ms, scale, yp)) return;
 
-    // Tasks: (b, kv head, query) x key chunks.
-    const int64_t rows = batch * kv_heads * sq;
-    const int64_t threads = std::max<int64_t>(1, tbb::this_task_arena::max_concurrency());
-    int64_t chunks = 1;
-    if (rows < 2 * threads && total >= kSplitMinKeys)
-      chunks = std::min<int64_t>((2 * threads + rows - 1) / rows, total / (kSplitMinKeys / 2));
-    const int64_t chunk_len = (total + chunks - 1) / chunks;
-    std::vector<Partial> partials(static_cast<size_t>(rows * chunks * group));
-    std::vector<float> acc(static_cast<size_t>(rows * chunks * group * dv), 0.0f);
-
-    auto run = [&](int64_t task) {
-      const int64_t row = task / chunks, chunk = task % chunks;
-      const int64_t i = row % sq, kh = (row / sq) % kv_heads, b = row / (sq * kv_heads);
-      const Rows keys = RowsOf(k, b, kh), values = RowsOf(v, b, kh);
-      Partial* part = &partials[static_cast<size_t>(task * group)];
-      float* out = &acc[static_cast<size_t>(task * group * dv)];
-      const int64_t j_begin = chunk * chunk_len, j_end = std::min(total, j_begin + chunk_len);
-      float scores[kMaxGroup][kKeyBlock];
-      for (int64_t j0 = j_begin; j0 < j_end; j0 += kKeyBlock) {
-        const int64_t n = std::min(kKeyBlock, j_end - j0);
-        for (int64_t g = 0; g < group; ++g) {
-          const int64_t h = kh * group + g;
-          const float* qrow = qp + ((b * heads + h) * sq + i) * dk;
-          const float* mrow = mask_data ? mask_data + b * ms[0] + h * ms[1] + i * ms[2] : nullptr;
-          float block_max = kNegInf;
-          float* sc = scores[g];
-          bool any = mrow == nullptr;
-          for (int64_t t = 0; t < n && !any; ++t) any = mrow[(j0 + t) * ms[3]] != kNegInf;
-          if (any) {  // four keys per pass: the query row is loaded once for all four
-            int64_t t = 0;
-            for (; t + 4 <= n; t += 4) {
-              const float* rows4[4] = {keys.Row(j0 + t), keys.Row(j0 + t + 1),
-                                       keys.Row(j0 + t + 2), keys.Row(j0 + t + 3)};
-              math::Dot4(qrow, rows4, dk, sc + t);
-            }
-            for (; t < n; ++t) sc[t] = math::Dot(qrow, keys.Row(j0 + t), dk);
-          }
-          for (int64_t t = 0; t < n; ++t) {
-            const float bias = mrow ? mrow[(j0 + t) * ms[3]] : 0.0f;
-            sc[t] = !any || bias == kNegInf ? kNegInf : sc[t] * scale + bias;
-            block_max = std::max(block_max, sc[t]);
-          }
-          Partial& p = part[g];
-          if (block_max == kNegInf) {
-            for (int64_t t = 0; t < n; ++t) scores[g][t] = kNegInf;
-            continue;
-          }
-          if (block_max > p.max) {
-            const float r = p.max == kNegInf ? 0.0f : std::exp(p.max - block_max);
-            p.sum *= r;
-            for (int64_t d = 0; d < dv; ++d) out[g * dv + d] *= r;
-            p.max = block_max;
-          }
-          // exp(s - max) for the block in one vector pass (-inf gives exactly 0).
-          p.sum += static_cast<float>(math::VecExpShiftSum(scores[g], p.max, scores[g], n));
-          // Values: the block's rows (in L1 after the first head of the group) weighted and
-          // summed with the output row in registers.
-          math::WeightedRowSum(scores[g], n, values.Row(j0), values.stride, out + g * dv, dv);
-        }
-      }
-    };
-    tbb::parallel_for(int64_t{0}, rows * chunks, [&](int64_t task) { run(task); });
-
-    // Merge the chunks of each (row, head) and write Y; fully masked rows give zeros.
-    tbb::parallel_for(int64_t{0}, rows, [&](int64_t row) {
-      const int64_t i = row % sq, kh = (row / sq) % kv_heads, b = row / (sq * kv_heads);
-      for (int64_t g = 0; g < group; ++g) {
-        float max = kNegInf;
-        for (int64_t c = 0; c < chunks; ++c)
-          max = std::max(max, partials[static_cast<size_t>((row * chunks + c) * group + g)].max);
-        float* dst = yp + ((b * heads + kh * group + g) * sq + i) * dv;
-        std::fill(dst, dst + dv, 0.0f);
-        if (max == kNegInf) continue;
-        float sum = 0;
-        for (int64_t c = 0; c < chunks; ++c) {
-          const size_t at = static_cast<size_t>((row * chunks + c) * group + g);
-          if (partials[at].max == kNegInf) continue;
-          const float r = std::exp(partials[at].max - max);
-          sum += partials[at].sum * r;
-          math::Axpy(r, &acc[at * static_cast<size_t>(dv)], dst, dv);
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t d = 0; d < dv; ++d) dst[d] *= inv;
-      }
-    });
+    RowAttention(q, k, v, qp, mask_data, ms, scale, yp).Run();
   }
 
  protected:

@@ -2,6 +2,9 @@
 
 #include "ops/math/gemm.h"
 
+#include <algorithm>
+#include <limits>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -9,6 +12,8 @@
 namespace onnx_light::ops::math {
 
 namespace {
+
+constexpr float kNegInfinity = -std::numeric_limits<float>::infinity();
 
 float DotPortable(const float* a, const float* b, int64_t n) {
   float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
@@ -34,6 +39,30 @@ void AxpyPortable(float alpha, const float* x, float* y, int64_t n) {
 void WeightedRowSumPortable(const float* w, int64_t rows, const float* x, int64_t x_stride,
                             float* y, int64_t n) {
   for (int64_t t = 0; t < rows; ++t) AxpyPortable(w[t], x + t * x_stride, y, n);
+}
+
+void GroupDotsPortable(const float* q, int64_t q_stride, int64_t heads, const float* k,
+                       int64_t k_stride, int64_t keys, int64_t d, float* s, int64_t s_stride) {
+  for (int64_t g = 0; g < heads; ++g)
+    for (int64_t t = 0; t < keys; ++t)
+      s[g * s_stride + t] = DotPortable(q + g * q_stride, k + t * k_stride, d);
+}
+
+void GroupWeightedRowSumsPortable(const float* w, int64_t w_stride, int64_t heads,
+                                  const float* x, int64_t x_stride, int64_t rows, float* y,
+                                  int64_t y_stride, int64_t n) {
+  for (int64_t g = 0; g < heads; ++g)
+    WeightedRowSumPortable(w + g * w_stride, rows, x, x_stride, y + g * y_stride, n);
+}
+
+float ScaleAddMaxPortable(float* s, int64_t n, float scale, const float* bias) {
+  float max = kNegInfinity;
+  for (int64_t t = 0; t < n; ++t) {
+    const float b = bias ? bias[t] : 0.0f;
+    s[t] = b == kNegInfinity ? kNegInfinity : s[t] * scale + b;
+    max = std::max(max, s[t]);
+  }
+  return max;
 }
 
 #if defined(__x86_64__)
@@ -71,6 +100,106 @@ __attribute__((target("avx2,fma"))) void Dot4Avx2(const float* a, const float* c
   _mm_storeu_ps(out, sum);
   for (; i < n; ++i)
     for (int r = 0; r < 4; ++r) out[r] += a[i] * b[r][i];
+}
+
+// Four key rows against G query heads: 4G accumulators, the rows loaded once per chunk.
+template <int G>
+__attribute__((target("avx2,fma"))) inline void Dots4Avx2(const float* q, int64_t q_stride,
+                                                          const float* k, int64_t k_stride,
+                                                          int64_t d, float* s,
+                                                          int64_t s_stride) {
+  __m256 acc[G][4];
+  for (int g = 0; g < G; ++g)
+    for (int r = 0; r < 4; ++r) acc[g][r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < d; i += 8) {
+    const __m256 k0 = _mm256_loadu_ps(k + i), k1 = _mm256_loadu_ps(k + k_stride + i);
+    const __m256 k2 = _mm256_loadu_ps(k + 2 * k_stride + i);
+    const __m256 k3 = _mm256_loadu_ps(k + 3 * k_stride + i);
+    for (int g = 0; g < G; ++g) {
+      const __m256 qv = _mm256_loadu_ps(q + g * q_stride + i);
+      acc[g][0] = _mm256_fmadd_ps(qv, k0, acc[g][0]);
+      acc[g][1] = _mm256_fmadd_ps(qv, k1, acc[g][1]);
+      acc[g][2] = _mm256_fmadd_ps(qv, k2, acc[g][2]);
+      acc[g][3] = _mm256_fmadd_ps(qv, k3, acc[g][3]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {  // the four horizontal sums of one head at once
+    const __m256 s01 = _mm256_hadd_ps(acc[g][0], acc[g][1]);
+    const __m256 s23 = _mm256_hadd_ps(acc[g][2], acc[g][3]);
+    const __m256 h = _mm256_hadd_ps(s01, s23);
+    _mm_storeu_ps(s + g * s_stride,
+                  _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+  }
+}
+
+template <int G>
+__attribute__((target("avx2,fma"))) void GroupDotsPass(const float* q, int64_t q_stride,
+                                                       const float* k, int64_t k_stride,
+                                                       int64_t keys, int64_t d, float* s,
+                                                       int64_t s_stride) {
+  int64_t t = 0;
+  for (; t + 4 <= keys; t += 4)
+    Dots4Avx2<G>(q, q_stride, k + t * k_stride, k_stride, d, s + t, s_stride);
+  for (; t < keys; ++t)
+    for (int g = 0; g < G; ++g) s[g * s_stride + t] = DotAvx2(q + g * q_stride, k + t * k_stride, d);
+}
+
+void GroupDotsAvx2(const float* q, int64_t q_stride, int64_t heads, const float* k,
+                   int64_t k_stride, int64_t keys, int64_t d, float* s, int64_t s_stride) {
+  int64_t g = 0;
+  for (; g + 3 <= heads; g += 3)
+    GroupDotsPass<3>(q + g * q_stride, q_stride, k, k_stride, keys, d, s + g * s_stride, s_stride);
+  if (heads - g == 2)
+    GroupDotsPass<2>(q + g * q_stride, q_stride, k, k_stride, keys, d, s + g * s_stride, s_stride);
+  else if (heads - g == 1)
+    GroupDotsPass<1>(q + g * q_stride, q_stride, k, k_stride, keys, d, s + g * s_stride, s_stride);
+}
+
+// Two heads' 32-column output chunks in eight registers over every row of x.
+__attribute__((target("avx2,fma"))) void WeightedRowSums2Avx2(const float* w0, const float* w1,
+                                                              int64_t rows, const float* x,
+                                                              int64_t x_stride, float* y0,
+                                                              float* y1) {
+  __m256 a[4], b[4];
+  for (int c = 0; c < 4; ++c) {
+    a[c] = _mm256_loadu_ps(y0 + 8 * c);
+    b[c] = _mm256_loadu_ps(y1 + 8 * c);
+  }
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* r = x + t * x_stride;
+    const __m256 u = _mm256_broadcast_ss(w0 + t), v = _mm256_broadcast_ss(w1 + t);
+    for (int c = 0; c < 4; ++c) {
+      const __m256 xv = _mm256_loadu_ps(r + 8 * c);
+      a[c] = _mm256_fmadd_ps(u, xv, a[c]);
+      b[c] = _mm256_fmadd_ps(v, xv, b[c]);
+    }
+  }
+  for (int c = 0; c < 4; ++c) {
+    _mm256_storeu_ps(y0 + 8 * c, a[c]);
+    _mm256_storeu_ps(y1 + 8 * c, b[c]);
+  }
+}
+
+__attribute__((target("avx2,fma"))) float ScaleAddMaxAvx2(float* s, int64_t n, float scale,
+                                                          const float* bias) {
+  const __m256 vs = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(kNegInfinity);
+  __m256 vmax = ninf;
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8) {
+    __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + t), vs);
+    if (bias != nullptr) {
+      const __m256 b = _mm256_loadu_ps(bias + t);
+      x = _mm256_blendv_ps(_mm256_add_ps(x, b), ninf, _mm256_cmp_ps(b, ninf, _CMP_EQ_OQ));
+    }
+    _mm256_storeu_ps(s + t, x);
+    vmax = _mm256_max_ps(vmax, x);
+  }
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  const float head = _mm_cvtss_f32(m);
+  const float tail = ScaleAddMaxPortable(s + t, n - t, scale, bias ? bias + t : nullptr);
+  return std::max(head, tail);
 }
 
 __attribute__((target("avx2,fma"))) void AxpyAvx2(float alpha, const float* x, float* y,
@@ -145,5 +274,39 @@ void WeightedRowSum(const float* w, int64_t rows, const float* x, int64_t x_stri
 #endif
   WeightedRowSumPortable(w, rows, x, x_stride, y, n);
 }
+
+void GroupDots(const float* q, int64_t q_stride, int64_t heads, const float* k,
+               int64_t k_stride, int64_t keys, int64_t d, float* s, int64_t s_stride) {
+#if defined(__x86_64__)
+  if (d % 8 == 0 && CpuHasAvx2Fma())
+    return GroupDotsAvx2(q, q_stride, heads, k, k_stride, keys, d, s, s_stride);
+#endif
+  GroupDotsPortable(q, q_stride, heads, k, k_stride, keys, d, s, s_stride);
+}
+
+void GroupWeightedRowSums(const float* w, int64_t w_stride, int64_t heads, const float* x,
+                          int64_t x_stride, int64_t rows, float* y, int64_t y_stride,
+                          int64_t n) {
+#if defined(__x86_64__)
+  if (n % 32 == 0 && CpuHasAvx2Fma()) {
+    int64_t g = 0;
+    for (; g + 2 <= heads; g += 2)
+      for (int64_t j = 0; j < n; j += 32)
+        WeightedRowSums2Avx2(w + g * w_stride, w + (g + 1) * w_stride, rows, x + j, x_stride,
+                             y + g * y_stride + j, y + (g + 1) * y_stride + j);
+    if (g < heads) WeightedRowSumAvx2(w + g * w_stride, rows, x, x_stride, y + g * y_stride, n);
+    return;
+  }
+#endif
+  GroupWeightedRowSumsPortable(w, w_stride, heads, x, x_stride, rows, y, y_stride, n);
+}
+
+float ScaleAddMax(float* s, int64_t n, float scale, const float* bias) {
+#if defined(__x86_64__)
+  if (CpuHasAvx2Fma()) return ScaleAddMaxAvx2(s, n, scale, bias);
+#endif
+  return ScaleAddMaxPortable(s, n, scale, bias);
+}
+
 
 }  // namespace onnx_light::ops::math

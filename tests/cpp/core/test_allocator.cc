@@ -2,10 +2,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -59,6 +62,36 @@ TEST_CASE("the heap allocator reuses a dead large block of the same rounded size
   CHECK(heap.cached_bytes() == HeapAllocator::RoundedSize(big) + 1024);
   CHECK(heap.large_reuses() == 1);
 }
+
+#if defined(__linux__)
+// The VmFlags of the mapping that holds `p`, from /proc/self/smaps ("" when not found).
+std::string VmFlagsOf(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(smaps, line)) {
+    unsigned long long begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &begin, &end) == 2 && line.find(' ') < 40) {
+      inside = at >= begin && at < end;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+TEST_CASE("the heap allocator asks for huge pages for blocks of 2 MiB and more, not below") {
+  HeapAllocator heap;
+  auto big = heap.Allocate(size_t{16} << 20);
+  // The middle of the block lies in the advised range ("hg": MADV_HUGEPAGE).
+  const std::string flags = VmFlagsOf(static_cast<char*>(big.get()) + (size_t{8} << 20));
+  CAPTURE(flags);
+  CHECK(flags.find(" hg") != std::string::npos);
+  auto small = heap.Allocate(size_t{64} << 10);
+  CHECK(VmFlagsOf(small.get()).find(" hg") == std::string::npos);
+}
+#endif
 
 TEST_CASE("the heap allocator hands a dead small block to the next request of its class") {
   HeapAllocator heap;
