@@ -99,36 +99,56 @@ void CheckRoles(const GenerationOptions& o, const GraphProto& graph) {
 }
 
 // How many positions the model embeds, when the graph shows it: a Gather (axis 0) of an
-// initializer table by the position input (a learned position embedding). 0 when unknown.
+// initializer table by the position input (a learned position embedding), else the rows of
+// an initializer rotary table (cos_cache) of a com.microsoft GroupQueryAttention or
+// RotaryEmbedding node (the onnxruntime-genai builds). 0 when unknown (torch's RoPE exports
+// compute their tables from the positions: no limit in the graph).
 struct PositionLimit {
   int64_t positions = 0;
-  std::string table;
+  std::string source;  // what sets the limit, for the message
 };
-PositionLimit FindPositionLimit(const GraphProto& graph, const std::string& position_name) {
+
+const TensorProto* FindInitializer(const GraphProto& graph, const std::string& name) {
+  for (const auto& init : graph.initializer())
+    if (init.name() == name && init.dims_size() >= 1 && init.dims(0) > 0) return &init;
+  return nullptr;
+}
+
+PositionLimit FindPositionLimit(const GraphProto& graph, const std::string& position_name,
+                                bool declares_positions) {
   for (const auto& node : graph.node()) {
-    if (node.op_type() != "Gather" || node.input_size() < 2 || node.input(1) != position_name)
+    if (!declares_positions || node.op_type() != "Gather" || node.input_size() < 2 ||
+        node.input(1) != position_name)
       continue;
     int64_t axis = 0;
     for (const auto& a : node.attribute())
       if (a.name() == "axis") axis = a.i();
     if (axis != 0) continue;
-    for (const auto& init : graph.initializer())
-      if (init.name() == node.input(0) && init.dims_size() >= 1 && init.dims(0) > 0)
-        return {init.dims(0), init.name()};
+    if (const TensorProto* table = FindInitializer(graph, node.input(0)))
+      return {table->dims(0), "'" + position_name + "' indexes the " +
+                                  std::to_string(table->dims(0)) + " rows of '" +
+                                  table->name() + "'"};
+  }
+  for (const auto& node : graph.node()) {
+    if (node.domain() != "com.microsoft") continue;
+    const int cos = node.op_type() == "GroupQueryAttention" ? 7
+                    : node.op_type() == "RotaryEmbedding"   ? 2
+                                                            : -1;
+    if (cos < 0 || node.input_size() <= cos) continue;
+    if (const TensorProto* table = FindInitializer(graph, node.input(cos)))
+      return {table->dims(0), "the rotary table '" + table->name() + "' of " + node.op_type() +
+                                  " node '" + node.name() + "' has " +
+                                  std::to_string(table->dims(0)) + " rows"};
   }
   return {};
 }
 
-void CheckPositions(const PositionLimit& limit, const std::vector<std::vector<int64_t>>& rows,
-                    int64_t first, const std::string& position_name) {
-  if (limit.positions == 0) return;
-  for (const auto& row : rows)
-    for (size_t t = static_cast<size_t>(first); t < row.size(); ++t)
-      OL_CHECK(row[t] < limit.positions, ErrorCode::kInvalidArgument,
-               "generate: position " + std::to_string(row[t]) + " is past the model's limit of " +
-                   std::to_string(limit.positions) + " positions ('" + position_name +
-                   "' indexes the " + std::to_string(limit.positions) + " rows of '" +
-                   limit.table + "'); use a shorter prompt or fewer max_new_tokens");
+// Refuses a position at or past the limit.
+void CheckPosition(const PositionLimit& limit, int64_t position) {
+  OL_CHECK(limit.positions == 0 || position < limit.positions, ErrorCode::kInvalidArgument,
+           "generate: position " + std::to_string(position) + " is past the model's limit of " +
+               std::to_string(limit.positions) + " positions (" + limit.source +
+               "); use a shorter prompt or fewer max_new_tokens");
 }
 
 }  // namespace
@@ -269,7 +289,7 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
   };
 
   const PositionLimit limit =
-      declares_positions ? FindPositionLimit(graph, options.position_ids_name) : PositionLimit{};
+      FindPositionLimit(graph, options.position_ids_name, declares_positions);
   int64_t generated = 0;
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     if (step > 0 && options.step_gate) co_await options.step_gate(step);
@@ -288,9 +308,13 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
                                             [&](int64_t b, int64_t t) {
                                               return mask[static_cast<size_t>(b)][static_cast<size_t>(t)];
                                             })));
-    // Refused here rather than as a Gather index error deep inside the graph.
+    // Refused here rather than as an index error deep inside the graph. Without a position
+    // input the positions are the token indices.
+    if (!declares_positions) CheckPosition(limit, length - 1);
     if (declares_positions) {
-      CheckPositions(limit, positions, length - fed, options.position_ids_name);
+      for (const auto& row : positions)
+        for (int64_t t = length - fed; t < length; ++t)
+          CheckPosition(limit, row[static_cast<size_t>(t)]);
       call.emplace(options.position_ids_name,
                    RuntimeValue(Int64Tensor(options.position_ids_name, batch, fed, [&](int64_t b, int64_t t) {
                      return positions[static_cast<size_t>(b)][static_cast<size_t>(length - fed + t)];

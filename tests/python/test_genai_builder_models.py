@@ -160,3 +160,35 @@ def test_last_position_logits_of_the_prompt_equal_the_last_row(built):
     ref = _ort_runner(path, accuracy_level=0)(feeds)["logits"][0, -1]
     own_error = float(np.abs(_ort_runner(path)(feeds)["logits"][0, -1] - ref).max())
     assert np.abs(last[0, 0] - ref).max() <= 2 * own_error + 1e-4
+
+
+def test_generate_refuses_to_run_past_the_rotary_tables():
+    """A genai build has no position input: its GroupQueryAttention nodes rotate with the
+    rows of the cos_cache/sin_cache initializers (max_position_embeddings of them). generate
+    refuses the step whose position would be past them, naming the table and the node, after
+    publishing the tokens before it; without the check the kernel would fail deep inside the
+    graph (or, in a kernel that trusted its inputs, read past the table)."""
+    path = genai_builder.ensure("llama", "fp32")
+    model = ol_onnx.load_model(path)
+    pasts = _layers(path)
+    for p in pasts:
+        binding = model.graph.persistent_bindings.add()
+        binding.input_name = p.name
+        binding.output_name = p.name.replace("past_key_values.", "present.")
+    rows = next(i.dims[0] for i in onnx.load(path, load_external_data=False).graph.initializer
+                if i.name == "cos_cache")
+    assert rows == 256
+    cache = {p.name: np.zeros((1, p.type.tensor_type.shape.dim[1].dim_value, 0,
+                               _head_size(path)), np.float32) for p in pasts}
+    prompt = np.arange(3, 3 + 250, dtype=np.int64)[None] % 120
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(21)))
+    tokens = []
+    with pytest.raises(ValueError) as error:
+        runtime.generate(model, context, {"input_ids": prompt, **cache},
+                         runtime.GenerationOptions(max_new_tokens=20),
+                         on_token=lambda step, ids: tokens.append(ids) or True)
+    message = str(error.value)
+    assert "position 256 is past the model's limit of 256 positions" in message
+    assert "the rotary table 'cos_cache' of GroupQueryAttention node" in message
+    assert "/model/layers.0/attn/GroupQueryAttention" in message
+    assert len(tokens) == 7  # the calls that fed positions up to 249, 250, ..., 255
