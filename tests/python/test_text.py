@@ -1,0 +1,137 @@
+"""Text in, text out (onnx_light.text, `python -m onnx_light generate`): a BPE tokenizer
+trained here on a short text (no download) around the exported tiny Llama with its caches
+bound. The streamed text is exactly the tokenizer's decoding of the tokens runtime.generate
+chooses for the same prompt ids; stop strings cut the text before them (never showing a
+part of one); EOS comes from generation_config.json; --chat applies tokenizer_config.json's
+template; a model with caches but no bindings is refused with a pointer to `prepare`."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from models import export_hf
+from onnx_light import onnx as ol_onnx
+from onnx_light.onnx_py._onnxpykernels import runtime
+from onnx_light.text import TextGenerator, empty_caches
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TEXT = ("the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat "
+        "and the bird sings a song about the sun the moon and the stars ") * 4
+PROMPT = "the quick brown fox"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A directory with model.onnx (bindings added; the weights linked, not copied) and
+    tokenizer.json (BPE, 100 tokens: the model's vocabulary is 128)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    out = tmp_path_factory.mktemp("text")
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    tokenizer.train_from_iterator([TEXT], trainers.BpeTrainer(
+        vocab_size=100, special_tokens=["<unk>", "<s>", "</s>"]))
+    tokenizer.save(str(out / "tokenizer.json"))
+    source = export_hf.ensure("llama", with_cache=True)
+    model = ol_onnx.load_model(source)
+    export_hf.add_cache_bindings(model, export_hf.cache_shape("llama")[0])
+    ol_onnx.save_model(model, str(out / "model.onnx"))
+    data = source + ".data"
+    os.symlink(data, out / os.path.basename(data))
+    return out
+
+
+def expected_text(files, max_new_tokens=8):
+    """What the tokenizer decodes from the tokens runtime.generate picks (greedy)."""
+    gen = TextGenerator(str(files / "model.onnx"), str(files))
+    ids = gen.prompt_ids(PROMPT)
+    model = ol_onnx.load_model(str(files / "model.onnx"))
+    out = runtime.generate(model, gen.context,
+                           {"input_ids": np.asarray([ids], np.int64), **empty_caches(model)},
+                           runtime.GenerationOptions(max_new_tokens=max_new_tokens))
+    tokens = np.from_dlpack(out)[0, len(ids):].tolist()
+    return gen.tokenizer.decode(tokens), tokens
+
+
+def test_streamed_text_is_the_decoding_of_the_generated_tokens(files):
+    want, tokens = expected_text(files)
+    assert len(tokens) == 8
+    gen = TextGenerator(str(files / "model.onnx"), str(files / "tokenizer.json"))
+    pieces = list(gen.stream(PROMPT, max_new_tokens=8))
+    assert "".join(pieces) == want
+    assert len(pieces) >= 2  # streamed token by token, not printed at the end
+    stats = gen.last_stats
+    assert stats.prompt_tokens == len(gen.prompt_ids(PROMPT))
+    assert stats.new_tokens == 8 and stats.stopped_by == "max_new_tokens"
+    assert stats.prefill_ms > 0 and stats.decode_tokens_per_s > 0
+
+
+def test_a_stop_string_ends_the_text_before_it(files):
+    want, _ = expected_text(files)
+    visible = want.strip()
+    assert len(visible) >= 4
+    stop = visible[2:4]
+    gen = TextGenerator(str(files / "model.onnx"), str(files))
+    got = "".join(gen.stream(PROMPT, max_new_tokens=8, stop=(stop,)))
+    assert got == want[:want.find(stop)]
+    assert stop not in got and gen.last_stats.stopped_by == "stop string"
+
+
+def test_eos_from_generation_config_stops_generation(files, tmp_path):
+    _, tokens = expected_text(files)
+    for name in ("model.onnx", "tokenizer.json"):
+        os.symlink(files / name, tmp_path / name)
+    data = [f for f in os.listdir(files) if f.endswith(".data")][0]
+    os.symlink(os.path.realpath(files / data), tmp_path / data)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [tokens[2]]}))
+    gen = TextGenerator(str(tmp_path / "model.onnx"), str(tmp_path))
+    got = "".join(gen.stream(PROMPT, max_new_tokens=8))
+    assert gen.last_stats.stopped_by == "eos" and gen.last_stats.new_tokens == 2
+    assert got == gen.tokenizer.decode(tokens[:2])
+
+
+def test_chat_applies_the_tokenizer_config_template(files, tmp_path):
+    for name in ("model.onnx", "tokenizer.json"):
+        os.symlink(files / name, tmp_path / name)
+    template = "{% for m in messages %}<s>{{ m['content'] }}{% endfor %}"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    gen = TextGenerator(str(files / "model.onnx"), str(tmp_path))
+    ids = gen.prompt_ids(PROMPT, chat=True)
+    assert ids == gen.tokenizer.encode("<s>" + PROMPT, add_special_tokens=False).ids
+    assert ids[0] == gen.tokenizer.token_to_id("<s>")
+    no_template = TextGenerator(str(files / "model.onnx"), str(files))
+    with pytest.raises(ValueError, match="no tokenizer_config.json with a chat_template"):
+        no_template.prompt_ids(PROMPT, chat=True)
+
+
+def test_a_model_with_caches_but_no_bindings_is_refused(files, tmp_path):
+    source = export_hf.ensure("llama", with_cache=True)
+    ol_onnx.save_model(ol_onnx.load_model(source), str(tmp_path / "unbound.onnx"))
+    os.symlink(source + ".data", tmp_path / os.path.basename(source + ".data"))
+    with pytest.raises(ValueError, match="no persistent_bindings: run `python -m onnx_light "
+                                         "prepare` on it first"):
+        TextGenerator(str(tmp_path / "unbound.onnx"), str(files))
+
+
+def test_the_command_line_streams_text_and_reports_figures(files):
+    want, _ = expected_text(files)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.join(REPO, "python"), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-m", "onnx_light.text",
+                           str(files / "model.onnx"), "--tokenizer", str(files),
+                           "--prompt", PROMPT, "--max-new-tokens", "8"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == want + "\n"
+    assert "prompt tokens, prefill" in done.stderr and "tokens/s" in done.stderr
+    bad = subprocess.run([sys.executable, "-m", "onnx_light.text",
+                          str(files / "model.onnx"), "--tokenizer", str(files / "missing"),
+                          "--prompt", PROMPT], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert bad.returncode == 1 and "no tokenizer.json at" in bad.stderr
