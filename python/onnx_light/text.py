@@ -12,8 +12,8 @@ and from the shell (the same thing, streaming to stdout, figures to stderr):
 
 The model must carry persistent_bindings for its caches (``python -m onnx_light prepare``
 writes them); generation never guesses bindings. The caches start empty: each bound input
-gets zeros of its declared shape with the first symbolic dimension (the batch) 1 and the
-other symbolic dimensions (the past length) 0. EOS and BOS come from ``genai_config.json``,
+gets zeros of its declared shape with a symbolic first dimension (the batch) 1 and the other
+symbolic dimensions (the past length) 0. EOS and BOS come from ``genai_config.json``,
 ``generation_config.json`` or ``config.json`` beside the model or the tokenizer (first found),
 the chat template from ``tokenizer_config.json`` (``chat=True``; needs jinja2).
 """
@@ -91,7 +91,7 @@ def read_settings(*dirs: str) -> ModelSettings:
 
 
 def empty_caches(model) -> dict:
-    """Zeros for every bound input: first symbolic dimension 1 (batch), the others 0."""
+    """Zeros for every bound input: a symbolic first dimension (batch) 1, the others 0."""
     declared = {v.name: v for v in model.graph.input}
     caches = {}
     for binding in model.graph.persistent_bindings:
@@ -103,13 +103,8 @@ def empty_caches(model) -> dict:
         if dtype is None:
             raise ValueError(f"bound input '{binding.input_name}' has element type "
                              f"{tensor.elem_type}, which empty caches do not support")
-        shape, symbolic = [], 0
-        for dim in tensor.shape.dim:
-            if dim.HasField("dim_value"):
-                shape.append(dim.dim_value)
-            else:
-                shape.append(1 if symbolic == 0 else 0)
-                symbolic += 1
+        shape = [d.dim_value if d.HasField("dim_value") else (1 if i == 0 else 0)
+                 for i, d in enumerate(tensor.shape.dim)]
         caches[binding.input_name] = np.zeros(shape, dtype)
     return caches
 
