@@ -96,6 +96,7 @@ class GroupQueryAttention final : public core::runtime::KernelBase {
                  const math::KvRows& rows) const;
   void Attend(const Geometry& g, const math::KvRows& q, const Tensor& present_k,
               const Tensor& present_v, float* out) const;
+  void Weights(float* scores, int64_t n, float scale) const;
 
   int64_t num_heads_ = 0, kv_num_heads_ = 0, local_window_ = -1;
   float scale_ = 0.0f, softcap_ = 0.0f;
@@ -279,41 +280,58 @@ Tensor GroupQueryAttention::Present(KernelCall& call, const Geometry& g, size_t 
   return present;
 }
 
+// Tasks: (batch, query position, KV head) with up to kHeadsPerTask of the query heads that
+// share the KV head, so each task reads its key and value rows once for those heads
+// (math::GroupDots, math::GroupWeightedRowSums).
 void GroupQueryAttention::Attend(const Geometry& g, const math::KvRows& q, const Tensor& present_k,
                                  const Tensor& present_v, float* out) const {
+  constexpr int64_t kHeadsPerTask = 3;
   const int64_t group = g.nq / g.nkv, h = g.head;
+  const int64_t parts = (group + kHeadsPerTask - 1) / kHeadsPerTask;
   const float scale = scale_ == 0.0f ? 1.0f / std::sqrt(static_cast<float>(h)) : scale_;
   const auto* kbase = static_cast<const float*>(present_k.strided_data());
   const auto* vbase = static_cast<const float*>(present_v.strided_data());
-  const int64_t rows = g.batch * g.nq * g.seq;
-  math::ParallelFor(rows, 1, [&](int64_t r0, int64_t r1) {
+  math::ParallelFor(g.batch * g.seq * g.nkv * parts, 1, [&](int64_t t0, int64_t t1) {
     std::vector<float> scores;
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t s = r % g.seq, head = (r / g.seq) % g.nq, b = r / (g.seq * g.nq);
-      const int64_t block = b * g.nkv + head / group;
-      const float* keys = kbase + present_k.BlockOffset(2, block);
-      const float* values = vbase + present_v.BlockOffset(2, block);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t part = t % parts, kv_head = (t / parts) % g.nkv;
+      const int64_t s = (t / (parts * g.nkv)) % g.seq, b = t / (parts * g.nkv * g.seq);
+      const int64_t h0 = kv_head * group + part * kHeadsPerTask;
+      const int64_t heads = std::min(kHeadsPerTask, group - part * kHeadsPerTask);
+      const int64_t block = b * g.nkv + kv_head;
       const int64_t hi = std::min(g.past_b[static_cast<size_t>(b)] + s + 1, g.present_len);
       const int64_t lo = local_window_ > 0 && hi > local_window_ ? hi - local_window_ : 0;
-      const float* qrow = RowPtr(q, b, head, s);
-      scores.resize(static_cast<size_t>(hi - lo));
-      float max = -std::numeric_limits<float>::infinity();
-      for (int64_t j = lo; j < hi; ++j) {
-        float x = math::Dot(qrow, keys + j * h, h) * scale;
-        if (softcap_ > 0.0f) x = softcap_ * std::tanh(x / softcap_);
-        scores[static_cast<size_t>(j - lo)] = x;
-        max = std::max(max, x);
-      }
-      if (smooth_softmax_) max = std::max(max, 0.0f);
-      double sum = math::VecExpShiftSum(scores.data(), max, scores.data(), hi - lo);
-      if (smooth_softmax_) sum += std::exp(-static_cast<double>(max));
-      float* o = out + ((b * g.seq + s) * g.nq + head) * h;
-      std::fill(o, o + h, 0.0f);
-      const float inv = static_cast<float>(1.0 / sum);
-      for (int64_t j = lo; j < hi; ++j)
-        math::Axpy(scores[static_cast<size_t>(j - lo)] * inv, values + j * h, o, h);
+      const int64_t n = hi - lo;
+      const float* keys = kbase + present_k.BlockOffset(2, block) + lo * h;
+      const float* values = vbase + present_v.BlockOffset(2, block) + lo * h;
+      scores.resize(static_cast<size_t>(heads * n));
+      math::GroupDots(RowPtr(q, b, h0, s), q.head_stride, heads, keys, h, n, h, scores.data(), n);
+      for (int64_t i = 0; i < heads; ++i) Weights(scores.data() + i * n, n, scale);
+      float* o = out + ((b * g.seq + s) * g.nq + h0) * h;  // the task's heads, consecutive
+      std::fill(o, o + heads * h, 0.0f);
+      math::GroupWeightedRowSums(scores.data(), n, heads, values, h, n, o, h, h);
     }
   });
+}
+
+// Raw scores of one head -> softmax weights: scaled (and soft-capped), exponentiated and
+// normalised (smooth softmax: an extra zero logit in the sum).
+void GroupQueryAttention::Weights(float* sc, int64_t n, float scale) const {
+  float max;
+  if (softcap_ > 0.0f) {
+    max = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < n; ++j) {
+      sc[j] = softcap_ * std::tanh(sc[j] * scale / softcap_);
+      max = std::max(max, sc[j]);
+    }
+  } else {
+    max = math::ScaleAddMax(sc, n, scale, nullptr);
+  }
+  if (smooth_softmax_) max = std::max(max, 0.0f);
+  double sum = math::VecExpShiftSum(sc, max, sc, n);
+  if (smooth_softmax_) sum += std::exp(-static_cast<double>(max));
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t j = 0; j < n; ++j) sc[j] *= inv;
 }
 
 void GroupQueryAttention::Compute(KernelCall& call) const {

@@ -408,6 +408,8 @@ GQA_CASES = {
     "decode_packed_rotary": {"seq": 1, "past": 9, "packed": True, "rotary": True},
     "decode_batch2": {"seq": 1, "past": 6, "batch": 2, "rotary": True},
     "decode_mqa": {"seq": 1, "past": 5, "nq": 6, "nkv": 1, "h": 32},
+    # Qwen2.5-0.5B's grouping (7 query heads per KV head: tasks of 3, 3 and 1 heads), h = 64.
+    "decode_group7": {"seq": 1, "past": 70, "nq": 14, "nkv": 2, "h": 64},
     "subsequent_prompt": {"seq": 3, "past": 5, "rotary": True},
     "local_window": {"seq": 1, "past": 12, "local_window_size": 4},
     "local_window_prompt": {"seq": 9, "local_window_size": 3},
