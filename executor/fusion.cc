@@ -471,6 +471,31 @@ std::optional<Fusion> MatchMatMulGroup(const GraphIndex& ix, const ConstantFn& c
   return f;
 }
 
+// MatMul(A, DequantizeLinear(W, scale, zp)) with a packable constant W -> DequantizeMatMul.
+std::optional<Fusion> MatchDequantizeMatMul(const GraphIndex& ix, const ConstantFn& constant,
+                                            int matmul) {
+  const NodeProto& mm = ix.node(matmul);
+  if (mm.input_size() != 2) return std::nullopt;
+  const int d = ix.Producer(mm.input(1), "DequantizeLinear");
+  if (d < 0) return std::nullopt;
+  const NodeProto& dq = ix.node(d);
+  const Tensor* zp = dq.input_size() > 2 && !dq.input(2).empty() ? constant(dq.input(2)) : nullptr;
+  if (dq.input_size() > 2 && !dq.input(2).empty() && zp == nullptr) return std::nullopt;
+  if (!PackableDequantize(dq, constant(dq.input(0)), constant(dq.input(1)), zp))
+    return std::nullopt;
+  Fusion f;
+  f.removed = {d, matmul};
+  NodeProto& n = f.node;
+  n.set_op_type("DequantizeMatMul");
+  n.set_domain("ai.onnx_light.fused");
+  n.set_name((mm.name().empty() ? mm.output(0) : mm.name()) + "/dequantize_matmul");
+  n.add_input(mm.input(0));
+  for (const auto& in : dq.input()) n.add_input(in);
+  n.add_output(mm.output(0));
+  *n.add_attribute() = *Attr(dq, "block_size");
+  return f;
+}
+
 // Every value a fusion removes is read only inside it and is not a graph output.
 bool Private(const GraphIndex& ix, const Fusion& f,
              const std::function<bool(const std::string&)>& graph_output) {
@@ -493,6 +518,28 @@ bool Private(const GraphIndex& ix, const Fusion& f,
 
 }  // namespace
 
+bool PackableDequantize(const NodeProto& dq, const Tensor* x, const Tensor* scale,
+                        const Tensor* zero_point) {
+  if (dq.op_type() != "DequantizeLinear" || !(dq.domain().empty() || dq.domain() == "ai.onnx") ||
+      x == nullptr || scale == nullptr || x->rank() != 2 || scale->rank() != 2 ||
+      scale->dtype() != DataType::kFloat)
+    return false;
+  const DataType t = x->dtype();
+  if (t != DataType::kInt4 && t != DataType::kUint4 && t != DataType::kInt8 &&
+      t != DataType::kUint8)
+    return false;
+  const AttributeProto* axis = Attr(dq, "axis");
+  const AttributeProto* block = Attr(dq, "block_size");
+  const AttributeProto* out = Attr(dq, "output_dtype");
+  if (axis == nullptr || (axis->i() != 0 && axis->i() != -2) || block == nullptr ||
+      block->i() < 16 || block->i() > 256 || (block->i() & (block->i() - 1)) != 0 ||
+      (out != nullptr && out->i() != 0 && out->i() != static_cast<int64_t>(DataType::kFloat)))
+    return false;
+  const int64_t k = x->dim(0), n = x->dim(1), blocks = (k + block->i() - 1) / block->i();
+  if (scale->dim(0) != blocks || scale->dim(1) != n) return false;
+  return zero_point == nullptr || (zero_point->dtype() == t && zero_point->shape() == scale->shape());
+}
+
 std::vector<Fusion> FindFusions(const GraphProto& graph, const std::vector<bool>& alive,
                                 const ConstantFn& constant,
                                 const std::function<bool(const std::string&)>& graph_output) {
@@ -510,8 +557,12 @@ std::vector<Fusion> FindFusions(const GraphProto& graph, const std::vector<bool>
     if (!alive[static_cast<size_t>(i)] || graph.node(i).output_size() == 0) continue;
     const std::string& y = graph.node(i).output(0);
     if (ix.Producer(y, "MatMul") == i) {
-      AttentionMatch match(ix, constant);
-      keep(match.Run(i));
+      if (auto f = MatchDequantizeMatMul(ix, constant, i)) {
+        keep(std::move(f));
+      } else {
+        AttentionMatch match(ix, constant);
+        keep(match.Run(i));
+      }
     } else if (ix.Producer(y, "Mul") == i) {
       if (auto f = MatchRmsNorm(ix, constant, i)) keep(std::move(f));
       else keep(MatchSilu(ix, i));

@@ -13,6 +13,9 @@
 //    RotaryHalf, SiluMul.
 //  - MatMuls of one input by several dense FLOAT constant weights with the same K (Q/K/V,
 //    gate/up) -> MatMulGroup, one product over the weights side by side.
+//  - MatMul(A, DequantizeLinear(W)) of a constant 4- or 8-bit weight blocked along K ->
+//    DequantizeMatMul, which multiplies by the packed quantized weight (the plan does not
+//    fold such a DequantizeLinear: PackableDequantize).
 #pragma once
 
 #include <functional>
@@ -31,6 +34,13 @@ struct Fusion {
   // independent nodes whose inputs are all ready before the first) where the first ran.
   bool run_at_first = false;
 };
+
+// Whether `dq` is a DequantizeLinear that DequantizeMatMul can take as its MatMul's B: x a
+// constant [K, N] INT4/UINT4/INT8/UINT8, blocked along K (axis 0, block_size 16..256, a power
+// of two), FLOAT scale [ceil(K / block), N], zero point absent or of x's type and the
+// scale's shape, FLOAT output.
+bool PackableDequantize(const NodeProto& dq, const Tensor* x, const Tensor* scale,
+                        const Tensor* zero_point);
 
 // `alive[i]`: node i is still to run (not folded). `constant(name)`: the plan constant of
 // that name, or null. `graph_output(name)`: whether the graph returns it.

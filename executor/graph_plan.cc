@@ -424,6 +424,7 @@ std::vector<RuntimeValue> GraphPlan::FoldNode(
     const NodeProto& proto, const std::vector<int>& ins,
     const std::vector<std::vector<std::pair<int, int>>>& uses, RuntimeContext& context) {
   std::vector<RuntimeValue> results(static_cast<size_t>(proto.output_size()));
+  if (KeepsQuantizedWeight(proto, ins, uses)) return {};
   if (FoldTransposedView(proto, ins, uses, results)) return results;
   std::vector<const RuntimeValue*> in;
   for (int s : ins) in.push_back(s < 0 ? nullptr : constant(s));
@@ -456,6 +457,27 @@ std::vector<RuntimeValue> GraphPlan::FoldNode(
   if (folded_bytes_ + bytes > kFoldBudgetBytes) return {};
   folded_bytes_ += bytes;
   return results;
+}
+
+// A DequantizeLinear of a packable weight read only as MatMul's B stays unfolded: the
+// fusion gives its MatMul the quantized weight (DequantizeMatMul), 4 or 8 bits a value
+// instead of 32.
+bool GraphPlan::KeepsQuantizedWeight(
+    const NodeProto& proto, const std::vector<int>& ins,
+    const std::vector<std::vector<std::pair<int, int>>>& uses) const {
+  if (!scope_.fuse_subgraphs || proto.op_type() != "DequantizeLinear" || ins.size() < 2 ||
+      proto.output_size() != 1 || proto.output(0).empty())
+    return false;
+  auto tensor = [&](size_t i) -> const Tensor* {
+    return i < ins.size() && ins[i] >= 0 ? &constant(ins[i])->tensor() : nullptr;
+  };
+  if (!PackableDequantize(proto, tensor(0), tensor(1), tensor(2))) return false;
+  // One reader only: the fusion must take the pair, or the weight would be dequantized per call.
+  const auto& readers = uses[static_cast<size_t>(slot_of_.at(proto.output(0)))];
+  if (readers.size() != 1) return false;
+  const NodeProto& reader = graph_->node(readers[0].first);
+  return reader.op_type() == "MatMul" && NormalDomain(reader.domain()).empty() &&
+         readers[0].second == 1;
 }
 
 bool GraphPlan::FoldTransposedView(const NodeProto& proto, const std::vector<int>& ins,

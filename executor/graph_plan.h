@@ -154,6 +154,8 @@ class GraphPlan {
   void ApplyFusions(std::vector<int>& order, std::vector<std::vector<int>>& in_slots,
                     std::vector<int>& producer);
   const NodeProto& NodeAt(int i) const;
+  bool KeepsQuantizedWeight(const NodeProto& proto, const std::vector<int>& ins,
+                            const std::vector<std::vector<std::pair<int, int>>>& uses) const;
   bool FoldTransposedView(const NodeProto& proto, const std::vector<int>& ins,
                           const std::vector<std::vector<std::pair<int, int>>>& uses,
                           std::vector<RuntimeValue>& results) const;

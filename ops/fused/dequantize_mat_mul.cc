@@ -1,0 +1,129 @@
+// ai.onnx_light.fused::DequantizeMatMul — what the plan substitutes (executor/fusion.cc) for
+// MatMul(A, DequantizeLinear(W, scale, zero_point)) with a constant weight quantized in
+// blocks along K (standard ONNX weight-only quantization):
+//   inputs  A [..., K] (FLOAT), W [K, N] (INT4/UINT4/INT8/UINT8), scale [ceil(K/block), N]
+//           (FLOAT), optional zero_point (W's type, scale's shape); attribute block_size
+//   output  Y = A * ((W - zero_point) * scale), shape [..., N]
+// Why: the plan would otherwise fold the DequantizeLinear into a FLOAT weight 8 (4-bit) or 4
+// (8-bit) times the size, and a decode step is bound by reading the weights. W is repacked
+// once into the MatMulNBits tiles (ops/contrib/nbits_gemm.h) with the zero points as floats
+// (signed types shifted to unsigned: q + 8 or q + 128, the zero point likewise), and every
+// product runs on those tiles in float arithmetic (exactly DequantizeLinear then MatMul, up to
+// the summation order).
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "executor/attributes.h"
+#include "ops/contrib/nbits_gemm.h"
+#include "ops/kernel_factory.h"
+#include "ops/math/common.h"
+#include "ops/math/constant_weight.h"
+#include "ops/math/quantize.h"
+
+namespace onnx_light::ops {
+
+using core::runtime::KernelCall;
+using core::runtime::RuntimeValue;
+using math::DataType;
+using math::Tensor;
+
+namespace {
+
+// W, scale and zero point as MatMulNBits takes them: B [N, k_blocks, block * bits / 8]
+// (4 bits: two values a byte, the lower row in the low nibble), scales and float zero
+// points [N, k_blocks]. The rows past K (a partial last block) hold zeros.
+struct NBitsCopy {
+  std::vector<uint8_t> b;
+  std::vector<float> scales, zero_points;
+  contrib::NBitsSource source;
+};
+
+NBitsCopy Transcode(const Tensor& w, const Tensor& scale, const Tensor* zp, int64_t block) {
+  const DataType t = w.dtype();
+  const int bits = t == DataType::kInt4 || t == DataType::kUint4 ? 4 : 8;
+  const int32_t shift = t == DataType::kInt4 ? 8 : t == DataType::kInt8 ? 128 : 0;
+  const int64_t k = w.dim(0), n = w.dim(1), k_blocks = scale.dim(0);
+  const int64_t block_bytes = block * bits / 8;
+  NBitsCopy c;
+  c.b.assign(static_cast<size_t>(n * k_blocks * block_bytes), 0);
+  c.scales.resize(static_cast<size_t>(n * k_blocks));
+  c.zero_points.resize(static_cast<size_t>(n * k_blocks));
+  const float* s = scale.data<float>();
+  for (int64_t col = 0; col < n; ++col)
+    for (int64_t kb = 0; kb < k_blocks; ++kb) {
+      const size_t at = static_cast<size_t>(col * k_blocks + kb);
+      c.scales[at] = s[kb * n + col];
+      const int32_t z = zp ? math::QuantGet(t, zp->raw_data(), kb * n + col) : 0;
+      c.zero_points[at] = static_cast<float>(z + shift);
+      uint8_t* out = c.b.data() + at * static_cast<size_t>(block_bytes);
+      for (int64_t r = 0; r < block && kb * block + r < k; ++r) {
+        const auto u = static_cast<uint8_t>(math::QuantGet(t, w.raw_data(), (kb * block + r) * n + col) + shift);
+        if (bits == 8) out[r] = u;
+        else out[r / 2] |= static_cast<uint8_t>(r % 2 == 0 ? u : u << 4);
+      }
+    }
+  c.source.bits = bits;
+  c.source.n = n;
+  c.source.k = k;
+  c.source.block = block;
+  c.source.b = c.b.data();
+  c.source.scales = c.scales.data();
+  c.source.zp_float = c.zero_points.data();
+  return c;
+}
+
+}  // namespace
+
+class DequantizeMatMul final : public core::runtime::KernelBase {
+ public:
+  explicit DequantizeMatMul(const core::runtime::KernelContext&) {}
+
+  bool ComputesLastRowOnly() const override { return true; }
+
+  void OnConstantInput(size_t index, const RuntimeValue& value) override {
+    if (index >= 1 && index <= 3 && value.is_tensor()) constant_[index] = value.tensor();
+  }
+
+  void Compute(KernelCall& call) const override {
+    for (size_t i = 1; i <= 3; ++i)
+      if (call.has_input(i) && !constant_[i].defined())
+        call.Fail("input " + std::to_string(i) + " must be a plan constant");
+    std::call_once(once_, [&] {
+      const NBitsCopy copy = Transcode(constant_[1], constant_[2],
+                                       constant_[3].defined() ? &constant_[3] : nullptr, block_);
+      packed_ = std::make_unique<const contrib::PackedNBits>(copy.source);
+      math::CountPackedWeightBytes(packed_->bytes());
+    });
+    Tensor a_dense, a_last;
+    const Tensor& a_full = call.input(0).contiguous() ? call.input(0)
+                                                       : (a_dense = call.input(0).Contiguous());
+    const Tensor& a = call.last_row_only() ? math::LastRows(call, a_full, a_last) : a_full;
+    const int64_t k = packed_->k(), n = packed_->n();
+    if (a.dtype() != DataType::kFloat)
+      math::ThrowUnsupportedType(call.node(), "input 'A' (only FLOAT)", a.dtype());
+    if (a.rank() < 1 || a.dim(-1) != k)
+      call.Fail("input 'A' " + core::runtime::ShapeToString(a.shape()) + " must end in K = " +
+                std::to_string(k));
+    core::runtime::Shape shape = a.shape();
+    shape.back() = n;
+    Tensor& y = call.AllocateOutput(0, DataType::kFloat, shape);
+    if (a.numel() == 0) return;
+    contrib::NBitsGemm(*packed_, a.numel() / k, a.data<float>(), y.mutable_data<float>());
+  }
+
+ protected:
+  void Configure(const NodeProto& node) override {
+    block_ = core::runtime::AttrInt(node, "block_size", 0);
+  }
+
+ private:
+  int64_t block_ = 0;
+  Tensor constant_[4];
+  mutable std::once_flag once_;
+  mutable std::unique_ptr<const contrib::PackedNBits> packed_;
+};
+
+OL_KERNEL_FACTORY(DequantizeMatMul)
+
+}  // namespace onnx_light::ops

@@ -1,0 +1,116 @@
+"""Standard ONNX weight-only quantization: MatMul(A, DequantizeLinear(W)) of a constant
+weight blocked along K (INT4/UINT4/INT8/UINT8, with and without zero points, K a multiple of
+the block or not) runs as ai.onnx_light.fused::DequantizeMatMul on the packed quantized
+weight: the same result as onnxruntime on the same file (DequantizeLinear then MatMul, within
+1e-4 relative), the plan
+neither folds the DequantizeLinear nor runs it per call, and a DequantizeLinear the fusion
+cannot take (per-tensor scale, a second reader) keeps the ordinary path."""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx_light.onnx_py._onnxpykernels import runtime
+
+TYPES = {"int4": (TensorProto.INT4, -8, 7), "uint4": (TensorProto.UINT4, 0, 15),
+         "int8": (TensorProto.INT8, -128, 127), "uint8": (TensorProto.UINT8, 0, 255)}
+
+
+def quantized(name, dtype, values):
+    elem = TYPES[dtype][0]
+    return helper.make_tensor(name, elem, list(values.shape), values.flatten().tolist())
+
+
+def build(dtype="int4", k=96, n=40, block=32, zero_point=True, second_reader=False,
+          per_tensor=False, m=3, seed=0):
+    rng = np.random.default_rng(seed)
+    _, lo, hi = TYPES[dtype]
+    blocks = (k + block - 1) // block
+    w = rng.integers(lo, hi + 1, (k, n))
+    inits = [quantized("w", dtype, w)]
+    scale_shape = () if per_tensor else (blocks, n)
+    inits.append(numpy_helper.from_array(
+        (rng.random(scale_shape) * 0.1 + 0.01).astype(np.float32), "scale"))
+    dq_inputs = ["w", "scale"]
+    if zero_point:
+        inits.append(quantized("zp", dtype, rng.integers(lo, hi + 1, scale_shape)))
+        dq_inputs.append("zp")
+    attrs = {} if per_tensor else {"axis": 0, "block_size": block}
+    nodes = [helper.make_node("DequantizeLinear", dq_inputs, ["wf"], name="dq", **attrs),
+             helper.make_node("MatMul", ["a", "wf"], ["y"], name="mm")]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if second_reader:
+        nodes.append(helper.make_node("MatMul", ["a", "wf"], ["y2"], name="mm2"))
+        outputs.append(helper.make_tensor_value_info("y2", TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "a", TensorProto.FLOAT, ["m", k])], outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    return model.SerializeToString(), {"a": a}
+
+
+def run_both(data, feeds):
+    # onnxruntime without graph optimizations runs the DequantizeLinear then the MatMul as
+    # written (its own rewrite to MatMulNBits quantizes the activations: errors up to 1e-2).
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    theirs = dict(zip(names, session.run(names, feeds)))
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(21)),
+                                     events_enabled=True)
+    ours_session = runtime.RuntimeSession(data)
+    out = ours_session.run(context, feeds)
+    ours = {name: np.from_dlpack(out[name]).copy() for name in names}
+    ops = collections.Counter(e.op_type for e in context.events()
+                              if e.action == runtime.RuntimeEventAction.kKernel)
+    return ours, theirs, ops
+
+
+@pytest.mark.parametrize("dtype", sorted(TYPES))
+@pytest.mark.parametrize("zero_point", [True, False])
+@pytest.mark.parametrize("k,block,m", [(96, 32, 3), (100, 16, 1), (256, 128, 5), (70, 64, 1)])
+def test_a_blocked_weight_runs_packed_and_matches_onnxruntime(dtype, zero_point, k, block, m):
+    data, feeds = build(dtype, k=k, block=block, zero_point=zero_point, m=m)
+    ours, theirs, ops = run_both(data, feeds)
+    scale = np.abs(theirs["y"]).max()
+    np.testing.assert_allclose(ours["y"], theirs["y"], rtol=1e-4, atol=1e-4 * scale)
+    # One fused node per call: no DequantizeLinear at run time, no MatMul on a FLOAT weight.
+    assert ops == {"DequantizeMatMul": 1}
+
+
+def test_the_packed_weight_is_smaller_than_its_float_form():
+    k, n = 512, 256
+    data, feeds = build("int4", k=k, n=n, block=32)
+    before = runtime.packed_weight_bytes()
+    ours, theirs, _ = run_both(data, feeds)
+    np.testing.assert_allclose(ours["y"], theirs["y"], rtol=1e-4,
+                               atol=1e-4 * np.abs(theirs["y"]).max())
+    # 4-bit values, a float scale and zero point per 32 of them: under a quarter of FLOAT.
+    grown = runtime.packed_weight_bytes() - before
+    assert 0 < grown < k * n * 4 // 4
+
+
+def test_without_fusion_the_plan_folds_the_dequantize_once():
+    data, feeds = build("int4")
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(21)),
+                                     events_enabled=True)
+    session = runtime.RuntimeSession(data, runtime.RuntimeSessionOptions(fuse_subgraphs=False))
+    session.run(context, feeds)
+    ops = collections.Counter(e.op_type for e in context.events()
+                              if e.action == runtime.RuntimeEventAction.kKernel)
+    assert ops == {"MatMul": 1}
+
+
+def test_a_dequantize_the_fusion_cannot_take_keeps_the_ordinary_path():
+    for data, feeds in (build("int8", per_tensor=True), build("int4", second_reader=True)):
+        ours, theirs, ops = run_both(data, feeds)
+        for name in theirs:
+            np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-4,
+                                       atol=1e-4 * np.abs(theirs[name]).max())
+        assert "DequantizeMatMul" not in ops
