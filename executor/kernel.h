@@ -52,9 +52,10 @@ class KernelContext {
 
 // What a kernel is built from (cf. onnxruntime's OpKernelInfo): its node, the since-version
 // of the registered kernel chosen for it, and the operator sets in force where the node
-// sits: the model's opset_import (a model-local function's own for its body) over the
-// context's defaults, not the caller's KernelContext. It refers to the plan builder's data:
-// valid while the factory runs only.
+// sits (the model's opset_import over the context's defaults; in a model-local function's
+// body, the function's own opset_import; control-flow bodies inherit the enclosing graph's).
+// Kernels read opsets here, never from the caller's KernelContext. It refers to the plan
+// builder's data: valid only while the factory runs.
 class KernelInfo {
  public:
   KernelInfo(const NodeProto& node, const KernelContext& opsets, int64_t since_version = 1)
