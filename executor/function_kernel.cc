@@ -60,7 +60,7 @@ class FunctionKernel final : public KernelBase {
     }
     PlanBuildScope sub = scope;
     sub.depth = scope.depth + 1;
-    for (const auto& o : fn.opset_import()) sub.opsets[NormalDomain(o.domain())] = o.version();
+    for (const auto& o : fn.opset_import()) sub.opsets.set_opset(o.domain(), o.version());
     const auto free = FreeNames(*body_);
     OL_CHECK(free.empty(), ErrorCode::kInvalidModel,
              label + ": function '" + fn.name() + "' reads '" +

@@ -73,20 +73,26 @@ std::unique_ptr<KernelBase> MakeNodeKernel(const NodeProto& proto, RuntimeContex
                                            const PlanBuildScope& scope,
                                            bool builtin_only = false) {
   const std::string domain = NormalDomain(proto.domain());
-  auto op = scope.opsets.find(domain);
   // Fused nodes (executor/fusion.h) come from the plan, not the model's imports.
-  const int64_t opset = domain == kFusedDomain ? 1 : op == scope.opsets.end() ? 0 : op->second;
-  const KernelFactory* factory = context.custom_kernels().Find(domain, proto.op_type(), opset);
+  const int64_t opset = domain == kFusedDomain ? 1 : scope.opsets.opset(domain);
+  int64_t since_version = 0;
+  const KernelFactory* factory =
+      context.custom_kernels().Find(domain, proto.op_type(), opset, symbolic::Device::kCPU,
+                                    &since_version);
   const FunctionProto* function =
       factory ? nullptr : FindModelFunction(scope.model, domain, proto.op_type());
   if (builtin_only && (factory != nullptr || function != nullptr)) return nullptr;
   if (function != nullptr) return MakeFunctionKernel(proto, *function, context, scope);
-  if (factory == nullptr) factory = BuiltinKernels().Find(domain, proto.op_type(), opset);
+  if (factory == nullptr)
+    factory = BuiltinKernels().Find(domain, proto.op_type(), opset, symbolic::Device::kCPU,
+                                    &since_version);
   if (builtin_only && factory == nullptr) return nullptr;
   OL_CHECK(factory != nullptr, ErrorCode::kNotImplemented,
            "no kernel for " + DomainLabel(domain) + "::" + proto.op_type() + " (opset " +
                std::to_string(opset) + ") needed by node '" + proto.name() + "'");
-  std::unique_ptr<KernelBase> kernel = (*factory)(proto, context);
+  // The kernel sees the opsets in force here (the model's, a function's), not the caller's.
+  std::unique_ptr<KernelBase> kernel =
+      (*factory)(proto, context, KernelInfo(proto, scope.opsets, since_version));
   OL_CHECK(kernel != nullptr, ErrorCode::kInvalidModel,
            "the kernel factory for " + DomainLabel(domain) + "::" + proto.op_type() +
                " returned no kernel for node '" + proto.name() + "'");
@@ -141,9 +147,8 @@ std::unique_ptr<GraphPlan> GraphPlan::BuildModel(std::shared_ptr<const ModelProt
   scope.fold_constants = fold_constants;
   scope.fuse_subgraphs = fuse_subgraphs;
   scope.model = model.get();
-  scope.opsets = context.kernel_ctx().opsets();
-  for (const auto& o : model->opset_import())
-    scope.opsets[NormalDomain(o.domain())] = o.version();
+  scope.opsets = context.kernel_ctx();
+  for (const auto& o : model->opset_import()) scope.opsets.set_opset(o.domain(), o.version());
   scope.base_dir = core::ModelBaseDir(*model);
   // The spec: graph-plan construction enforces the persistent-binding rules too.
   if (model->graph().persistent_bindings_size() > 0)

@@ -46,7 +46,7 @@ struct RunOptions {
 struct PlanBuildScope {
   std::shared_ptr<const void> owner;  // keeps `model` (and every proto in it) alive
   const ModelProto* model = nullptr;  // model-local functions; may be null
-  OpsetMap opsets;                    // the model's opset_import over the context's
+  KernelContext opsets;               // the model's opset_import over the context's
   int depth = 0;                      // nesting of sub-plans (bounded against recursion)
   std::string base_dir;               // where external initializer data lives (model file's dir)
   // Evaluate nodes whose inputs are all constants once, at build time (see Build).

@@ -9,6 +9,8 @@ OpsetMap default_opset(int64_t onnx_version) {
   return {{"", onnx_version}, {"ai.rt", 1}, {"com.microsoft", 1}};
 }
 
+int64_t KernelInfo::node_opset() const { return opset(node_->domain()); }
+
 const RuntimeValue& KernelCall::input_value(size_t i) const {
   if (!has_input(i))
     Fail("required input " + std::to_string(i) +

@@ -1,5 +1,5 @@
 // The kernel contract. A kernel is built once per node when a plan is compiled (its
-// constructor takes the KernelContext, set_node() parses attributes), and its const
+// constructor takes the node's KernelInfo, set_node() parses attributes), and its const
 // Compute() runs once per call, possibly concurrently with other calls: it must be thread
 // safe and keep no per-call state in members.
 #pragma once
@@ -41,9 +41,37 @@ class KernelContext {
     return it == opsets_.end() ? 0 : it->second;
   }
   const OpsetMap& opsets() const { return opsets_; }
+  // Imports `domain` at `version`, replacing an earlier version.
+  void set_opset(const std::string& domain, int64_t version) {
+    opsets_[domain == "ai.onnx" ? std::string() : domain] = version;
+  }
 
  private:
   OpsetMap opsets_;
+};
+
+// What a kernel is built from (cf. onnxruntime's OpKernelInfo): its node, the since-version
+// of the registered kernel chosen for it, and the operator sets in force where the node
+// sits (the model's opset_import over the context's defaults; in a model-local function's
+// body, the function's own opset_import; control-flow bodies inherit the enclosing graph's).
+// Kernels read opsets here, never from the caller's KernelContext. It refers to the plan
+// builder's data: valid only while the factory runs.
+class KernelInfo {
+ public:
+  KernelInfo(const NodeProto& node, const KernelContext& opsets, int64_t since_version = 1)
+      : node_(&node), opsets_(&opsets), since_version_(since_version) {}
+  const NodeProto& node() const { return *node_; }
+  int64_t since_version() const { return since_version_; }
+  // The version of `domain` in force for this node (0 when the domain is not imported).
+  int64_t opset(const std::string& domain) const { return opsets_->opset(domain); }
+  // The version of the node's own domain in force for this node.
+  int64_t node_opset() const;
+  const KernelContext& kernel_ctx() const { return *opsets_; }
+
+ private:
+  const NodeProto* node_;
+  const KernelContext* opsets_;
+  int64_t since_version_;
 };
 
 // One invocation of one node: its inputs, where its outputs go, and the (per-call child)
@@ -129,11 +157,15 @@ class KernelBase {
   const NodeProto* node_ = nullptr;
 };
 
-using KernelFactory =
-    std::function<std::unique_ptr<KernelBase>(const NodeProto& node, RuntimeContext& context)>;
+// Builds the kernel of `node` (info.node() is `node`). `context` is the context the plan is
+// built for: its custom kernels and allocator, not the opsets in force (ask `info`).
+using KernelFactory = std::function<std::unique_ptr<KernelBase>(
+    const NodeProto& node, RuntimeContext& context, const KernelInfo& info)>;
 
-// The usual factory: construct from the context's KernelContext, then set_node.
+// The usual factory: construct K from `info` (K(const KernelInfo&)), or from the opsets in
+// force for kernels that need no more (K(const KernelContext&)), then set_node.
 template <class K>
-std::unique_ptr<KernelBase> MakeKernel(const NodeProto& node, RuntimeContext& context);
+std::unique_ptr<KernelBase> MakeKernel(const NodeProto& node, RuntimeContext& context,
+                                       const KernelInfo& info);
 
 }  // namespace onnx_light::core::runtime

@@ -16,13 +16,16 @@ void KernelRegistry::Register(const std::string& domain, const std::string& op_t
 }
 
 const KernelFactory* KernelRegistry::Find(const std::string& domain, const std::string& op_type,
-                                          int64_t opset, symbolic::Device device) const {
+                                          int64_t opset, symbolic::Device device,
+                                          int64_t* since_version) const {
   (void)device;
   auto it = kernels_.find({NormalDomain(domain), op_type});
   if (it == kernels_.end()) return nullptr;
   auto v = it->second.upper_bound(opset <= 0 ? INT64_MAX : opset);
   if (v == it->second.begin()) return nullptr;
-  return &std::prev(v)->second;
+  --v;
+  if (since_version != nullptr) *since_version = v->first;
+  return &v->second;
 }
 
 bool KernelRegistry::Contains(const std::string& domain, const std::string& op_type) const {

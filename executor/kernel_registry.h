@@ -17,9 +17,11 @@ class KernelRegistry {
   // `since_version`: the first opset of `domain` this kernel implements.
   void Register(const std::string& domain, const std::string& op_type, symbolic::Device device,
                 KernelFactory factory, int64_t since_version = 1);
-  // The factory with the greatest since_version <= opset; null when none applies.
+  // The factory with the greatest since_version <= opset (the newest when opset <= 0); null
+  // when none applies. Stores that since_version in `*since_version` when given.
   const KernelFactory* Find(const std::string& domain, const std::string& op_type,
-                            int64_t opset, symbolic::Device device = symbolic::Device::kCPU) const;
+                            int64_t opset, symbolic::Device device = symbolic::Device::kCPU,
+                            int64_t* since_version = nullptr) const;
   bool Contains(const std::string& domain, const std::string& op_type) const;
   bool empty() const { return kernels_.empty(); }
   // (domain, op_type) of every registered kernel, sorted.

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "executor/kernel.h"
@@ -147,8 +148,14 @@ class RuntimeContext {
 };
 
 template <class K>
-std::unique_ptr<KernelBase> MakeKernel(const NodeProto& node, RuntimeContext& context) {
-  auto kernel = std::make_unique<K>(context.kernel_ctx());
+std::unique_ptr<KernelBase> MakeKernel(const NodeProto& node, RuntimeContext& context,
+                                       const KernelInfo& info) {
+  (void)context;
+  std::unique_ptr<K> kernel;
+  if constexpr (std::is_constructible_v<K, const KernelInfo&>)
+    kernel = std::make_unique<K>(info);
+  else
+    kernel = std::make_unique<K>(info.kernel_ctx());
   kernel->set_node(node);
   return kernel;
 }

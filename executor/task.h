@@ -2,6 +2,7 @@
 // awaiter when it finishes, through symmetric transfer (final_suspend returns the
 // awaiting coroutine's handle), so long chains of synchronously completing awaits use no
 // stack. SyncWait drives a Task from ordinary code. Exceptions propagate to the awaiter.
+// Awaiting an empty Task (default-constructed or moved from) throws Error(kInvalidArgument).
 //
 // Symmetric transfer relies on tail calls: CMakeLists.txt adds -foptimize-sibling-calls so
 // that unoptimised builds behave like optimised ones.
@@ -13,6 +14,8 @@
 #include <semaphore>
 #include <type_traits>
 #include <utility>
+
+#include "core/error.h"
 
 namespace onnx_light::core::runtime {
 
@@ -97,7 +100,12 @@ class [[nodiscard]] Task {
         handle.promise().continuation = awaiting;
         return handle;
       }
-      T await_resume() { return handle.promise().Take(); }
+      T await_resume() {
+        if (!handle)
+          Throw(ErrorCode::kInvalidArgument,
+                "co_await of an empty Task (default-constructed or moved from)");
+        return handle.promise().Take();
+      }
     };
     return Awaiter{handle_};
   }
@@ -117,52 +125,79 @@ inline Task<void> TaskPromise<void>::get_return_object() noexcept {
 }  // namespace detail
 
 namespace detail {
-// A coroutine that starts immediately and frees itself: drives one Task for SyncWait.
-struct Detached {
+// Drives one Task for SyncWait. It starts when SyncWait resumes it; once the task is done
+// it signals `done` and stays suspended at its final point, so that SyncWait destroys both
+// frames on the waiting thread, whichever thread finished the task.
+struct SyncWaitDriver {
   struct promise_type {
-    Detached get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
+    std::binary_semaphore* done = nullptr;
+    SyncWaitDriver get_return_object() noexcept {
+      return SyncWaitDriver(std::coroutine_handle<promise_type>::from_promise(*this));
+    }
+    std::suspend_always initial_suspend() noexcept { return {}; }
+    struct FinalAwaiter {
+      bool await_ready() noexcept { return false; }
+      // The frame is suspended here: the waiting thread may destroy it once released.
+      void await_suspend(std::coroutine_handle<promise_type> h) noexcept {
+        h.promise().done->release();
+      }
+      void await_resume() noexcept {}
+    };
+    FinalAwaiter final_suspend() noexcept { return {}; }
     void return_void() noexcept {}
     void unhandled_exception() noexcept { std::terminate(); }
   };
+
+  explicit SyncWaitDriver(std::coroutine_handle<promise_type> h) : handle(h) {}
+  SyncWaitDriver(SyncWaitDriver&& other) noexcept : handle(std::exchange(other.handle, {})) {}
+  SyncWaitDriver& operator=(SyncWaitDriver&&) = delete;
+  ~SyncWaitDriver() {
+    if (handle) handle.destroy();
+  }
+
+  // Runs the driver and blocks until it signals; its frame is destroyed with *this.
+  void Wait() {
+    std::binary_semaphore done{0};
+    handle.promise().done = &done;
+    handle.resume();
+    done.acquire();
+  }
+
+  std::coroutine_handle<promise_type> handle;
 };
 
+// `task` stays owned by SyncWait: the driver only awaits it.
 template <typename T>
-Detached DriveAndSignal(Task<T> task, std::optional<T>& out, std::exception_ptr& error,
-                        std::binary_semaphore& done) {
+SyncWaitDriver DriveAndSignal(Task<T>& task, std::optional<T>& out, std::exception_ptr& error) {
   try {
     out.emplace(co_await std::move(task));
   } catch (...) {
     error = std::current_exception();
   }
-  done.release();
 }
 
-inline Detached DriveAndSignal(Task<void> task, std::exception_ptr& error,
-                               std::binary_semaphore& done) {
+inline SyncWaitDriver DriveAndSignal(Task<void>& task, std::exception_ptr& error) {
   try {
     co_await std::move(task);
   } catch (...) {
     error = std::current_exception();
   }
-  done.release();
 }
 }  // namespace detail
 
 // Runs `task` to completion, blocking this thread until it finishes (wherever it resumes).
+// The task's frame is destroyed on this thread, before SyncWait returns or throws.
 template <typename T>
 T SyncWait(Task<T> task) {
-  std::binary_semaphore done{0};
   std::exception_ptr error;
   if constexpr (std::is_void_v<T>) {
-    detail::DriveAndSignal(std::move(task), error, done);
-    done.acquire();
+    detail::DriveAndSignal(task, error).Wait();
+    task = Task<T>();
     if (error) std::rethrow_exception(error);
   } else {
     std::optional<T> out;
-    detail::DriveAndSignal(std::move(task), out, error, done);
-    done.acquire();
+    detail::DriveAndSignal(task, out, error).Wait();
+    task = Task<T>();
     if (error) std::rethrow_exception(error);
     return std::move(*out);
   }

@@ -8,9 +8,11 @@
 
 namespace onnx_light::ops {
 using core::runtime::KernelBase;
+using core::runtime::KernelInfo;
 using core::runtime::RuntimeContext;
-#define OL_OP(domain, op_type, since, Class) \
-  std::unique_ptr<KernelBase> Make##Class(const NodeProto& node, RuntimeContext& ctx);
+#define OL_OP(domain, op_type, since, Class)                                          \
+  std::unique_ptr<KernelBase> Make##Class(const NodeProto& node, RuntimeContext& ctx, \
+                                          const KernelInfo& info);
 #include "ops/op_list_attention.inc"
 #include "ops/op_list_contrib.inc"
 #include "ops/op_list_control.inc"

@@ -40,7 +40,7 @@ void RunOp(benchmark::State& state, const std::string& op, const Shape& shape) {
     state.SkipWithError("kernel not found");
     return;
   }
-  auto kernel = (*factory)(node, ctx);
+  auto kernel = (*factory)(node, ctx, KernelInfo(node, ctx.kernel_ctx()));
   std::mt19937 gen(42);
   std::uniform_real_distribution<float> dist(-8.f, 8.f);
   std::vector<float> values(static_cast<size_t>(ShapeNumel(shape)));

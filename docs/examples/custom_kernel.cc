@@ -14,7 +14,7 @@ using namespace onnx_light::core::runtime;
 // Compute is const and thread safe: it keeps no per-call state in members.
 class Scale final : public KernelBase {
  public:
-  explicit Scale(const KernelContext&) {}
+  explicit Scale(const KernelInfo&) {}
   void Configure(const NodeProto& node) override { scale_ = AttrFloat(node, "scale", 1.f); }
   void Compute(KernelCall& call) const override {
     const Tensor& x = call.input(0);

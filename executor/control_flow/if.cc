@@ -38,7 +38,8 @@ class IfKernel final : public KernelBase {
   Subgraph else_;
 };
 
-std::unique_ptr<KernelBase> MakeIfKernel(const NodeProto& node, RuntimeContext& context) {
+std::unique_ptr<KernelBase> MakeIfKernel(const NodeProto& node, RuntimeContext& context,
+                                         const KernelInfo&) {
   return std::make_unique<IfKernel>(node, context);
 }
 

@@ -86,7 +86,8 @@ class LoopKernel final : public KernelBase {
   size_t scans_ = 0;
 };
 
-std::unique_ptr<KernelBase> MakeLoopKernel(const NodeProto& node, RuntimeContext& context) {
+std::unique_ptr<KernelBase> MakeLoopKernel(const NodeProto& node, RuntimeContext& context,
+                                           const KernelInfo&) {
   return std::make_unique<LoopKernel>(node, context);
 }
 

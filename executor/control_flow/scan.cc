@@ -107,7 +107,8 @@ class ScanKernel final : public KernelBase {
   std::vector<int64_t> input_axes_, input_dirs_, output_axes_, output_dirs_;
 };
 
-std::unique_ptr<KernelBase> MakeScanKernel(const NodeProto& node, RuntimeContext& context) {
+std::unique_ptr<KernelBase> MakeScanKernel(const NodeProto& node, RuntimeContext& context,
+                                           const KernelInfo&) {
   return std::make_unique<ScanKernel>(node, context);
 }
 

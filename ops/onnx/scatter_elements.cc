@@ -7,7 +7,8 @@ namespace onnx_light::ops {
 
 class ScatterElements final : public core::runtime::KernelBase {
  public:
-  explicit ScatterElements(const core::runtime::KernelContext& ctx) : opset_(ctx.opset("")) {}
+  explicit ScatterElements(const core::runtime::KernelInfo& info)
+      : opset_(info.node_opset()) {}
 
   void Configure(const NodeProto& node) override {
     axis_ = core::runtime::AttrInt(node, "axis", 0);

@@ -8,7 +8,7 @@ namespace onnx_light::ops {
 
 class ScatterND final : public core::runtime::KernelBase {
  public:
-  explicit ScatterND(const core::runtime::KernelContext& ctx) : opset_(ctx.opset("")) {}
+  explicit ScatterND(const core::runtime::KernelInfo& info) : opset_(info.node_opset()) {}
 
   void Configure(const NodeProto& node) override {
     reduction_ = elementwise::ParseScatterReduction(node, opset_);

@@ -8,7 +8,7 @@ namespace onnx_light::ops {
 
 class Softmax final : public core::runtime::KernelBase {
  public:
-  explicit Softmax(const core::runtime::KernelContext& ctx) : legacy_(ctx.opset("") < 13) {}
+  explicit Softmax(const core::runtime::KernelInfo& info) : legacy_(info.node_opset() < 13) {}
   void Compute(core::runtime::KernelCall& call) const override {
     math::SoftmaxCompute(call, axis_, legacy_, /*log_softmax=*/false);
   }

@@ -27,6 +27,7 @@ namespace onnx_light::python {
 using core::runtime::KernelBase;
 using core::runtime::KernelCall;
 using core::runtime::KernelContext;
+using core::runtime::KernelInfo;
 using core::runtime::OpsetMap;
 using core::runtime::RuntimeContext;
 using core::runtime::RuntimeContextOptions;
@@ -257,7 +258,8 @@ void RegisterSession(py::module_& runtime) {
             auto shared = SharedCallable(std::move(fn));
             ctx.RegisterKernelFn(
                 domain, op_type, core::symbolic::Device::kCPU,
-                [shared](const NodeProto& node, RuntimeContext&) -> std::unique_ptr<KernelBase> {
+                [shared](const NodeProto& node, RuntimeContext&,
+                          const KernelInfo&) -> std::unique_ptr<KernelBase> {
                   auto kernel = std::make_unique<PythonKernel>(shared);
                   kernel->set_node(node);
                   return kernel;

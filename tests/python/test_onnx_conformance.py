@@ -1,4 +1,6 @@
-"""Runs the onnx package's backend node tests for every operator onnx-light registers.
+"""Runs the onnx package's backend node tests for every operator onnx-light registers, each
+twice: under a context whose default opsets are the model's, and under one whose defaults
+differ (kernels must follow the model's opset_import, so results must not change).
 
 tests/python/conformance_expected_failures.txt names each in-scope test that does not pass
 yet, with the reason. The run fails when an unlisted test fails, and ALSO when a listed test
@@ -31,18 +33,27 @@ IN_SCOPE = in_scope_tests()
 EXPECTED = conformance.load_expected_failures()
 
 
+def contexts(model) -> list:
+    """A context whose default opsets are the model's, and one whose defaults differ from
+    them: kernels must follow the model's opset_import, so both give the same results."""
+    opset = {o.domain: o.version for o in model.opset_import}
+    onnx_version = opset.get("", opset.get("ai.onnx", 18))
+    other = runtime.default_opset(7 if onnx_version >= 13 else 21)
+    return [runtime.RuntimeContext(runtime.KernelContext(opset)),
+            runtime.RuntimeContext(runtime.KernelContext(other))]
+
+
 def run_case(test: str) -> None:
     raw, model, cases = conformance.load_case(test)
     ours = ol_onnx.ModelProto.FromString(raw)
-    opset = {o.domain: o.version for o in model.opset_import}
-    context = runtime.RuntimeContext(runtime.KernelContext(opset))
     session = runtime.RuntimeSession(ours)
-    for feeds, expected in cases:
-        outputs = session.run(context, feeds)
-        for name, want in expected.items():
-            got = outputs[name]
-            got = [_array(t) for t in got] if isinstance(got, list) else _array(got)
-            conformance.assert_close(name, want, got)
+    for context in contexts(model):
+        for feeds, expected in cases:
+            outputs = session.run(context, feeds)
+            for name, want in expected.items():
+                got = outputs[name]
+                got = [_array(t) for t in got] if isinstance(got, list) else _array(got)
+                conformance.assert_close(name, want, got)
 
 
 def _array(tensor):

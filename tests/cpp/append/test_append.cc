@@ -640,13 +640,13 @@ std::shared_ptr<ModelProto> AppendModel() {
 
 void Register(RuntimeContext& context, int attempts, bool replace, Saboteur* saboteur) {
   context.RegisterKernelFn("test", "Append", symbolic::Device::kCPU,
-                           [=](const NodeProto& node, RuntimeContext&) {
+                           [=](const NodeProto& node, RuntimeContext&, const KernelInfo&) {
                              auto k = std::make_unique<AppendKernel>(attempts, replace);
                              k->set_node(node);
                              return std::unique_ptr<KernelBase>(std::move(k));
                            });
   context.RegisterKernelFn("test", "Sabotage", symbolic::Device::kCPU,
-                           [=](const NodeProto& node, RuntimeContext&) {
+                           [=](const NodeProto& node, RuntimeContext&, const KernelInfo&) {
                              auto k = std::make_unique<SabotageKernel>(saboteur);
                              k->set_node(node);
                              return std::unique_ptr<KernelBase>(std::move(k));
@@ -751,7 +751,7 @@ TEST_CASE("Commit checks the initialized byte count") {
   PersistentValueState state(model, Past({1.0f}), Capacity(8));
   RuntimeContext context;
   context.RegisterKernelFn("test", "Short", symbolic::Device::kCPU,
-                           [](const NodeProto& node, RuntimeContext&) {
+                           [](const NodeProto& node, RuntimeContext&, const KernelInfo&) {
                              auto k = std::make_unique<ShortCommit>();
                              k->set_node(node);
                              return std::unique_ptr<KernelBase>(std::move(k));

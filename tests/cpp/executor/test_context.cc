@@ -55,7 +55,7 @@ std::shared_ptr<ModelProto> StashModel() {
 
 void RegisterStash(RuntimeContext& ctx, StashLog& log) {
   ctx.RegisterKernelFn("test", "Stash", core::symbolic::Device::kCPU,
-                       [&log](const NodeProto& node, RuntimeContext&) {
+                       [&log](const NodeProto& node, RuntimeContext&, const KernelInfo&) {
                          auto k = std::make_unique<StashKernel>(log);
                          k->set_node(node);
                          return std::unique_ptr<KernelBase>(std::move(k));

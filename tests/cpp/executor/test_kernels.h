@@ -99,7 +99,7 @@ class StepKernel final : public KernelBase {
 
 inline void RegisterTestKernels(RuntimeContext& ctx, Probe& probe) {
   ctx.RegisterKernelFn("test", "Step", core::symbolic::Device::kCPU,
-                       [&probe](const NodeProto& node, RuntimeContext&) {
+                       [&probe](const NodeProto& node, RuntimeContext&, const KernelInfo&) {
                          auto k = std::make_unique<StepKernel>(probe);
                          k->set_node(node);
                          return std::unique_ptr<KernelBase>(std::move(k));

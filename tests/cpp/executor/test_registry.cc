@@ -14,16 +14,26 @@ TEST_CASE("the built-in registry finds Identity and picks the newest version <= 
   CHECK(builtins.Find("", "NoSuchOp", 18) == nullptr);
   KernelRegistry r;
   int chosen = 0;
-  r.Register("", "Op", core::symbolic::Device::kCPU,
-             [&](const NodeProto&, RuntimeContext&) { chosen = 1; return nullptr; }, 1);
-  r.Register("", "Op", core::symbolic::Device::kCPU,
-             [&](const NodeProto&, RuntimeContext&) { chosen = 13; return nullptr; }, 13);
+  auto factory = [&](int version) {
+    return [&chosen, version](const NodeProto&, RuntimeContext&, const KernelInfo& info) {
+      chosen = version;
+      CHECK(info.since_version() == version);
+      return nullptr;
+    };
+  };
+  r.Register("", "Op", core::symbolic::Device::kCPU, factory(1), 1);
+  r.Register("", "Op", core::symbolic::Device::kCPU, factory(13), 13);
   RuntimeContext ctx;
   NodeProto node;
-  (*r.Find("", "Op", 12))(node, ctx);
+  int64_t since = 0;
+  (*r.Find("", "Op", 12, core::symbolic::Device::kCPU, &since))(
+      node, ctx, KernelInfo(node, ctx.kernel_ctx(), since));
   CHECK(chosen == 1);
-  (*r.Find("", "Op", 18))(node, ctx);
+  CHECK(since == 1);
+  (*r.Find("", "Op", 18, core::symbolic::Device::kCPU, &since))(
+      node, ctx, KernelInfo(node, ctx.kernel_ctx(), since));
   CHECK(chosen == 13);
+  CHECK(since == 13);
   CHECK(r.Find("", "Op", 0) != nullptr);
 }
 
@@ -33,7 +43,8 @@ TEST_CASE("Identity shares the input's bytes") {
   node.set_op_type("Identity");
   node.add_input("x");
   node.add_output("y");
-  auto kernel = (*BuiltinKernels().Find("", "Identity", 18))(node, ctx);
+  auto kernel =
+      (*BuiltinKernels().Find("", "Identity", 18))(node, ctx, KernelInfo(node, ctx.kernel_ctx()));
   RuntimeValue x(Tensor::FromFloat("x", {2}, {1.f, 2.f}));
   RuntimeValue y;
   const RuntimeValue* inputs[] = {&x};

@@ -128,9 +128,8 @@ TEST_CASE("equivalent contexts share one plan while custom kernels and other ops
   CHECK(&session->plan(other_opset) != &plan);
   RuntimeContext custom;
   custom.RegisterKernelFn("test", "Nothing", core::symbolic::Device::kCPU,
-                          [](const NodeProto&, RuntimeContext&) -> std::unique_ptr<KernelBase> {
-                            return nullptr;
-                          });
+                          [](const NodeProto&, RuntimeContext&,
+                             const KernelInfo&) -> std::unique_ptr<KernelBase> { return nullptr; });
   CHECK(&session->plan(custom) != &plan);
   CHECK(session->plan_count() == 3);
 }

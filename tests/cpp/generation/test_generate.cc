@@ -73,7 +73,7 @@ struct Fixture {
   Fixture() {
     auto add = [&](const char* op, Recorder& r) {
       context.RegisterKernelFn("test", op, core::symbolic::Device::kCPU,
-                               [&r](const NodeProto& node, RuntimeContext&) {
+                               [&r](const NodeProto& node, RuntimeContext&, const KernelInfo&) {
                                  auto k = std::make_unique<RecordKernel>(r);
                                  k->set_node(node);
                                  return std::unique_ptr<KernelBase>(std::move(k));

@@ -156,7 +156,8 @@ void Run(const Case& c, DataType type = DataType::kFloat, float tol = 2e-5f) {
     attr_i("kv_num_heads", c.hkv);
   }
   RuntimeContext ctx;
-  auto kernel = (*BuiltinKernels().Find("", "Attention", 23))(node, ctx);
+  auto kernel =
+      (*BuiltinKernels().Find("", "Attention", 23))(node, ctx, KernelInfo(node, ctx.kernel_ctx()));
 
   RuntimeValue in[6], out[4];
   in[0] = RuntimeValue(Convert(c.three_d ? To3D(q, c.batch, c.hq, c.sq, c.dk, "Q")
@@ -296,7 +297,8 @@ TEST_CASE("Attention rejects mismatched heads, naming the node") {
   for (const char* n : {"Q", "K", "V"}) node.add_input(n);
   node.add_output("Y");
   RuntimeContext ctx;
-  auto kernel = (*BuiltinKernels().Find("", "Attention", 23))(node, ctx);
+  auto kernel =
+      (*BuiltinKernels().Find("", "Attention", 23))(node, ctx, KernelInfo(node, ctx.kernel_ctx()));
   RuntimeValue q(Tensor("Q", DataType::kFloat, {1, 3, 2, 4}));
   RuntimeValue k(Tensor("K", DataType::kFloat, {1, 2, 2, 4}));
   RuntimeValue v(Tensor("V", DataType::kFloat, {1, 2, 2, 4}));

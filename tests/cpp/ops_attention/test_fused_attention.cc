@@ -96,7 +96,7 @@ struct Run {
     node.add_output("y");
     const auto* factory = BuiltinKernels().Find("ai.onnx_light.fused", node.op_type(), 1);
     REQUIRE(factory != nullptr);
-    kernel = (*factory)(node, context);
+    kernel = (*factory)(node, context, KernelInfo(node, context.kernel_ctx()));
   }
   Tensor operator()(std::vector<const Tensor*> inputs) {
     std::vector<RuntimeValue> values;

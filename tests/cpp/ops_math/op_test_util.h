@@ -74,10 +74,13 @@ class Op {
     for (int i = 0; i < outputs; ++i) node.add_output("out" + std::to_string(i));
     RuntimeContext ctx(KernelContext(
         onnx_light::core::runtime::OpsetMap{{"", opset_}, {"com.microsoft", 1}}));
+    int64_t since = 0;
     const auto* factory = onnx_light::core::runtime::BuiltinKernels().Find(
-        domain_, node.op_type(), domain_.empty() ? opset_ : 1);
+        domain_, node.op_type(), domain_.empty() ? opset_ : 1,
+        onnx_light::core::symbolic::Device::kCPU, &since);
     REQUIRE(factory != nullptr);
-    auto kernel = (*factory)(node, ctx);
+    auto kernel = (*factory)(
+        node, ctx, onnx_light::core::runtime::KernelInfo(node, ctx.kernel_ctx(), since));
     std::vector<RuntimeValue> in_values(inputs.size());
     std::vector<const RuntimeValue*> in_ptrs(inputs.size(), nullptr);
     for (size_t i = 0; i < inputs.size(); ++i) {

@@ -21,6 +21,7 @@ using onnx_light::TensorProto;
 using onnx_light::core::Error;
 using onnx_light::core::ErrorCode;
 using onnx_light::core::runtime::KernelBase;
+using onnx_light::core::runtime::KernelInfo;
 using onnx_light::core::runtime::RuntimeSession;
 using onnx_light::core::runtime::RuntimeValueMap;
 namespace math = onnx_light::ops::math;
@@ -61,7 +62,7 @@ class Kernel {
     }
     const auto* factory = onnx_light::core::runtime::BuiltinKernels().Find("", op, 18);
     REQUIRE(factory != nullptr);
-    kernel_ = (*factory)(node_, ctx_);
+    kernel_ = (*factory)(node_, ctx_, KernelInfo(node_, ctx_.kernel_ctx()));
   }
   KernelBase& get() { return *kernel_; }
   Tensor Run(const Tensor& a, const Tensor& b) const {

@@ -89,9 +89,12 @@ struct Op {
       out_ptrs.push_back(&outs[static_cast<size_t>(i)]);
     }
     RuntimeContext ctx{KernelContext(opset)};
-    const KernelFactory* factory = BuiltinKernels().Find("", node.op_type(), opset);
+    int64_t since = 0;
+    const KernelFactory* factory =
+        BuiltinKernels().Find("", node.op_type(), opset, onnx_light::core::symbolic::Device::kCPU,
+                              &since);
     REQUIRE_MESSAGE(factory != nullptr, node.op_type());
-    auto kernel = (*factory)(node, ctx);
+    auto kernel = (*factory)(node, ctx, KernelInfo(node, ctx.kernel_ctx(), since));
     KernelCall call(&ctx, node, in_ptrs, out_ptrs);
     kernel->Compute(call);
     return outs;

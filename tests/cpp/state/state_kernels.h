@@ -61,13 +61,15 @@ class WrongShapeKernel final : public KernelBase {
 
 inline void RegisterStateKernels(RuntimeContext& context, StepProbe& probe) {
   context.RegisterKernelFn("test", "Step", onnx_light::core::symbolic::Device::kCPU,
-                           [&probe](const onnx_light::NodeProto& node, RuntimeContext&) {
+                           [&probe](const onnx_light::NodeProto& node, RuntimeContext&,
+                                    const KernelInfo&) {
                              auto k = std::make_unique<StepKernel>(probe);
                              k->set_node(node);
                              return std::unique_ptr<KernelBase>(std::move(k));
                            });
   context.RegisterKernelFn("test", "WrongShape", onnx_light::core::symbolic::Device::kCPU,
-                           [](const onnx_light::NodeProto& node, RuntimeContext&) {
+                           [](const onnx_light::NodeProto& node, RuntimeContext&,
+                              const KernelInfo&) {
                              auto k = std::make_unique<WrongShapeKernel>();
                              k->set_node(node);
                              return std::unique_ptr<KernelBase>(std::move(k));

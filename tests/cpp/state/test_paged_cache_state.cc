@@ -47,7 +47,7 @@ class AppendPageKernel final : public KernelBase {
 
 void RegisterAppendPage(RuntimeContext& context) {
   context.RegisterKernelFn("test", "AppendPage", symbolic::Device::kCPU,
-                           [](const NodeProto& node, RuntimeContext&) {
+                           [](const NodeProto& node, RuntimeContext&, const KernelInfo&) {
                              auto k = std::make_unique<AppendPageKernel>();
                              k->set_node(node);
                              return std::unique_ptr<KernelBase>(std::move(k));
