@@ -1,0 +1,31 @@
+"""``python -m onnx_light COMMAND ...``: the package's command line.
+
+Commands: ``prepare`` (onnx_light.prepare: bind a decoder export's caches). Each command is a
+module with ``add_arguments(parser)`` and ``run(args) -> exit code``; add one to COMMANDS.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help)
+COMMANDS = {
+    "prepare": ("onnx_light.prepare",
+                "turn a decoder export into an onnx-light model with persistent_bindings"),
+}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m onnx_light")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        command.set_defaults(module=module)
+        importlib.import_module(module).add_arguments(command)
+    args = parser.parse_args(argv)
+    return importlib.import_module(args.module).run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
