@@ -372,7 +372,7 @@ def make_single_use(model, inputs: Iterable[str], known_dims: Optional[dict] = N
                 answer = "[" + ", ".join(d for _, d in parts) + "]"
         else:  # Size: the product of every dimension, as a scalar
             parts = [dim(name, k, rank, node) for k in range(rank)]
-            product, new = const([1]), []
+            product, new = (None if parts else const([1])), []
             for k, (p, _) in enumerate(parts):
                 if k == 0:
                     product = p
