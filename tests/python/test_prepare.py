@@ -322,3 +322,55 @@ def test_cli_refuses_with_a_one_line_message(raw_dir):
     assert "unknown name 'nope'" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert not os.path.exists(raw_dir / "cli.onnx")
+
+
+def test_a_large_external_weight_is_not_read(tmp_path):
+    """A 512 MiB external initializer (a sparse file): preparing the model in a fresh process
+    raises its peak RSS by far less than the weight (the graph alone is read and written)."""
+    rows, cols = 8192, 16384
+    weight = TensorProto(name="weight", data_type=TensorProto.FLOAT, dims=[rows, cols],
+                         data_location=TensorProto.EXTERNAL)
+    for key, value in (("location", "weights.bin"), ("offset", "0"),
+                       ("length", str(rows * cols * 4))):
+        entry = weight.external_data.add()
+        entry.key, entry.value = key, value
+    with open(tmp_path / "weights.bin", "wb") as f:
+        f.truncate(rows * cols * 4)
+    graph = helper.make_graph(
+        [helper.make_node("Concat", [PAST, "new"], [PRESENT], axis=2),
+         helper.make_node("Shape", [PAST], ["batch"], end=1),
+         helper.make_node("MatMul", ["x", "weight"], ["y"])],
+        "large",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"]),
+         helper.make_tensor_value_info("new", TensorProto.FLOAT, ["batch", 2, "seq", 4]),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows]),
+         helper.make_tensor_value_info(PAST, TensorProto.FLOAT, ["batch", 2, "past", 4])],
+        [helper.make_tensor_value_info(PRESENT, TensorProto.FLOAT, ["batch", 2, "total", 4]),
+         helper.make_tensor_value_info("batch", TensorProto.INT64, [1]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cols])],
+        initializer=[weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save(model, str(tmp_path / "large.onnx"))
+
+    script = ("import resource, sys\n"
+              "import numpy, onnx, onnx_light.onnx\n"
+              "from onnx_light import prepare\n"
+              "from onnx_light.onnx_py._onnxpykernels import runtime\n"
+              "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+              "if sys.argv[1] == 'prepare':\n"
+              "    report = prepare.prepare_decoder(sys.argv[2], sys.argv[3], bind='auto')\n"
+              "    assert len(report.rewrites) == 1, report\n"
+              "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+              "print((after - before) // 1024)\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python")]
+                                        + env.get("PYTHONPATH", "").split(os.pathsep))
+    result = subprocess.run([sys.executable, "-c", script, "prepare",
+                             str(tmp_path / "large.onnx"), str(tmp_path / "out.onnx")],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    growth_mib = int(result.stdout.split()[-1])
+    assert growth_mib < 64, growth_mib  # the weight is 512 MiB
+    assert os.path.getsize(tmp_path / "out.onnx") < 64 * 1024
+    assert sorted(os.listdir(tmp_path)) == ["large.onnx", "out.onnx", "weights.bin"]
