@@ -64,10 +64,14 @@ class PrepareReport:
     checks: list                      # checks run on OUT
 
     def format(self) -> str:
+        labels = {self.conventions.get(past, "named explicitly") for past, _ in self.pairs}
+        shared = labels.pop() if len(labels) == 1 else None
         lines = [f"prepared {self.input_path} -> {self.output_path}",
-                 f"bound {len(self.pairs)} past/present pairs:"]
+                 f"bound {len(self.pairs)} past/present pairs"
+                 + (f" ({shared}):" if shared else ":")]
         for past, present in self.pairs:
-            lines.append(f"  {past} <- {present}  ({self.conventions.get(past, 'explicit')})")
+            suffix = "" if shared else f"  ({self.conventions.get(past, 'named explicitly')})"
+            lines.append(f"  {past} <- {present}{suffix}")
         lines.append(f"rewrote {len(self.rewrites)} nodes reading bound inputs:")
         for r in self.rewrites:
             lines.append(f"  {r.op_type} '{r.node_name}' of {r.input_name} -> {r.answer}")
@@ -643,8 +647,9 @@ def run(args) -> int:
     try:
         report = prepare_decoder(args.input, args.output, bind=args.bind, confirm=confirm,
                                  check_onnx=not args.no_onnx_check)
-    except PrepareError as e:
-        print(f"onnx_light prepare: error: {e}", file=sys.stderr)
+    except (PrepareError, OSError, RuntimeError, ValueError) as e:
+        message = " ".join(str(e).split()) or type(e).__name__
+        print(f"onnx_light prepare: error: {message}", file=sys.stderr)
         return 2
     print(report.format())
     return 0

@@ -374,3 +374,24 @@ def test_a_large_external_weight_is_not_read(tmp_path):
     assert growth_mib < 64, growth_mib  # the weight is 512 MiB
     assert os.path.getsize(tmp_path / "out.onnx") < 64 * 1024
     assert sorted(os.listdir(tmp_path)) == ["large.onnx", "out.onnx", "weights.bin"]
+
+
+@pytest.mark.parametrize("answer, code", [("y", 0), ("n", 2)])
+def test_cli_asks_on_a_terminal(raw_dir, answer, code):
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        os.write(master, (answer + "\n").encode())
+        result = _cli(raw_dir / "model.onnx", "-o", raw_dir / "asked.onnx", stdin=slave)
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert result.returncode == code, result.stderr
+    assert "bind these pairs? [y/N]" in result.stdout
+    assert f"{PAIRS[0][0]} <- {PAIRS[0][1]}" in result.stdout
+    assert os.path.exists(raw_dir / "asked.onnx") == (code == 0)
+    if code:
+        assert "not confirmed" in result.stderr
+    else:
+        os.remove(raw_dir / "asked.onnx")
