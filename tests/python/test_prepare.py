@@ -8,7 +8,6 @@ confirmation, an output elsewhere than its data) are checked through the functio
 command line."""
 from __future__ import annotations
 
-import collections
 import os
 import shutil
 import subprocess
