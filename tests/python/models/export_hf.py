@@ -8,7 +8,9 @@ Two exports per model:
     -> logits [batch, seq, vocab], present.N.key/value [batch, kv_heads, past + seq, head_dim].
 
 The cache exports are rewritten so that every past_key_values input has exactly one use (see
-`single_use_caches`), as a persistent binding requires; onnxruntime runs the same file.
+`single_use_caches`, which calls onnx_light.prepare's rewrite), as a persistent binding
+requires; onnxruntime runs the same file. `ensure(..., raw=True)` keeps the exporter's file
+as written (the input `python -m onnx_light prepare` expects).
 Exports are cached under build/models, named by a hash of the config, the export code and the
 torch/transformers versions, so a changed config never reuses a stale file:
     python tests/python/models/export_hf.py [OUT_DIR]
