@@ -240,7 +240,7 @@ def make_single_use(model, inputs: Iterable[str], known_dims: Optional[dict] = N
         for a in node.attribute:
             for g in _subgraphs(a):
                 for name in bound:
-                    if _references(g, name):
+                    for _ in range(_references(g, name)):  # each reference is a use
                         others[name].append(
                             f"{node.op_type} node '{node.name}' (captured in its subgraph "
                             f"'{a.name}')")
