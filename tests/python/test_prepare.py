@@ -422,3 +422,22 @@ def test_cli_asks_on_a_terminal(raw_dir, answer, code):
         assert "not confirmed" in result.stderr
     else:
         os.remove(raw_dir / "asked.onnx")
+
+
+def test_a_capture_in_a_subgraph_is_a_second_use(tmp_path):
+    def branch(name, source):
+        return helper.make_graph(
+            [helper.make_node("ReduceSum", [source], [name + "_out"], keepdims=0)], name, [],
+            [helper.make_tensor_value_info(name + "_out", TensorProto.FLOAT, [])])
+
+    path = _tiny(tmp_path / "m.onnx",
+                 [helper.make_node("Constant", [], ["cond"],
+                                   value=helper.make_tensor("c", TensorProto.BOOL, [], [True])),
+                  helper.make_node("If", ["cond"], ["chosen"], name="maybe_sum",
+                                   then_branch=branch("then", PAST),
+                                   else_branch=branch("else", "new"))],
+                 [helper.make_tensor_value_info("chosen", TensorProto.FLOAT, [])])
+    with pytest.raises(prepare.PrepareError,
+                       match=r"second use.*If node 'maybe_sum' \(captured in its subgraph "
+                             r"'then_branch'\)"):
+        prepare.prepare_decoder(path, tmp_path / "p.onnx", bind="auto")
