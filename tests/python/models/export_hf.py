@@ -8,7 +8,9 @@ Two exports per model:
     -> logits [batch, seq, vocab], present.N.key/value [batch, kv_heads, past + seq, head_dim].
 
 The cache exports are rewritten so that every past_key_values input has exactly one use (see
-`single_use_caches`), as a persistent binding requires; onnxruntime runs the same file.
+`single_use_caches`, which calls onnx_light.prepare's rewrite), as a persistent binding
+requires; onnxruntime runs the same file. `ensure(..., raw=True)` keeps the exporter's file
+as written (the input `python -m onnx_light prepare` expects).
 Exports are cached under build/models, named by a hash of the config, the export code and the
 torch/transformers versions, so a changed config never reuses a stale file:
     python tests/python/models/export_hf.py [OUT_DIR]
@@ -191,65 +193,44 @@ def export(model, path: str, with_cache: bool = False) -> None:
 
 
 def single_use_caches(proto, kv_heads: int, head_dim: int) -> int:
-    """Rewrites `Shape(past_key_values.N.*)` nodes so that every cache input has exactly one
-    use (its Concat with the new keys/values), as a persistent binding requires. The exporter
-    reads batch and past length off some cache inputs; every cache is
-    [batch, kv_heads, past, head_dim] with batch = input_ids' first dimension and
-    past = attention_mask's length - input_ids' length, so one shared shape tensor built from
-    those answers every such Shape node (a Slice of it with the node's start/end). Works on an
-    `onnx` ModelProto; returns the number of nodes rewritten."""
-    from onnx import TensorProto, helper
+    """Rewrites the `Shape`/`Size` reads of the past_key_values.N.* inputs so that every cache
+    input has exactly one use (its Concat with the new keys/values), as a persistent binding
+    requires: onnx_light.prepare.make_single_use, the product's rewrite (batch from
+    input_ids' first dimension, past = attention_mask's length - input_ids' length, kv_heads
+    and head_dim from the declaration or these arguments). Works on an `onnx` ModelProto;
+    returns the number of nodes rewritten."""
+    from onnx_light import prepare
 
-    graph = proto.graph
-    caches = {i.name for i in graph.input if i.name.startswith("past_key_values.")}
-    targets = [n for n in graph.node if n.op_type == "Shape" and n.input[0] in caches]
-    if not targets:
-        return 0
-    prefix = "cache_shape_"
-
-    def const(name, values):
-        return helper.make_node("Constant", [], [prefix + name], value=helper.make_tensor(
-            prefix + name, TensorProto.INT64, [len(values)], values))
-
-    shape_nodes = [
-        const("kv_heads", [kv_heads]), const("head_dim", [head_dim]),
-        helper.make_node("Shape", ["input_ids"], [prefix + "batch"], start=0, end=1),
-        helper.make_node("Shape", ["input_ids"], [prefix + "seq"], start=1, end=2),
-        helper.make_node("Shape", ["attention_mask"], [prefix + "total"], start=1, end=2),
-        helper.make_node("Sub", [prefix + "total", prefix + "seq"], [prefix + "past"]),
-        helper.make_node("Concat", [prefix + n for n in ("batch", "kv_heads", "past", "head_dim")],
-                         [prefix + "full"], axis=0),
-    ]
-    nodes = list(graph.node)
-    for k, node in enumerate(targets):
-        attrs = {a.name: a.i for a in node.attribute}
-        start, end = attrs.get("start", 0), attrs.get("end", 4)
-        starts, ends = const(f"start_{k}", [start]), const(f"end_{k}", [end])
-        slice_node = helper.make_node("Slice", [prefix + "full", starts.output[0], ends.output[0]],
-                                      list(node.output), name=node.name or f"{prefix}slice_{k}")
-        i = nodes.index(node)
-        nodes[i:i + 1] = [starts, ends, slice_node]
-    del graph.node[:]
-    graph.node.extend(shape_nodes + nodes)
-    return len(targets)
+    caches = [i.name for i in proto.graph.input if i.name.startswith("past_key_values.")]
+    return len(prepare.make_single_use(proto, caches, known_dims={1: kv_heads, 3: head_dim}))
 
 
-def _key(arch: str, size: str, with_cache: bool) -> str:
+def _key(arch: str, size: str, with_cache: bool, raw: bool = False) -> str:
     from importlib.metadata import version  # importing torch here would cost seconds
 
     # The code that shapes the exported graph, not the whole file: editing the tests' helpers
     # here does not force a re-export.
-    functions = [export, _with_cache, single_use_caches] if with_cache else [export, _logits_only]
+    functions = [export, _with_cache] if with_cache else [export, _logits_only]
+    if with_cache and not raw:
+        from onnx_light import prepare
+
+        functions += [single_use_caches, prepare.make_single_use]
     source = "".join(inspect.getsource(f) for f in functions)
-    blob = json.dumps([arch, size, with_cache, CONFIGS[(arch, size)], version("torch"),
-                       version("transformers"), source], sort_keys=True).encode()
+    blob = json.dumps([arch, size, with_cache] + (["raw"] if raw else [])
+                      + [CONFIGS[(arch, size)], version("torch"), version("transformers"),
+                         source], sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
 def ensure(arch: str, with_cache: bool = False, size: str = "tiny",
-           out_dir: str = MODEL_DIR) -> str:
-    """Path of the export for (arch, size, with_cache), exporting it first if not cached."""
-    name = f"{size}_{arch}{'_kv' if with_cache else ''}-{_key(arch, size, with_cache)}.onnx"
+           out_dir: str = MODEL_DIR, raw: bool = False) -> str:
+    """Path of the export for (arch, size, with_cache), exporting it first if not cached.
+    raw=True (with_cache only): the exporter's file as written, before single_use_caches
+    (the input of `python -m onnx_light prepare`)."""
+    if raw and not with_cache:
+        raise ValueError("raw applies to cache exports only")
+    kind = ("_kv_raw" if raw else "_kv") if with_cache else ""
+    name = f"{size}_{arch}{kind}-{_key(arch, size, with_cache, raw)}.onnx"
     path = os.path.join(out_dir, name)
     if not os.path.exists(path):
         os.makedirs(out_dir, exist_ok=True)
@@ -260,7 +241,7 @@ def ensure(arch: str, with_cache: bool = False, size: str = "tiny",
         import onnx
 
         proto = onnx.load(tmp)
-        if with_cache:
+        if with_cache and not raw:
             _, kv_heads, head_dim = cache_shape(arch, size)
             single_use_caches(proto, kv_heads, head_dim)
             onnx.checker.check_model(proto)

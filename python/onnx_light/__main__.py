@@ -1,0 +1,36 @@
+"""``python -m onnx_light COMMAND ...``: the package's command line.
+
+Commands: ``prepare`` (onnx_light.prepare: bind a decoder export's caches) and ``generate``
+(onnx_light.text: text in, text out). Each command is a module with ``add_arguments(parser)``
+and ``run(args) -> exit code``; add one to COMMANDS.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+
+# name -> (module, one-line help)
+COMMANDS = {
+    "prepare": ("onnx_light.prepare",
+                "turn a decoder export into an onnx-light model with persistent_bindings"),
+    "generate": ("onnx_light.text", "generate text with a prepared decoder and a tokenizer"),
+}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m onnx_light")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        if importlib.util.find_spec(module) is None:  # a command not in this checkout
+            continue
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        command.set_defaults(module=module)
+        importlib.import_module(module).add_arguments(command)
+    args = parser.parse_args(argv)
+    return importlib.import_module(args.module).run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,664 @@
+"""Turns a standard decoder export into an onnx-light model with ``persistent_bindings``.
+
+``prepare_decoder(in_path, out_path, bind="auto")`` (and ``python -m onnx_light prepare``):
+
+1. finds the past/present pairs by the naming conventions of the exporters it knows
+   (`find_pairs`): ``past_key_values.<rest>`` -> ``present.<rest>`` (torch.onnx dynamo,
+   Optimum, the onnxruntime-genai builder), ``past_key_values.<rest>`` ->
+   ``present_key_values.<rest>`` and ``past_<rest>`` / ``past.<rest>`` -> ``present_<rest>`` /
+   ``present.<rest>`` (onnxruntime's transformers tools). Explicit pairs are taken as given:
+   no name is guessed then;
+2. makes every bound input single-use (`make_single_use`): a ``Shape`` (with its start/end)
+   or ``Size`` of a bound input is answered from other graph inputs: a static dimension from
+   the input's declared type, a symbolic one from a non-bound input declaring the same
+   symbol (or ``input_ids`` dim 0 for axis 0), the cache length (axis -2) as
+   ``attention_mask`` dim 1 - ``input_ids`` dim 1. Any other second use is refused, naming
+   the input and the node;
+3. adds the bindings, writes OUT next to IN's external data (the weights are neither read
+   nor copied: OUT refers to the same data file, so it must be in IN's directory), then
+   checks OUT with the onnx checker (when the ``onnx`` package is installed) and by building
+   an onnx-light ``PersistentValueState`` from it.
+
+The runtime itself never guesses bindings; this step is where a user confirms them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import Callable, Iterable, Optional, Sequence, Union
+
+__all__ = ["PrepareError", "PrepareReport", "Rewrite", "Candidate", "find_pairs",
+           "make_single_use", "prepare_decoder", "main"]
+
+
+class PrepareError(ValueError):
+    """What prepare cannot do; the message names the input and node concerned."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A past/present pair found by a naming convention."""
+    past: str
+    present: str
+    convention: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Rewrite:
+    """One read of a bound input replaced by values computed from other inputs."""
+    op_type: str     # "Shape" or "Size"
+    node_name: str
+    input_name: str  # the bound input it read
+    answer: str      # what now produces its output
+
+
+@dataclasses.dataclass
+class PrepareReport:
+    input_path: str
+    output_path: str
+    pairs: list                       # [(past, present)]
+    conventions: dict                 # past -> convention label ("explicit" for --bind pairs)
+    rewrites: list                    # [Rewrite]
+    external_data: list               # data files OUT refers to (in place, not copied)
+    checks: list                      # checks run on OUT
+
+    def format(self) -> str:
+        labels = {self.conventions.get(past, "named explicitly") for past, _ in self.pairs}
+        shared = labels.pop() if len(labels) == 1 else None
+        lines = [f"prepared {self.input_path} -> {self.output_path}",
+                 f"bound {len(self.pairs)} past/present pairs"
+                 + (f" ({shared}):" if shared else ":")]
+        for past, present in self.pairs:
+            suffix = "" if shared else f"  ({self.conventions.get(past, 'named explicitly')})"
+            lines.append(f"  {past} <- {present}{suffix}")
+        lines.append(f"rewrote {len(self.rewrites)} nodes reading bound inputs:")
+        for r in self.rewrites:
+            lines.append(f"  {r.op_type} '{r.node_name}' of {r.input_name} -> {r.answer}")
+        if self.external_data:
+            lines.append("external data referenced in place (not copied): "
+                         + ", ".join(self.external_data))
+        lines.append("checks: " + "; ".join(self.checks))
+        return "\n".join(lines)
+
+    __str__ = format
+
+
+# --- naming conventions -------------------------------------------------------------------
+
+_GENAI = "torch.onnx dynamo / Optimum / onnxruntime-genai builder"
+# (input prefix, output prefix, label), tried in order for each graph input.
+CONVENTIONS = [
+    ("past_key_values.", "present.", _GENAI + ": past_key_values.* -> present.*"),
+    ("past_key_values.", "present_key_values.", "past_key_values.* -> present_key_values.*"),
+    ("past_key_values_", "present_", "past_key_values_* -> present_*"),
+    ("past.", "present.", "past.* -> present.*"),
+    ("past_", "present_", "onnxruntime transformers tools: past_* -> present_*"),
+]
+
+
+def _graph_input_names(graph) -> list:
+    return [i.name for i in graph.input]
+
+
+def find_pairs(model) -> list:
+    """Past/present pairs of `model` (onnx or onnx_light ModelProto) by `CONVENTIONS`.
+    Raises PrepareError for an input that looks like a cache (named past...) but has no
+    matching output, or two inputs matching one output: such a model needs explicit pairs."""
+    graph = model.graph
+    outputs = {o.name for o in graph.output}
+    initializers = {t.name for t in graph.initializer}
+    found, used = [], {}
+    for name in _graph_input_names(graph):
+        if name in initializers:
+            continue
+        match = None
+        for past_prefix, present_prefix, label in CONVENTIONS:
+            if name.startswith(past_prefix) and name != past_prefix:
+                present = present_prefix + name[len(past_prefix):]
+                if present in outputs:
+                    match = Candidate(name, present, label)
+                    break
+        if match is None:
+            if name.lower().startswith("past"):
+                raise PrepareError(
+                    f"input '{name}' looks like a cache but no graph output matches it by a "
+                    f"known naming convention; name every pair explicitly "
+                    f"(--bind {name}=OUTPUT ...)")
+            continue
+        if match.present in used:
+            raise PrepareError(
+                f"inputs '{used[match.present]}' and '{name}' both match output "
+                f"'{match.present}'; name the pairs explicitly with --bind")
+        used[match.present] = name
+        found.append(match)
+    return found
+
+
+# --- single use ---------------------------------------------------------------------------
+
+class _Protos:
+    """The message classes of the model's package (onnx or onnx_light.onnx)."""
+
+    def __init__(self, model):
+        if type(model).__module__.startswith("onnx_light") or "onnx_light" in repr(type(model)):
+            from onnx_light import onnx as ns
+        else:
+            import onnx as ns
+        self.ns = ns
+
+    def node(self, op_type, inputs, outputs, name, **attrs):
+        ns = self.ns
+        node = ns.NodeProto(op_type=op_type, input=list(inputs), output=list(outputs),
+                            name=name)
+        for key, value in attrs.items():
+            if isinstance(value, int):
+                node.attribute.add(name=key, type=ns.AttributeProto.INT, i=value)
+            else:  # an int64 tensor: (dims, values)
+                dims, values = value
+                a = node.attribute.add(name=key, type=ns.AttributeProto.TENSOR)
+                a.t.CopyFrom(ns.TensorProto(name=name, data_type=ns.TensorProto.INT64,
+                                            dims=list(dims), int64_data=list(values)))
+        return node
+
+
+def _opset(model) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return o.version
+    return 0
+
+
+def _names_in_graph(graph, out: set) -> None:
+    for v in list(graph.input) + list(graph.output) + list(graph.value_info):
+        out.add(v.name)
+    for t in graph.initializer:
+        out.add(t.name)
+    for n in graph.node:
+        out.add(n.name)
+        out.update(n.input)
+        out.update(n.output)
+        for a in n.attribute:
+            for g in _subgraphs(a):
+                _names_in_graph(g, out)
+
+
+def _subgraphs(attribute) -> list:
+    graphs = list(attribute.graphs)
+    if attribute.HasField("g"):
+        graphs.append(attribute.g)
+    return graphs
+
+
+def _references(graph, name: str) -> int:
+    """References to `name` inside a (nested) graph: a capture counts as a use."""
+    count = 0
+    for n in graph.node:
+        count += sum(1 for x in n.input if x == name)
+        for a in n.attribute:
+            for g in _subgraphs(a):
+                count += _references(g, name)
+    count += sum(1 for o in graph.output if o.name == name)
+    return count
+
+
+def _dims(value_info):
+    t = value_info.type
+    if not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+        return None
+    return list(t.tensor_type.shape.dim)
+
+
+def make_single_use(model, inputs: Iterable[str], known_dims: Optional[dict] = None,
+                    ids_name: str = "input_ids", mask_name: str = "attention_mask") -> list:
+    """Rewrites every ``Shape``/``Size`` of each input in `inputs` into values computed from
+    other graph inputs, so each keeps exactly one use; returns the `Rewrite`s. Works in place
+    on an ``onnx`` or ``onnx_light.onnx`` ModelProto; the outputs are unchanged for the feeds
+    the conventions describe (batch shared with `ids_name`, cache length =
+    `mask_name` dim 1 - `ids_name` dim 1). `known_dims` {axis: size} answers dimensions
+    that are symbolic in the declaration. Raises PrepareError, naming the input and the
+    node, for any other extra use or a dimension it cannot derive."""
+    known_dims = dict(known_dims or {})
+    protos = _Protos(model)
+    graph = model.graph
+    bound = list(inputs)
+    declared = {i.name: i for i in graph.input}
+    bound_set = set(bound)
+    nodes = list(graph.node)
+    # Reads to rewrite, per bound input, and every other use.
+    reads = {name: [] for name in bound}
+    others = {name: [] for name in bound}
+    for node in nodes:
+        for position, x in enumerate(node.input):
+            if x not in bound_set:
+                continue
+            if node.op_type in ("Shape", "Size") and node.domain in ("", "ai.onnx") \
+                    and position == 0:
+                reads[x].append(node)
+            else:
+                others[x].append(f"{node.op_type} node '{node.name}' (input {position})")
+        for a in node.attribute:
+            for g in _subgraphs(a):
+                for name in bound:
+                    for _ in range(_references(g, name)):  # each reference is a use
+                        others[name].append(
+                            f"{node.op_type} node '{node.name}' (captured in its subgraph "
+                            f"'{a.name}')")
+    for o in graph.output:
+        if o.name in bound_set:
+            others[o.name].append(f"graph output '{o.name}'")
+    for name in bound:
+        if name not in declared:
+            raise PrepareError(f"'{name}' is not a graph input")
+        if len(others[name]) > 1:
+            raise PrepareError(
+                f"input '{name}' has a second use that prepare cannot rewrite: "
+                f"{others[name][1]} (its first use is {others[name][0]}); only Shape and "
+                f"Size reads are rewritten")
+        if not others[name]:
+            where = ", ".join(f"{n.op_type} '{n.name}'" for n in reads[name]) or "none"
+            raise PrepareError(
+                f"input '{name}' has no use besides Shape/Size reads ({where}): a bound "
+                f"input needs exactly one value use")
+    targets = [(name, node) for name in bound for node in reads[name]]
+    if not targets:
+        return []
+
+    taken: set = set()
+    _names_in_graph(graph, taken)
+    prefix = "prepare_dim"
+    while any(t.startswith(prefix) for t in taken):
+        prefix += "_"
+    prefix += "/"
+    new_nodes: list = []
+    cache: dict = {}  # source key -> tensor name (1-D INT64 [1])
+    counter = [0]
+    opset = _opset(model)
+
+    def fresh(hint: str) -> str:
+        counter[0] += 1
+        return f"{prefix}{hint}_{counter[0]}"
+
+    def const(values, dims=None) -> str:
+        key = ("const", tuple(values), tuple(dims) if dims is not None else None)
+        if key not in cache:
+            out = fresh("const")
+            new_nodes.append(protos.node("Constant", [], [out], out,
+                                         value=(dims if dims is not None else [len(values)],
+                                                values)))
+            cache[key] = out
+        return cache[key]
+
+    def input_dim(source: str, axis: int) -> str:
+        key = ("dim", source, axis)
+        if key not in cache:
+            out = fresh(f"{source}_dim{axis}")
+            if opset >= 15:
+                new_nodes.append(protos.node("Shape", [source], [out], out,
+                                             start=axis, end=axis + 1))
+            else:
+                shape = fresh(f"{source}_shape")
+                new_nodes.append(protos.node("Shape", [source], [shape], shape))
+                new_nodes.append(protos.node("Gather", [shape, const([axis])], [out], out,
+                                             axis=0))
+            cache[key] = out
+        return cache[key]
+
+    def declared_dims(name, node):
+        dims = _dims(declared[name])
+        if dims is None:
+            raise PrepareError(
+                f"input '{name}' has no declared tensor shape: cannot answer {node.op_type} "
+                f"node '{node.name}' without reading it")
+        return dims
+
+    # Symbols of the non-bound inputs, for symbolic cache dimensions.
+    symbols = {}
+    primary = (ids_name, mask_name)
+    order = [n for n in (ids_name, mask_name) if n in declared] + \
+        [i.name for i in graph.input if i.name not in (ids_name, mask_name)]
+    for name in order:
+        if name in bound_set:
+            continue
+        for axis, d in enumerate(_dims(declared[name]) or []):
+            if d.dim_param and d.dim_param not in symbols:
+                symbols[d.dim_param] = (name, axis)
+
+    def dim(name: str, axis: int, rank: int, node) -> tuple:
+        """(tensor name, description) of one dimension of bound input `name`."""
+        d = declared_dims(name, node)[axis]
+        if d.HasField("dim_value"):
+            return const([d.dim_value]), str(d.dim_value)
+        if axis in known_dims:
+            return const([known_dims[axis]]), str(known_dims[axis])
+        if d.dim_param and d.dim_param in symbols and symbols[d.dim_param][0] in primary:
+            source, source_axis = symbols[d.dim_param]
+            return input_dim(source, source_axis), f"{source} dim {source_axis}"
+        if axis == 0 and ids_name in declared:
+            return input_dim(ids_name, 0), f"{ids_name} dim 0"
+        if axis == rank - 2 and rank >= 2 and ids_name in declared and mask_name in declared:
+            key = ("past",)
+            if key not in cache:
+                out = fresh("past_length")
+                new_nodes.append(protos.node("Sub", [input_dim(mask_name, 1),
+                                                     input_dim(ids_name, 1)], [out], out))
+                cache[key] = out
+            return cache[key], f"{mask_name} dim 1 - {ids_name} dim 1"
+        if d.dim_param and d.dim_param in symbols:  # another non-bound input's symbol
+            source, source_axis = symbols[d.dim_param]
+            return input_dim(source, source_axis), f"{source} dim {source_axis}"
+        shown = d.dim_param or "unnamed"
+        raise PrepareError(
+            f"dimension {axis} ('{shown}') of input '{name}' is neither static nor derivable "
+            f"from other inputs; it is read by {node.op_type} node '{node.name}'")
+
+    rewrites = []
+    replacement = {}
+    for name, node in targets:
+        rank = len(declared_dims(name, node))
+        node_name = node.name or node.output[0]
+        if node.op_type == "Shape":
+            attrs = {a.name: a.i for a in node.attribute}
+            start, end = attrs.get("start", 0), attrs.get("end", rank)
+            start = min(max(start + rank if start < 0 else start, 0), rank)
+            end = min(max(end + rank if end < 0 else end, 0), rank)
+            parts = [dim(name, k, rank, node) for k in range(start, end)]
+            if not parts:
+                new = [protos.node("Constant", [], list(node.output), node_name,
+                                   value=([0], []))]
+                answer = "an empty shape"
+            elif len(parts) == 1:
+                new = [protos.node("Identity", [parts[0][0]], list(node.output), node_name)]
+                answer = parts[0][1]
+            else:
+                new = [protos.node("Concat", [p for p, _ in parts], list(node.output),
+                                   node_name, axis=0)]
+                answer = "[" + ", ".join(d for _, d in parts) + "]"
+        else:  # Size: the product of every dimension, as a scalar
+            parts = [dim(name, k, rank, node) for k in range(rank)]
+            product, new = (None if parts else const([1])), []
+            for k, (p, _) in enumerate(parts):
+                if k == 0:
+                    product = p
+                    continue
+                out = fresh("size")
+                new.append(protos.node("Mul", [product, p], [out], out))
+                product = out
+            new.append(protos.node("Reshape", [product, const([], dims=[0])],
+                                   list(node.output), node_name))
+            answer = "product of [" + ", ".join(d for _, d in parts) + "]"
+        replacement[id(node)] = new
+        rewrites.append(Rewrite(node.op_type, node_name, name, answer))
+
+    rebuilt = list(new_nodes)
+    for node in nodes:
+        rebuilt.extend(replacement.get(id(node), [node]))
+    del graph.node[:]
+    graph.node.extend(rebuilt)
+    return rewrites
+
+
+# --- prepare ------------------------------------------------------------------------------
+
+BindSpec = Union[str, Sequence[tuple], None]
+
+
+def _external_locations(graph, out: set) -> None:
+    tensors = list(graph.initializer) + list(getattr(graph, "sparse_initializer", []))
+    for t in tensors:
+        if hasattr(t, "values"):  # sparse
+            continue
+        for e in t.external_data:
+            if e.key == "location":
+                out.add(e.value)
+    for n in graph.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                for e in a.t.external_data:
+                    if e.key == "location":
+                        out.add(e.value)
+            for g in _subgraphs(a):
+                _external_locations(g, out)
+
+
+def _numpy_dtype(elem_type: int):
+    import numpy as np
+    return {1: np.float32, 10: np.float16, 11: np.float64, 2: np.uint8, 3: np.int8,
+            5: np.int16, 6: np.int32, 7: np.int64, 9: np.bool_}.get(elem_type)
+
+
+def _check_pairs(graph, pairs) -> None:
+    inputs = {i.name: i for i in graph.input}
+    outputs = {o.name: o for o in graph.output}
+    seen_in, seen_out = set(), set()
+    for past, present in pairs:
+        if past not in inputs:
+            raise PrepareError(f"unknown name '{past}' in --bind: the graph has no input "
+                               f"'{past}'")
+        if present not in outputs:
+            raise PrepareError(f"unknown name '{present}' in --bind: the graph has no output "
+                               f"'{present}'")
+        if past in seen_in or present in seen_out:
+            raise PrepareError(f"'{past}={present}' repeats a bound input or output")
+        seen_in.add(past)
+        seen_out.add(present)
+        a, b = inputs[past].type, outputs[present].type
+        if a.HasField("tensor_type") and b.HasField("tensor_type"):
+            ta, tb = a.tensor_type, b.tensor_type
+            if ta.elem_type and tb.elem_type and ta.elem_type != tb.elem_type:
+                raise PrepareError(f"input '{past}' and output '{present}' have different "
+                                   f"element types ({ta.elem_type} and {tb.elem_type})")
+            if ta.HasField("shape") and tb.HasField("shape") and \
+                    len(ta.shape.dim) != len(tb.shape.dim):
+                raise PrepareError(f"input '{past}' (rank {len(ta.shape.dim)}) and output "
+                                   f"'{present}' (rank {len(tb.shape.dim)}) differ in rank")
+
+
+def _parse_bind(bind) -> Optional[list]:
+    """None (auto or ask) or explicit [(past, present)]."""
+    if bind is None or bind == "auto" or bind == ["auto"]:
+        return None
+    if isinstance(bind, str):
+        bind = [bind]
+    pairs = []
+    for item in bind:
+        if isinstance(item, str):
+            if item == "auto":
+                raise PrepareError("--bind auto cannot be combined with explicit pairs")
+            if item.count("=") != 1 or item.startswith("=") or item.endswith("="):
+                raise PrepareError(f"--bind '{item}': expected past=present")
+            item = tuple(item.split("="))
+        past, present = item
+        pairs.append((str(past), str(present)))
+    if not pairs:
+        raise PrepareError("--bind needs 'auto' or at least one past=present pair")
+    return pairs
+
+
+def prepare_decoder(in_path, out_path, bind: BindSpec = None,
+                    confirm: Optional[Callable[[list], bool]] = None,
+                    check_onnx: bool = True) -> PrepareReport:
+    """Writes OUT: IN with persistent_bindings and single-use bound inputs.
+
+    bind: "auto" accepts the pairs `find_pairs` lists; a list of (past, present) tuples or
+    "past=present" strings names them (nothing is guessed). With bind=None, `confirm(pairs)`
+    is asked (return True to accept the list of `Candidate`); without it, PrepareError.
+    Returns the `PrepareReport`; raises PrepareError for anything it cannot do."""
+    from onnx_light import onnx as ol
+
+    in_path, out_path = os.fspath(in_path), os.fspath(out_path)
+    if not os.path.isfile(in_path):
+        raise PrepareError(f"cannot read '{in_path}': no such file")
+    explicit = _parse_bind(bind)
+    try:
+        model = ol.load_model(in_path)  # the graph only: external data stays in its files
+    except Exception as e:  # noqa: BLE001 - reported as one line
+        raise PrepareError(f"cannot load '{in_path}': {e}") from None
+    graph = model.graph
+    if len(graph.persistent_bindings):
+        raise PrepareError(f"'{in_path}' already has persistent_bindings "
+                           f"({graph.persistent_bindings[0].input_name} <- "
+                           f"{graph.persistent_bindings[0].output_name}, ...)")
+
+    if explicit is not None:
+        pairs, conventions = explicit, {}
+    else:
+        candidates = find_pairs(model)
+        if not candidates:
+            raise PrepareError(
+                f"found no past/present pairs in '{in_path}' by the known naming conventions "
+                f"({', '.join(p + '* -> ' + q + '*' for p, q, _ in CONVENTIONS)}); name them "
+                f"with --bind past=present ...")
+        if bind is None:
+            if confirm is None:
+                raise PrepareError(
+                    f"found {len(candidates)} past/present pairs but cannot ask for "
+                    f"confirmation (not interactive): pass --bind auto to accept them or "
+                    f"--bind past=present ... to name them")
+            if not confirm(candidates):
+                raise PrepareError("pairs not confirmed; nothing written")
+        pairs = [(c.past, c.present) for c in candidates]
+        conventions = {c.past: c.convention for c in candidates}
+    _check_pairs(graph, pairs)
+
+    # External data: referenced relative to the model file; OUT refers to the same files.
+    locations: set = set()
+    _external_locations(graph, locations)
+    in_dir = os.path.dirname(os.path.abspath(in_path))
+    out_dir = os.path.dirname(os.path.abspath(out_path))
+    if os.path.exists(out_path) and os.path.samefile(in_path, out_path):
+        raise PrepareError(f"output '{out_path}' is the input; write a new file")
+    data_paths = {os.path.normpath(os.path.join(in_dir, loc)) for loc in locations}
+    if os.path.abspath(out_path) in data_paths:
+        raise PrepareError(f"output '{out_path}' is the model's external data file")
+    if locations and os.path.realpath(in_dir) != os.path.realpath(out_dir):
+        raise PrepareError(
+            f"output '{out_path}' must be in the input's directory '{in_dir}': its external "
+            f"data ({', '.join(sorted(locations))}) is referenced relative to the model file "
+            f"and is not copied")
+
+    rewrites = make_single_use(model, [p for p, _ in pairs])
+    for past, present in pairs:
+        b = graph.persistent_bindings.add()
+        b.input_name = past
+        b.output_name = present
+
+    checks = []
+    tmp = os.path.join(out_dir, f".{os.path.basename(out_path)}.tmp-{os.getpid()}")
+    try:
+        ol.save_model(model, tmp)
+        if check_onnx:
+            checks.append(_onnx_check(tmp, in_path))
+        checks.append(_state_check(tmp, pairs))
+        os.replace(tmp, out_path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return PrepareReport(in_path, out_path, [tuple(p) for p in pairs], conventions, rewrites,
+                         sorted(locations), checks)
+
+
+def _onnx_check(path: str, original: str) -> str:
+    """The onnx checker on the written file (it reads the graph only; external data files are
+    resolved from the file's directory; the bindings are unknown fields to it); skipped
+    without the onnx package."""
+    try:
+        import onnx
+    except ImportError:
+        return "onnx checker skipped (onnx not installed)"
+    def first_line(e):
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+    try:
+        onnx.checker.check_model(path)
+    except onnx.checker.ValidationError as e:
+        try:
+            onnx.checker.check_model(original)
+        except onnx.checker.ValidationError as before:
+            # Not ours: e.g. onnxruntime's SimplifiedLayerNormalization in the default domain.
+            return f"onnx checker not applicable (the input fails it too: {first_line(before)})"
+        raise PrepareError(f"the onnx checker rejects the prepared graph: {first_line(e)}") \
+            from None
+    return "onnx checker ok"
+
+
+def _state_check(path: str, pairs) -> str:
+    """Loads the written file (external references resolve from its directory) and builds
+    a PersistentValueState with empty initial values of the declared types: the onnx-light
+    checker validates the bindings (names, types, one use each)."""
+    import numpy as np
+
+    from onnx_light import onnx as ol
+    from onnx_light.onnx_py._onnxpykernels import runtime
+
+    try:
+        model = ol.load_model(path)
+    except Exception as e:  # noqa: BLE001
+        raise PrepareError(f"the prepared model does not load: {e}") from None
+    declared = {i.name: i for i in model.graph.input}
+    initial = {}
+    for past, _ in pairs:
+        t = declared[past].type.tensor_type
+        dtype = _numpy_dtype(t.elem_type)
+        dims = _dims(declared[past])
+        if dtype is None or dims is None:
+            initial = None  # the check without values still validates the declaration
+            break
+        initial[past] = np.zeros([d.dim_value if d.HasField("dim_value") else 0 for d in dims],
+                                 dtype)
+    try:
+        state = runtime.PersistentValueState(model, initial)
+        state.close()
+    except Exception as e:  # noqa: BLE001
+        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if initial is None and "missing initial value" in message:
+            return "onnx-light bindings check ok (no initial values built)"
+        raise PrepareError(f"onnx-light rejects the prepared model: {message}") from None
+    return "onnx-light PersistentValueState ok"
+
+
+# --- command line -------------------------------------------------------------------------
+
+def _ask(candidates) -> bool:
+    print(f"found {len(candidates)} past/present pairs:")
+    for c in candidates:
+        print(f"  {c.past} <- {c.present}  ({c.convention})")
+    try:
+        answer = input("bind these pairs? [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("input", help="the exported decoder (.onnx)")
+    parser.add_argument("-o", "--output", required=True,
+                        help="the prepared model; in the input's directory when the input "
+                             "has external data (it refers to the same data file)")
+    parser.add_argument("--bind", nargs="+", metavar="auto|PAST=PRESENT",
+                        help="'auto' accepts the pairs found by naming convention without "
+                             "asking; PAST=PRESENT ... names every pair (nothing guessed)")
+    parser.add_argument("--no-onnx-check", action="store_true",
+                        help="skip the onnx package's checker")
+
+
+def run(args) -> int:
+    confirm = _ask if args.bind is None and sys.stdin.isatty() else None
+    try:
+        report = prepare_decoder(args.input, args.output, bind=args.bind, confirm=confirm,
+                                 check_onnx=not args.no_onnx_check)
+    except (PrepareError, OSError, RuntimeError, ValueError) as e:
+        message = " ".join(str(e).split()) or type(e).__name__
+        print(f"onnx_light prepare: error: {message}", file=sys.stderr)
+        return 2
+    print(report.format())
+    return 0
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m onnx_light prepare",
+                                     description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,443 @@
+"""onnx_light.prepare (`python -m onnx_light prepare`): a raw torch.onnx (dynamo) export of the
+tiny Llama with a KV cache, as the exporter writes it (Shape reads of some caches included),
+becomes an onnx-light model with persistent_bindings whose bound inputs have one use each:
+it then generates under runtime.generate the greedy tokens of onnxruntime on the ORIGINAL file,
+with the same logits within 1e-4, without copying the external data. Explicit pairs, Size
+reads and every refusal (unknown name, a second consumer, an underivable dimension, no
+confirmation, an output elsewhere than its data) are checked through the function and the
+command line."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from models import export_hf
+from onnx_light import onnx as ol_onnx
+from onnx_light import prepare
+from onnx_light.onnx_py._onnxpykernels import runtime
+
+ARCH = "llama"
+LAYERS, KV_HEADS, HEAD_DIM = export_hf.cache_shape(ARCH)
+PAIRS = export_hf.cache_names(LAYERS)
+NEW_TOKENS = 8
+ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+@pytest.fixture(scope="module")
+def raw_dir(tmp_path_factory):
+    """A private copy of the raw export (graph + data file) in its own directory."""
+    source = export_hf.ensure(ARCH, with_cache=True, raw=True)
+    out = tmp_path_factory.mktemp("raw")
+    shutil.copy(source, out / "model.onnx")
+    shutil.copy(source + ".data", out / os.path.basename(source + ".data"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def prepared(raw_dir):
+    report = prepare.prepare_decoder(raw_dir / "model.onnx", raw_dir / "prepared.onnx",
+                                     bind="auto")
+    return raw_dir / "model.onnx", raw_dir / "prepared.onnx", report
+
+
+def _cache_reads(path) -> int:
+    model = onnx.load(path, load_external_data=False)
+    caches = {i.name for i in model.graph.input if i.name.startswith("past_key_values.")}
+    return sum(1 for n in model.graph.node
+               if n.op_type in ("Shape", "Size") and n.input[0] in caches)
+
+
+def _uses(model, name) -> int:
+    return sum(1 for n in model.graph.node for x in n.input if x == name) + \
+        sum(1 for o in model.graph.output if o.name == name)
+
+
+def _ort_greedy(path, ids, new_tokens):
+    """onnxruntime on `path`: prompt, then one token per call with the presents fed back.
+    Returns the tokens and each call's last-position logits."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    cache = export_hf.empty_cache(ARCH, ids.shape[0])
+    mask = np.ones_like(ids)
+    positions = np.arange(ids.shape[1], dtype=np.int64)[None].repeat(ids.shape[0], 0)
+    step_ids, tokens, logits = ids, [ids], []
+    for _ in range(new_tokens):
+        out = dict(zip(names, session.run(None, {"input_ids": step_ids, "attention_mask": mask,
+                                                 "position_ids": positions, **cache})))
+        last = out["logits"][:, -1]
+        top2 = np.sort(last, axis=-1)[:, -2:]
+        assert (top2[:, 1] - top2[:, 0]).min() >= 1e-4, "near-tie: choose another prompt"
+        logits.append(last)
+        step_ids = last.argmax(-1)[:, None].astype(np.int64)
+        cache = {past: out[present] for past, present in PAIRS}
+        mask = np.concatenate([mask, np.ones_like(step_ids)], axis=1)
+        positions = positions[:, -1:] + 1
+        tokens.append(step_ids)
+    return np.concatenate(tokens, axis=1), logits
+
+
+def test_prepared_export_generates_onnxruntimes_tokens_and_logits(prepared):
+    raw, out, report = prepared
+    assert report.pairs == PAIRS
+    model = ol_onnx.load_model(str(out))
+    assert [(b.input_name, b.output_name) for b in model.graph.persistent_bindings] == PAIRS
+    ids = np.random.default_rng(1).integers(1, 128, size=(1, 7), dtype=np.int64)
+    expected, expected_logits = _ort_greedy(raw, ids, NEW_TOKENS)
+
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+    options = runtime.GenerationOptions(max_new_tokens=NEW_TOKENS)
+    tokens = np.from_dlpack(runtime.generate(model, context,
+                                             {"input_ids": ids, **export_hf.empty_cache(ARCH)},
+                                             options))
+    np.testing.assert_array_equal(tokens, expected)
+
+    # Step by step on the bound model: the same logits as onnxruntime on the raw file.
+    state = runtime.PersistentValueState(model, export_hf.empty_cache(ARCH))
+    step_ids, total = ids, 0
+    for step in range(NEW_TOKENS):
+        total += step_ids.shape[1]
+        positions = np.arange(total - step_ids.shape[1], total, dtype=np.int64)[None]
+        out_values = state.run(context, {"input_ids": step_ids,
+                                         "attention_mask": np.ones((1, total), np.int64),
+                                         "position_ids": positions})
+        last = np.from_dlpack(out_values["logits"])[:, -1]
+        assert np.abs(last - expected_logits[step]).max() <= 1e-4, step
+        step_ids = expected[:, ids.shape[1] + step:ids.shape[1] + step + 1]
+    state.close()
+
+
+def test_rewrites_every_shape_read_of_a_cache_and_leaves_one_use(prepared):
+    raw, out, report = prepared
+    reads = _cache_reads(raw)
+    assert reads > 0  # the exporter reads batch and past length off some caches
+    assert len(report.rewrites) == reads
+    assert {r.input_name for r in report.rewrites} <= {p for p, _ in PAIRS}
+    assert _cache_reads(out) == 0
+    model = onnx.load(str(out), load_external_data=False)
+    for past, _ in PAIRS:
+        assert _uses(model, past) == 1, past
+    # The graph outputs are those of the export, in order, with the same types.
+    original = onnx.load(str(raw), load_external_data=False)
+    assert [o.SerializeToString() for o in model.graph.output] == \
+        [o.SerializeToString() for o in original.graph.output]
+    assert "onnx checker ok" in report.checks
+    assert "onnx-light PersistentValueState ok" in report.checks
+
+
+def test_external_data_is_referenced_not_copied(prepared):
+    raw, out, report = prepared
+    directory = os.path.dirname(out)
+    data = os.path.basename(export_hf.ensure(ARCH, with_cache=True, raw=True)) + ".data"
+    assert sorted(os.listdir(directory)) == sorted(["model.onnx", data, "prepared.onnx"])
+    assert report.external_data == [data]
+    # The new graph is the old one plus a few nodes and the bindings, no weight bytes.
+    assert os.path.getsize(out) <= os.path.getsize(raw) + 16384
+    model = onnx.load(str(out), load_external_data=False)
+    locations = {e.value for t in model.graph.initializer for e in t.external_data
+                 if e.key == "location"}
+    assert locations == {data}
+    assert all(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer
+               if t.external_data)
+
+
+def test_explicit_pairs_bind_exactly_those(raw_dir):
+    raw = raw_dir / "model.onnx"
+    first_layer = [p for p in PAIRS if p[0].startswith("past_key_values.0.")]
+    out = raw_dir / "layer0.onnx"
+    report = prepare.prepare_decoder(raw, out, bind=[f"{a}={b}" for a, b in first_layer])
+    assert report.pairs == first_layer and report.conventions == {}
+    model = onnx.load(str(out), load_external_data=False)
+    original = onnx.load(str(raw), load_external_data=False)
+    # Only reads of the bound inputs are rewritten; the other caches keep theirs.
+    bound_reads = sum(1 for n in original.graph.node if n.op_type == "Shape"
+                      and n.input[0] in {a for a, _ in first_layer})
+    assert len(report.rewrites) == bound_reads
+    assert _cache_reads(out) == _cache_reads(raw) - bound_reads
+    assert [(b.input_name, b.output_name)
+            for b in ol_onnx.load_model(str(out)).graph.persistent_bindings] == first_layer
+    assert len(model.graph.node) >= len(original.graph.node)
+    os.remove(out)
+
+
+def test_a_confirmation_callback_sees_the_candidates(raw_dir):
+    seen = []
+
+    def refuse(candidates):
+        seen.extend(candidates)
+        return False
+
+    with pytest.raises(prepare.PrepareError, match="not confirmed"):
+        prepare.prepare_decoder(raw_dir / "model.onnx", raw_dir / "x.onnx", confirm=refuse)
+    assert [(c.past, c.present) for c in seen] == PAIRS
+    assert all("past_key_values.* -> present.*" in c.convention for c in seen)
+    assert not os.path.exists(raw_dir / "x.onnx")
+
+
+def test_refusals(raw_dir, tmp_path):
+    raw = raw_dir / "model.onnx"
+    with pytest.raises(prepare.PrepareError, match="unknown name 'past_key_values.9.key'"):
+        prepare.prepare_decoder(raw, raw_dir / "x.onnx",
+                                bind=["past_key_values.9.key=present.0.key"])
+    with pytest.raises(prepare.PrepareError, match="no output 'present.9.key'"):
+        prepare.prepare_decoder(raw, raw_dir / "x.onnx",
+                                bind=[("past_key_values.0.key", "present.9.key")])
+    with pytest.raises(prepare.PrepareError, match="pass --bind auto"):
+        prepare.prepare_decoder(raw, raw_dir / "x.onnx")  # no bind, no confirm
+    with pytest.raises(prepare.PrepareError, match="must be in the input's directory"):
+        prepare.prepare_decoder(raw, tmp_path / "x.onnx", bind="auto")
+    with pytest.raises(prepare.PrepareError, match="is the input"):
+        prepare.prepare_decoder(raw, raw, bind="auto")
+    assert not os.path.exists(raw_dir / "x.onnx") and not os.listdir(tmp_path)
+
+
+PAST, PRESENT = "past_key_values.0.key", "present.0.key"
+
+
+def _tiny(path, extra_nodes, extra_outputs, past_dims=("batch", 2, "past", 4)):
+    """PAST [batch, 2, past, 4] -> PRESENT = Concat(PAST, new) along axis 2, plus extra
+    nodes reading PAST; input_ids [batch, seq] and attention_mask [batch, total] declared."""
+    nodes = [
+        helper.make_node("Cast", ["input_ids"], ["ids_f"], to=TensorProto.FLOAT, name="cast"),
+        helper.make_node("Unsqueeze", ["ids_f", "axes"], ["ids_u"], name="unsqueeze"),
+        helper.make_node("Expand", ["ids_u", "expand_shape"], ["new"], name="expand"),
+        helper.make_node("Concat", [PAST, "new"], [PRESENT], axis=2, name="concat"),
+    ] + extra_nodes
+    graph = helper.make_graph(
+        nodes, "tiny",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"]),
+         helper.make_tensor_value_info(PAST, TensorProto.FLOAT, list(past_dims))],
+        [helper.make_tensor_value_info(PRESENT, TensorProto.FLOAT, ["batch", 2, "total", 4])]
+        + extra_outputs,
+        initializer=[helper.make_tensor("axes", TensorProto.INT64, [2], [1, 3]),
+                     helper.make_tensor("expand_shape", TensorProto.INT64, [4], [1, 2, 1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_shape_and_size_reads_are_answered_from_other_inputs(tmp_path):
+    """Shape without attributes, Shape [1:3] and Size of the cache, as outputs: the same
+    values from onnxruntime on the original and on the prepared file (which ignores the
+    bindings), for several batch/past/seq sizes."""
+    path = _tiny(tmp_path / "m.onnx",
+                 [helper.make_node("Shape", [PAST], ["shape"], name="shape_all"),
+                  helper.make_node("Shape", [PAST], ["dims"], start=1, end=-1,
+                                   name="shape_mid"),
+                  helper.make_node("Size", [PAST], ["size"], name="size")],
+                 [helper.make_tensor_value_info("shape", TensorProto.INT64, [4]),
+                  helper.make_tensor_value_info("dims", TensorProto.INT64, [2]),
+                  helper.make_tensor_value_info("size", TensorProto.INT64, [])])
+    report = prepare.prepare_decoder(path, tmp_path / "p.onnx", bind="auto")
+    assert report.pairs == [(PAST, PRESENT)]
+    assert [(r.op_type, r.node_name) for r in report.rewrites] == \
+        [("Shape", "shape_all"), ("Shape", "shape_mid"), ("Size", "size")]
+    before = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    after = ort.InferenceSession(str(tmp_path / "p.onnx"), providers=["CPUExecutionProvider"])
+    for batch, past, seq in [(1, 0, 3), (2, 5, 1), (3, 2, 4)]:
+        feeds = {"input_ids": np.ones((batch, seq), np.int64),
+                 "attention_mask": np.ones((batch, past + seq), np.int64),
+                 PAST: np.zeros((batch, 2, past, 4), np.float32)}
+        for a, b in zip(before.run(None, feeds), after.run(None, feeds)):
+            np.testing.assert_array_equal(a, b)
+        assert before.run(["size"], feeds)[0] == batch * 2 * past * 4
+
+
+def test_a_second_consumer_is_refused_naming_input_and_node(tmp_path):
+    path = _tiny(tmp_path / "m.onnx",
+                 [helper.make_node("ReduceSum", [PAST], ["total_sum"], name="sum_past")],
+                 [helper.make_tensor_value_info("total_sum", TensorProto.FLOAT, [])])
+    with pytest.raises(prepare.PrepareError,
+                       match=r"input 'past_key_values.0.key' has a second use.*"
+                             r"ReduceSum node 'sum_past'"):
+        prepare.prepare_decoder(path, tmp_path / "p.onnx", bind="auto")
+    assert not os.path.exists(tmp_path / "p.onnx")
+
+
+def test_an_underivable_dimension_is_refused_naming_input_and_node(tmp_path):
+    path = _tiny(tmp_path / "m.onnx",
+                 [helper.make_node("Shape", [PAST], ["head"], start=3, name="head_dim")],
+                 [helper.make_tensor_value_info("head", TensorProto.INT64, [1])],
+                 past_dims=("batch", 2, "past", "head_size"))
+    with pytest.raises(prepare.PrepareError,
+                       match=r"dimension 3 \('head_size'\) of input "
+                             r"'past_key_values.0.key'.*Shape node 'head_dim'"):
+        prepare.prepare_decoder(path, tmp_path / "p.onnx", bind="auto")
+
+
+def test_genai_builder_model_binds_without_rewrites_and_generates():
+    """The onnxruntime-genai builder's fp32 Llama: its caches feed GroupQueryAttention once
+    each, so prepare only binds them; the prepared file then generates onnxruntime's greedy
+    tokens on the original."""
+    import json
+
+    from models import genai_builder
+
+    path = genai_builder.ensure("llama", "fp32")
+    out = os.path.join(os.path.dirname(path), "prepared-test.onnx")
+    try:
+        report = prepare.prepare_decoder(path, out, bind="auto")
+        pasts = [i for i in onnx.load(path, load_external_data=False).graph.input
+                 if i.name.startswith("past_key_values.")]
+        assert len(report.pairs) == len(pasts) > 0 and report.rewrites == []
+        assert all(present == past.replace("past_key_values.", "present.")
+                   for past, present in report.pairs)
+        with open(os.path.join(os.path.dirname(path), "genai_config.json")) as f:
+            head_size = json.load(f)["model"]["decoder"]["head_size"]
+        cache = {p.name: np.zeros((1, p.type.tensor_type.shape.dim[1].dim_value, 0, head_size),
+                                  np.float32) for p in pasts}
+        ids = np.random.default_rng(2).integers(3, 120, (1, 6), dtype=np.int64)
+        context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(21)))
+        tokens = np.from_dlpack(runtime.generate(
+            ol_onnx.load_model(out), context, {"input_ids": ids, **cache},
+            runtime.GenerationOptions(max_new_tokens=NEW_TOKENS)))
+        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        step, expected, total = ids, [ids], 0
+        for _ in range(NEW_TOKENS):
+            total += step.shape[1]
+            result = dict(zip(names, session.run(None, {
+                "input_ids": step, "attention_mask": np.ones((1, total), np.int64), **cache})))
+            last = result["logits"][:, -1]
+            top2 = np.sort(last, axis=-1)[:, -2:]
+            assert (top2[:, 1] - top2[:, 0]).min() >= 1e-4, "near-tie: choose another prompt"
+            step = last.argmax(-1)[:, None].astype(np.int64)
+            expected.append(step)
+            cache = {k: result[k.replace("past_key_values.", "present.")] for k in cache}
+        np.testing.assert_array_equal(tokens, np.concatenate(expected, axis=1))
+    finally:
+        if os.path.exists(out):
+            os.remove(out)
+
+
+def _cli(*args, stdin=subprocess.DEVNULL):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python")]
+                                        + env.get("PYTHONPATH", "").split(os.pathsep))
+    return subprocess.run([sys.executable, "-m", "onnx_light", "prepare", *map(str, args)],
+                          capture_output=True, text=True, env=env, stdin=stdin, timeout=300)
+
+
+def test_cli_prints_pairs_and_rewrites(raw_dir):
+    out = raw_dir / "cli.onnx"
+    result = _cli(raw_dir / "model.onnx", "-o", out, "--bind", "auto")
+    assert result.returncode == 0, result.stderr
+    for past, present in PAIRS:
+        assert f"{past} <- {present}" in result.stdout
+    assert f"rewrote {_cache_reads(raw_dir / 'model.onnx')} nodes" in result.stdout
+    assert os.path.exists(out)
+    os.remove(out)
+
+
+def test_cli_refuses_with_a_one_line_message(raw_dir):
+    result = _cli(raw_dir / "model.onnx", "-o", raw_dir / "cli.onnx")  # stdin not a TTY
+    assert result.returncode != 0
+    assert "--bind auto" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    result = _cli(raw_dir / "model.onnx", "-o", raw_dir / "cli.onnx", "--bind",
+                  "nope=present.0.key")
+    assert result.returncode != 0
+    assert "unknown name 'nope'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(raw_dir / "cli.onnx")
+
+
+def test_a_large_external_weight_is_not_read(tmp_path):
+    """A 512 MiB external initializer (a sparse file): preparing the model in a fresh process
+    raises its peak RSS by far less than the weight (the graph alone is read and written)."""
+    rows, cols = 8192, 16384
+    weight = TensorProto(name="weight", data_type=TensorProto.FLOAT, dims=[rows, cols],
+                         data_location=TensorProto.EXTERNAL)
+    for key, value in (("location", "weights.bin"), ("offset", "0"),
+                       ("length", str(rows * cols * 4))):
+        entry = weight.external_data.add()
+        entry.key, entry.value = key, value
+    with open(tmp_path / "weights.bin", "wb") as f:
+        f.truncate(rows * cols * 4)
+    graph = helper.make_graph(
+        [helper.make_node("Concat", [PAST, "new"], [PRESENT], axis=2),
+         helper.make_node("Shape", [PAST], ["batch"], end=1),
+         helper.make_node("MatMul", ["x", "weight"], ["y"])],
+        "large",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"]),
+         helper.make_tensor_value_info("new", TensorProto.FLOAT, ["batch", 2, "seq", 4]),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows]),
+         helper.make_tensor_value_info(PAST, TensorProto.FLOAT, ["batch", 2, "past", 4])],
+        [helper.make_tensor_value_info(PRESENT, TensorProto.FLOAT, ["batch", 2, "total", 4]),
+         helper.make_tensor_value_info("batch", TensorProto.INT64, [1]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cols])],
+        initializer=[weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save(model, str(tmp_path / "large.onnx"))
+
+    script = ("import resource, sys\n"
+              "import numpy, onnx, onnx_light.onnx\n"
+              "from onnx_light import prepare\n"
+              "from onnx_light.onnx_py._onnxpykernels import runtime\n"
+              "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+              "if sys.argv[1] == 'prepare':\n"
+              "    report = prepare.prepare_decoder(sys.argv[2], sys.argv[3], bind='auto')\n"
+              "    assert len(report.rewrites) == 1, report\n"
+              "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+              "print((after - before) // 1024)\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python")]
+                                        + env.get("PYTHONPATH", "").split(os.pathsep))
+    result = subprocess.run([sys.executable, "-c", script, "prepare",
+                             str(tmp_path / "large.onnx"), str(tmp_path / "out.onnx")],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    growth_mib = int(result.stdout.split()[-1])
+    assert growth_mib < 64, growth_mib  # the weight is 512 MiB
+    assert os.path.getsize(tmp_path / "out.onnx") < 64 * 1024
+    assert sorted(os.listdir(tmp_path)) == ["large.onnx", "out.onnx", "weights.bin"]
+
+
+@pytest.mark.parametrize("answer, code", [("y", 0), ("n", 2)])
+def test_cli_asks_on_a_terminal(raw_dir, answer, code):
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        os.write(master, (answer + "\n").encode())
+        result = _cli(raw_dir / "model.onnx", "-o", raw_dir / "asked.onnx", stdin=slave)
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert result.returncode == code, result.stderr
+    assert "bind these pairs? [y/N]" in result.stdout
+    assert f"{PAIRS[0][0]} <- {PAIRS[0][1]}" in result.stdout
+    assert os.path.exists(raw_dir / "asked.onnx") == (code == 0)
+    if code:
+        assert "not confirmed" in result.stderr
+    else:
+        os.remove(raw_dir / "asked.onnx")
+
+
+def test_a_capture_in_a_subgraph_is_a_second_use(tmp_path):
+    def branch(name, source):
+        return helper.make_graph(
+            [helper.make_node("ReduceSum", [source], [name + "_out"], keepdims=0)], name, [],
+            [helper.make_tensor_value_info(name + "_out", TensorProto.FLOAT, [])])
+
+    path = _tiny(tmp_path / "m.onnx",
+                 [helper.make_node("Constant", [], ["cond"],
+                                   value=helper.make_tensor("c", TensorProto.BOOL, [], [True])),
+                  helper.make_node("If", ["cond"], ["chosen"], name="maybe_sum",
+                                   then_branch=branch("then", PAST),
+                                   else_branch=branch("else", "new"))],
+                 [helper.make_tensor_value_info("chosen", TensorProto.FLOAT, [])])
+    with pytest.raises(prepare.PrepareError,
+                       match=r"second use.*If node 'maybe_sum' \(captured in its subgraph "
+                             r"'then_branch'\)"):
+        prepare.prepare_decoder(path, tmp_path / "p.onnx", bind="auto")
