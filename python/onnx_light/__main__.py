@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
 
 # name -> (module, one-line help)
@@ -23,8 +22,6 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m onnx_light")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
-        if importlib.util.find_spec(module) is None:  # a command not in this checkout
-            continue
         command = sub.add_parser(name, help=help_text, description=help_text)
         command.set_defaults(module=module)
         importlib.import_module(module).add_arguments(command)

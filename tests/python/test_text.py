@@ -123,14 +123,14 @@ def test_the_command_line_streams_text_and_reports_figures(files):
     want, _ = expected_text(files)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [os.path.join(REPO, "python"), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-m", "onnx_light.text",
+    done = subprocess.run([sys.executable, "-m", "onnx_light", "generate",
                            str(files / "model.onnx"), "--tokenizer", str(files),
                            "--prompt", PROMPT, "--max-new-tokens", "8"],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout == want + "\n"
     assert "prompt tokens, prefill" in done.stderr and "tokens/s" in done.stderr
-    bad = subprocess.run([sys.executable, "-m", "onnx_light.text",
+    bad = subprocess.run([sys.executable, "-m", "onnx_light", "generate",
                           str(files / "model.onnx"), "--tokenizer", str(files / "missing"),
                           "--prompt", PROMPT], capture_output=True, text=True, env=env,
                          timeout=300)
