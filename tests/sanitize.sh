@@ -5,12 +5,13 @@
 #   bash tests/sanitize.sh -R core    extra arguments go to ctest
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-dir=build-asan
+dir=${BUILD_DIR:-build-asan}
 jobs=${JOBS:-$(nproc)}
 start=$SECONDS
 if [ ! -f $dir/CMakeCache.txt ]; then
   echo "== configuring ($dir/)"
   cmake -S . -B $dir -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DONNX_LIGHT_SANITIZE=ON \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
     -DONNX_LIGHT_PYTHON=OFF -DONNX_LIGHT_PERF=OFF -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF \
     -DCMAKE_POLICY_VERSION_MINIMUM=3.5 > $dir.configure.log 2>&1 || { cat $dir.configure.log; exit 1; }
   mv $dir.configure.log $dir/configure.log

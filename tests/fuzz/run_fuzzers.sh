@@ -7,7 +7,7 @@
 # reproduce one with build-fuzz/tests/fuzz/fuzz_<target> <file>.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-dir=build-fuzz
+dir=${BUILD_DIR:-build-fuzz}
 per=${SECONDS_PER_TARGET:-60}
 jobs=${JOBS:-$(nproc)}
 targets=("$@")
@@ -15,6 +15,7 @@ targets=("$@")
 if [ ! -f $dir/CMakeCache.txt ]; then
   echo "== configuring ($dir/)"
   CXX=clang++ cmake -S . -B $dir -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
     -DCMAKE_CXX_COMPILER=clang++ -DONNX_LIGHT_FUZZ=ON -DONNX_LIGHT_WERROR=OFF \
     -DONNX_LIGHT_PYTHON=OFF -DONNX_LIGHT_PERF=OFF -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF \
     -DCMAKE_POLICY_VERSION_MINIMUM=3.5 > $dir.configure.log 2>&1 || { cat $dir.configure.log; exit 1; }
