@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "executor/runtime_context.h"
+#include "executor/runtime_session.h"
 #include "state/persistent_value_state.h"
 #include "state/value_validation.h"
 #include "fuzz_util.h"
@@ -42,6 +43,12 @@ std::shared_ptr<const ModelProto> StateModel() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::shared_ptr<const ModelProto> model = StateModel();
   static const ValueValidator validator(*model);
+  static const auto session = [] {
+    RuntimeSessionOptions options;
+    options.intra_op_threads = 1;
+    options.max_tensor_bytes = kMaxTensorBytes;
+    return std::make_shared<const RuntimeSession>(model, options);
+  }();
   auto cache = std::make_shared<PagedCacheProto>();
   if (!cache->ParseFromArray(data, static_cast<int>(size))) return 0;
   RuntimeValue value;
@@ -69,12 +76,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   });
   if (!valid) return 0;
   Expect([&] {
-    RuntimeSessionOptions options;
-    options.intra_op_threads = 1;
-    options.max_tensor_bytes = kMaxTensorBytes;
     RuntimeValueMap initial;
     initial["cache"] = value;
-    PersistentValueState state(model, std::move(initial), options);
+    PersistentValueState state(session, std::move(initial));
     RuntimeContext context;
     state.Run(context, {});
     state.Run(context, {});

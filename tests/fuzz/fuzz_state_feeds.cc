@@ -9,6 +9,7 @@
 
 #include "core/text_parser.h"
 #include "executor/runtime_context.h"
+#include "executor/runtime_session.h"
 #include "state/persistent_value_state.h"
 #include "fuzz_util.h"
 
@@ -72,13 +73,21 @@ std::shared_ptr<const ModelProto> StructModel(bool paged) {
   return m;
 }
 
-const std::shared_ptr<const ModelProto>& Model(int i) {
-  static const std::shared_ptr<const ModelProto> models[] = {
-      Parse("g (float[2] x, float[2] past) => (float[2] y, float[2] present) "
-            "{ present = Add(x, past) y = Identity(present) }"),
-      Parse("g (float[N] x, seq(float[N]) past) => (int64 y, seq(float[N]) present) "
-            "{ present = SequenceInsert(past, x) y = SequenceLength(present) }"),
-      StructModel(false), StructModel(true)};
+std::shared_ptr<const RuntimeSession> Session(const std::shared_ptr<const ModelProto>& model) {
+  RuntimeSessionOptions options;
+  options.intra_op_threads = 1;
+  options.max_tensor_bytes = kMaxTensorBytes;
+  return std::make_shared<RuntimeSession>(model, options);
+}
+
+// One session per model, shared by the states of all inputs (as a server shares it).
+const std::shared_ptr<const RuntimeSession>& Model(int i) {
+  static const std::shared_ptr<const RuntimeSession> models[] = {
+      Session(Parse("g (float[2] x, float[2] past) => (float[2] y, float[2] present) "
+            "{ present = Add(x, past) y = Identity(present) }")),
+      Session(Parse("g (float[N] x, seq(float[N]) past) => (int64 y, seq(float[N]) present) "
+            "{ present = SequenceInsert(past, x) y = SequenceLength(present) }")),
+      Session(StructModel(false)), Session(StructModel(true))};
   return models[i % 4];
 }
 
@@ -86,16 +95,13 @@ const std::shared_ptr<const ModelProto>& Model(int i) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Reader r(data, size);
-  const auto& model = Model(r.U8());
+  const auto& session = Model(r.U8());
   const uint8_t ops = r.U8();
-  RuntimeSessionOptions options;
-  options.intra_op_threads = 1;
-  options.max_tensor_bytes = kMaxTensorBytes;
   std::unique_ptr<PersistentValueState> state;
   RuntimeValueMap initial;
   if (ops & 1) initial["past"] = ReadValue(r, 6);
-  Expect([&] { state = std::make_unique<PersistentValueState>(model, initial, options); });
-  if (!state) Expect([&] { state = std::make_unique<PersistentValueState>(model, RuntimeValueMap{}, options); });
+  Expect([&] { state = std::make_unique<PersistentValueState>(session, initial); });
+  if (!state) Expect([&] { state = std::make_unique<PersistentValueState>(session, RuntimeValueMap{}); });
   if (!state) return 0;
   RuntimeContext context;
   for (int step = 0; step < 3 && r.left() > 0; ++step) {

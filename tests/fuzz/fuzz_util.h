@@ -97,9 +97,21 @@ inline RuntimeValueMap ZeroFeeds(const GraphProto& graph) {
   return feeds;
 }
 
+inline RuntimeValue ReadValueOrThrow(Reader& r, int depth);
+
 // A value decoded from fuzzer bytes: tensors (dense, borrowed, strided), structs, sequences,
-// encoded values and empties, nested up to `depth`.
+// encoded values and empties, nested up to `depth`. A part the runtime refuses to build (a
+// tensor past max_tensor_bytes, bad strides) becomes an empty value.
 inline RuntimeValue ReadValue(Reader& r, int depth) {
+  try {
+    return ReadValueOrThrow(r, depth);
+  } catch (const Error&) {
+  } catch (const std::bad_alloc&) {
+  }
+  return RuntimeValue();
+}
+
+inline RuntimeValue ReadValueOrThrow(Reader& r, int depth) {
   static const DataType kTypes[] = {DataType::kFloat, DataType::kInt64, DataType::kInt32,
                                     DataType::kFloat16, DataType::kBool, DataType::kUint8,
                                     DataType::kDouble, DataType::kInt4, DataType::kString,
