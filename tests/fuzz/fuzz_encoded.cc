@@ -14,6 +14,8 @@
 using namespace fuzz;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // Values built outside a run (feeds, caches) obey the same limit as the runs.
+  const ScopedMaxTensorBytes limit(kMaxTensorBytes);
   Reader r(data, size);
   TypeProto declared;
   std::string_view type_bytes = r.Bytes(r.U16());

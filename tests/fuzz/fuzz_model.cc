@@ -13,6 +13,8 @@
 using namespace fuzz;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // Values built outside a run (feeds, caches) obey the same limit as the runs.
+  const ScopedMaxTensorBytes limit(kMaxTensorBytes);
   std::shared_ptr<ModelProto> model;
   Expect([&] {
     model = LoadModelFromBytes(std::string_view(reinterpret_cast<const char*>(data), size));

@@ -41,6 +41,8 @@ std::shared_ptr<const ModelProto> StateModel() {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // Values built outside a run (feeds, caches) obey the same limit as the runs.
+  const ScopedMaxTensorBytes limit(kMaxTensorBytes);
   static const std::shared_ptr<const ModelProto> model = StateModel();
   static const ValueValidator validator(*model);
   static const auto session = [] {

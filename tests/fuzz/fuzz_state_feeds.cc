@@ -94,6 +94,8 @@ const std::shared_ptr<const RuntimeSession>& Model(int i) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // Values built outside a run (feeds, caches) obey the same limit as the runs.
+  const ScopedMaxTensorBytes limit(kMaxTensorBytes);
   Reader r(data, size);
   const auto& session = Model(r.U8());
   const uint8_t ops = r.U8();

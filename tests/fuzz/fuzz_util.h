@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "core/runtime_value.h"
 #include "core/tensor.h"
