@@ -99,9 +99,11 @@ TEST_CASE("the int4 and int8 GEMV equal the scalar reference on both paths, odd 
   for (int bits : {4, 8})
     for (int64_t block : {16, 32, 64, 128, 256})
       for (bool with_zp : {false, true})
-        for (auto [n, k] : {std::pair<int64_t, int64_t>{37, 3 * block - 5}, {16, block},
-                            {1, 2 * block + 1}, {53, 7}})
+        for (auto nk : {std::pair<int64_t, int64_t>{37, 3 * block - 5}, {16, block},
+                        {1, 2 * block + 1}, {53, 7}})
           for (auto path : kPaths) {
+            // Not a structured binding: clang 14 cannot capture one (CAPTURE is a lambda).
+            const int64_t n = nk.first, k = nk.second;
             CAPTURE(bits);
             CAPTURE(block);
             CAPTURE(with_zp);
@@ -130,8 +132,9 @@ TEST_CASE("both paths equal the reference on a real decoder shape (K = 576, N = 
 
 TEST_CASE("the M > 1 product (GEMV rows, then dequantized tiles into SGEMM) equals the reference") {
   for (int64_t m : {2, 5, 19})
-    for (auto [n, k, block] : {std::tuple<int64_t, int64_t, int64_t>{37, 91, 32},
-                               {300, 600, 64}, {129, 17, 16}, {40, 2100, 128}}) {
+    for (auto nkb : {std::tuple<int64_t, int64_t, int64_t>{37, 91, 32},
+                     {300, 600, 64}, {129, 17, 16}, {40, 2100, 128}}) {
+      const int64_t n = std::get<0>(nkb), k = std::get<1>(nkb), block = std::get<2>(nkb);
       CAPTURE(m);
       CAPTURE(n);
       CAPTURE(k);
@@ -166,7 +169,8 @@ TEST_CASE("the int8-activation GEMV (accuracy_level 4) is the exact product of t
   uint32_t seed = 500;
   for (int64_t block : {32, 64, 128, 256})
     for (bool with_zp : {false, true})
-      for (auto [n, k] : {std::pair<int64_t, int64_t>{37, 3 * block - 5}, {16, block}, {49, 33}}) {
+      for (auto nk : {std::pair<int64_t, int64_t>{37, 3 * block - 5}, {16, block}, {49, 33}}) {
+        const int64_t n = nk.first, k = nk.second;
         CAPTURE(block);
         CAPTURE(with_zp);
         CAPTURE(n);

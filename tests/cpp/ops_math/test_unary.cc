@@ -124,7 +124,9 @@ TEST_CASE("exp-based ops are within 3e-7 relative on sizes across vector widths 
       {"Tanh", [](double x) { return std::tanh(x); }}};
   // 40000 splits into several parallel chunks of 16384 elements.
   for (int64_t n : {1, 7, 8, 9, 33, 1000, 40000})
-    for (const auto& [op, ref] : ops) {
+    for (const auto& entry : ops) {
+      const char* op = entry.first;  // not a structured binding: clang 14 cannot capture one
+      const auto& ref = entry.second;
       CAPTURE(op);
       CAPTURE(n);
       const std::vector<float> x = Random(n, -30, 30);

@@ -99,8 +99,10 @@ TEST_CASE("Map, optional, sparse and opaque declarations are rejected, also nest
   sparse.mutable_sparse_tensor_type()->set_elem_type(kF);
   TypeProto opaque;
   opaque.mutable_opaque_type()->set_name("blob");
-  for (const auto& [type, word] : {std::pair{map, "map"}, {optional, "optional"},
-                                   {sparse, "sparse"}, {opaque, "opaque"}}) {
+  for (const auto& entry : {std::pair{map, "map"}, {optional, "optional"},
+                            {sparse, "sparse"}, {opaque, "opaque"}}) {
+    const auto& type = entry.first;  // not a structured binding: clang 14 cannot capture one
+    const char* word = entry.second;
     ExpectError([&] { v.CheckPersistentDeclaration("state", type); }, ErrorCode::kNotImplemented,
                 {"'state'", word});
     ExpectError([&] { v.CheckPersistentDeclaration("state", SequenceType(type)); },
