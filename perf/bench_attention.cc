@@ -56,7 +56,8 @@ struct DecodeAttention {
     node.set_name("sdpa");
     for (int i = 0; i < 10; ++i) node.add_input("in" + std::to_string(i));
     node.add_output("y");
-    kernel = (*BuiltinKernels().Find("ai.onnx_light.fused", node.op_type(), 1))(node, context);
+    kernel = (*BuiltinKernels().Find("ai.onnx_light.fused", node.op_type(), 1))(
+        node, context, KernelInfo(node, context.kernel_ctx()));
     kernel->set_node(node);
     const int64_t capacity = keys + 64, rep = heads / kv_heads;
     for (int l = 0; l < layers; ++l) {
