@@ -76,6 +76,27 @@ bool IsPagedCacheStructure(const RuntimeValue& value) {
   return true;
 }
 
+bool PagedCacheTailIsUnshared(const RuntimeValue& cache) {
+  if (!IsPagedCacheStructure(cache) || cache.fields_use_count() != 1) return false;
+  const RuntimeSequence& seq = cache.fields().front().second.elements();
+  if (seq.empty()) return false;
+  const std::shared_ptr<const RuntimeSequence::Node>* node = &seq.root();
+  if (node->use_count() != 1) return false;
+  while (!(*node)->leaf) {
+    node = &(*node)->children.back();
+    if (node->use_count() != 1) return false;
+  }
+  const std::shared_ptr<const RuntimeValue>& block = (*node)->items.back();
+  if (block.use_count() != 1 || block->fields_use_count() != 1) return false;
+  for (const char* name : {"key", "value"}) {
+    const RuntimeValue& payload = block->field(name);
+    const long holders = payload.is_tensor() ? payload.tensor().owner_use_count()
+                                             : payload.encoded_ptr().use_count();
+    if (holders != 1) return false;
+  }
+  return true;
+}
+
 RuntimeValue RuntimeValue::FromPagedCache(std::shared_ptr<const PagedCacheProto> cache,
                                           std::shared_ptr<const ParameterCatalogue> catalogue) {
   OL_CHECK(cache != nullptr, ErrorCode::kInvalidArgument, "null paged cache");

@@ -75,6 +75,9 @@ class RuntimeValue {
   const std::string& struct_name() const;
   const std::vector<Field>& fields() const;
   const RuntimeValue* FindField(const std::string& name) const;  // null when absent
+  // How many values share this struct's field list (1 = this one alone; 0 for non-structs):
+  // with the payloads' owner counts, whether a retained cache may be extended in place.
+  long fields_use_count() const { return fields_.use_count(); }
   const RuntimeValue& field(const std::string& name) const;      // throws when absent
 
   const RuntimeSequence& elements() const;
@@ -115,5 +118,11 @@ using RuntimeValueMap = std::unordered_map<std::string, RuntimeValue>;
 // elements are structs with exactly the fields start, length, key and value. There is no
 // origin marker: any value of this shape is a cache.
 bool IsPagedCacheStructure(const RuntimeValue& value);
+
+// True when `cache` is a non-empty paged cache that alone holds its last block all the way
+// down: its field list, the blocks sequence's tree along the last path, the last block's
+// field list and its key and value payloads are shared with no other value or view. Then
+// nobody else can observe that page, so its spare rows may be written in place.
+bool PagedCacheTailIsUnshared(const RuntimeValue& cache);
 
 }  // namespace onnx_light::core::runtime

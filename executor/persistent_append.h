@@ -58,6 +58,14 @@ class AppendReservation {
   size_t lease_ = 0;
 };
 
+// What PagedAttention may do with the last page of the bound paged cache it extends.
+enum class PagedTail {
+  kNone,       // no running state binds this pair: new pages hold just their tokens
+  kShared,     // a state's bound pair that aliases may see: append new pages (with capacity)
+  kExclusive,  // the state alone held the cache when the run started: the last page's spare
+               // rows may be written in place (no alias can observe them)
+};
+
 // Implemented by state/ (PersistentValueState). One hook per state run; its leases are
 // matched by the exact frame slots of the bound input and output.
 class PersistentAppendHook {
@@ -75,6 +83,15 @@ class PersistentAppendHook {
   // view; the state publishes capacity only if that view is the one the run returns.
   virtual Tensor Commit(const KernelCall& call, AppendReservation reservation,
                         size_t initialized_bytes) = 0;
+  // Paged caches: what the node reading bound input slot `input` and writing output slot
+  // `output` may do with the cache's last page. kExclusive is granted once per pair and run.
+  virtual PagedTail ClaimPagedTail(const KernelCall& call, const RuntimeValue* input,
+                                   const RuntimeValue* output) {
+    (void)call;
+    (void)input;
+    (void)output;
+    return PagedTail::kNone;
+  }
 };
 
 }  // namespace onnx_light::core::runtime

@@ -30,6 +30,16 @@ void RuntimeContext::RegisterKernelFn(const std::string& domain, const std::stri
   config_->custom_kernels.Register(domain, op_type, device, std::move(factory), since_version);
 }
 
+void RuntimeContext::RegisterKernelFn(const std::string& domain, const std::string& op_type,
+                                      symbolic::Device device, NodeKernelFactory factory,
+                                      int64_t since_version) {
+  RegisterKernelFn(domain, op_type, device,
+                   KernelFactory([factory = std::move(factory)](
+                                     const NodeProto& node, RuntimeContext& context,
+                                     const KernelInfo&) { return factory(node, context); }),
+                   since_version);
+}
+
 RuntimeContext RuntimeContext::MakeChild(ValueScope* scope,
                                          const std::atomic<bool>* cancel) const {
   return RuntimeContext(config_, log_, scope, cancel != nullptr ? cancel : cancel_);
@@ -86,6 +96,13 @@ Tensor RuntimeContext::CommitPersistentAppend(const KernelCall& call,
   OL_CHECK(append_hook_ != nullptr, ErrorCode::kFailedPrecondition,
            NodeLabel(call.node()) + ": CommitPersistentAppend without a reservation hook");
   return append_hook_->Commit(call, std::move(reservation), initialized_bytes);
+}
+
+PagedTail RuntimeContext::ClaimPagedTail(const KernelCall& call, size_t input,
+                                         size_t output) const {
+  if (append_hook_ == nullptr || !call.has_input(input) || !call.output_wanted(output))
+    return PagedTail::kNone;
+  return append_hook_->ClaimPagedTail(call, &call.input_value(input), call.output_slot(output));
 }
 
 void RuntimeContext::RecordEvent(RuntimeEvent event) const {

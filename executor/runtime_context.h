@@ -76,6 +76,13 @@ class RuntimeContext {
   void RegisterKernelFn(const std::string& domain, const std::string& op_type,
                         symbolic::Device device, KernelFactory factory,
                         int64_t since_version = 1);
+  // The same for a factory that needs only the node and the context (the spec's form):
+  // [](const NodeProto& node, RuntimeContext& rt) -> std::unique_ptr<KernelBase> {...}.
+  using NodeKernelFactory =
+      std::function<std::unique_ptr<KernelBase>(const NodeProto& node, RuntimeContext& context)>;
+  void RegisterKernelFn(const std::string& domain, const std::string& op_type,
+                        symbolic::Device device, NodeKernelFactory factory,
+                        int64_t since_version = 1);
   const KernelRegistry& custom_kernels() const { return config_->custom_kernels; }
   // Identity of the shared configuration: equal for a context and all its children.
   const void* config_id() const { return config_.get(); }
@@ -119,6 +126,9 @@ class RuntimeContext {
   // publishes all outputs together after the run.
   Tensor CommitPersistentAppend(const KernelCall& call, AppendReservation reservation,
                                 size_t initialized_bytes) const;
+  // Paged caches: how the node may extend the bound cache at input position `input` into
+  // output position `output` (PagedTail::kNone without a hook or when they are no bound pair).
+  PagedTail ClaimPagedTail(const KernelCall& call, size_t input, size_t output) const;
   // Attached by PersistentValueState to the child context of its run; never inherited by
   // MakeChild.
   void set_persistent_append_hook(PersistentAppendHook* hook) { append_hook_ = hook; }

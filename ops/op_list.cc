@@ -13,6 +13,7 @@ using core::runtime::RuntimeContext;
 #define OL_OP(domain, op_type, since, Class)                                          \
   std::unique_ptr<KernelBase> Make##Class(const NodeProto& node, RuntimeContext& ctx, \
                                           const KernelInfo& info);
+#include "ops/op_list_ai_rt.inc"
 #include "ops/op_list_attention.inc"
 #include "ops/op_list_contrib.inc"
 #include "ops/op_list_control.inc"
@@ -30,6 +31,7 @@ const KernelRegistry& BuiltinKernels() {
     KernelRegistry r;
 #define OL_OP(domain, op_type, since, Class) \
   r.Register(domain, op_type, symbolic::Device::kCPU, &ops::Make##Class, since);
+#include "ops/op_list_ai_rt.inc"
 #include "ops/op_list_attention.inc"
 #include "ops/op_list_contrib.inc"
 #include "ops/op_list_control.inc"

@@ -92,6 +92,28 @@ class StateAppendHook final : public PersistentAppendHook {
     Entry& e = entries[reservation.lease()];
     return e.lease.Commit(call, std::move(reservation), initialized_bytes);
   }
+
+  // Paged-cache bindings: whether the state alone held the cache when the run started.
+  struct PagedEntry {
+    const RuntimeValue* input;
+    const RuntimeValue* output;
+    bool exclusive;
+    bool claimed = false;
+  };
+  std::vector<PagedEntry> paged;
+
+  PagedTail ClaimPagedTail(const KernelCall&, const RuntimeValue* input,
+                           const RuntimeValue* output) override {
+    for (PagedEntry& e : paged) {
+      if (e.input != input || e.output != output) continue;
+      const bool first = !e.claimed;
+      e.claimed = true;
+      return first && e.exclusive ? PagedTail::kExclusive : PagedTail::kShared;
+    }
+    return PagedTail::kNone;
+  }
+
+  bool empty() const { return entries.empty() && paged.empty(); }
 };
 
 std::string Quoted(const std::vector<std::string>& names) {
@@ -429,6 +451,14 @@ RuntimeValueMap PersistentValueState::RunSelected(RuntimeContext& context, Runti
   hook.entries.reserve(bindings.size());
   for (size_t b = 0; b < bindings.size(); ++b) {
     const RuntimeValue& value = current->values[b];
+    if (IsPagedCacheStructure(value)) {
+      const int in_slot = plan.inputs()[static_cast<size_t>(ps.slots.input_index[b])].slot;
+      const int out_slot = plan.outputs()[static_cast<size_t>(ps.slots.output_index[b])].slot;
+      hook.paged.push_back(StateAppendHook::PagedEntry{&frame.mutable_slot(in_slot),
+                                                       &frame.mutable_slot(out_slot),
+                                                       PagedCacheTailIsUnshared(value)});
+      continue;
+    }
     if (!value.is_tensor()) continue;
     entry_of_binding[b] = static_cast<int>(hook.entries.size());
     const int in_slot = plan.inputs()[static_cast<size_t>(ps.slots.input_index[b])].slot;
@@ -454,7 +484,7 @@ RuntimeValueMap PersistentValueState::RunSelected(RuntimeContext& context, Runti
   RunOptions run_options;
   run_options.cancel_requested = completion ? &completion->cancel_flag() : nullptr;
   run_options.last_position_outputs = last_position.empty() ? nullptr : &last_position;
-  run_options.append_hook = hook.entries.empty() ? nullptr : &hook;
+  run_options.append_hook = hook.empty() ? nullptr : &hook;
   session_->Execute(context, frame, run_options);
 
   // Every bound output and every returned one leaves the frame; the rest is dropped with it.

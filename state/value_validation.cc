@@ -1,5 +1,6 @@
 #include "state/value_validation.h"
 
+#include "core/affine_encoding.h"
 #include "core/checked_math.h"
 
 #include <algorithm>
@@ -15,8 +16,10 @@ namespace {
 constexpr int kMaxTypeDepth = 64;       // guards against type_ref cycles
 constexpr size_t kMemoPruneSize = 256;  // drop expired memo entries beyond this many trees
 
+std::string Where(const std::string& path) { return "persistent value '" + path + "'"; }
+
 [[noreturn]] void Fail(ErrorCode code, const std::string& path, const std::string& message) {
-  Throw(code, "persistent value '" + path + "': " + message);
+  Throw(code, Where(path) + ": " + message);
 }
 
 std::string DeclaredKind(const TypeProto& type) {
@@ -31,18 +34,6 @@ std::string DeclaredKind(const TypeProto& type) {
     case TypeProto::VALUE_NOT_SET: break;
   }
   return "untyped";
-}
-
-std::string DimsString(const TensorShapeProto& shape) {
-  std::string out = "[";
-  for (int i = 0; i < shape.dim_size(); ++i) {
-    if (i) out += ", ";
-    const auto& d = shape.dim(i);
-    if (d.has_dim_value()) out += std::to_string(d.dim_value());
-    else if (!d.dim_param().empty()) out += d.dim_param();
-    else out += "?";
-  }
-  return out + "]";
 }
 
 void BindSymbol(const std::string& path, SymbolBindings& symbols, const std::string& symbol,
@@ -75,63 +66,6 @@ void CheckShape(const std::string& path, const Shape& dims, const TypeProto::Ten
            "shape " + ShapeToString(dims) + " does not match the declared shape " +
                DimsString(shape) + " at axis " + std::to_string(i));
     if (!d.has_dim_value() && !d.dim_param().empty()) BindSymbol(path, symbols, d.dim_param(), actual);
-  }
-}
-
-// The concrete dims of an encoded value's logical tensor type (no symbols, known rank).
-Shape LogicalDims(const std::string& path, const EncodedValueProto& encoded) {
-  if (!encoded.has_logical_type() || !encoded.logical_type().has_tensor_type())
-    Fail(ErrorCode::kInvalidArgument, path, "encoded value has no logical tensor type");
-  const auto& tensor = encoded.logical_type().tensor_type();
-  if (!tensor.has_shape())
-    Fail(ErrorCode::kInvalidArgument, path, "encoded logical type has no rank");
-  Shape dims;
-  for (const auto& d : tensor.shape().dim()) {
-    if (!d.has_dim_value() || d.dim_value() < 0)
-      Fail(ErrorCode::kInvalidArgument, path,
-           "encoded logical shape " + DimsString(tensor.shape()) +
-               " is not concrete (persistent values always have concrete dimensions)");
-    dims.push_back(d.dim_value());
-  }
-  return dims;
-}
-
-int64_t ProtoNumel(const TensorProto& t) {
-  return CheckedNumel(std::span(t.dims().data(), static_cast<size_t>(t.dims_size())),
-                      "tensor '" + t.name() + "'");
-}
-
-// Number of elements actually carried by a parameter tensor (raw or typed field).
-bool ParameterExtentMatches(const TensorProto& t, int64_t numel) {
-  const auto dtype = static_cast<DataType>(t.data_type());
-  if (t.has_raw_data()) return t.raw_data().size() == StorageBytes(dtype, numel);
-  switch (dtype) {
-    case DataType::kFloat: return t.float_data_size() == numel;
-    case DataType::kDouble: return t.double_data_size() == numel;
-    case DataType::kInt64: return t.int64_data_size() == numel;
-    case DataType::kUint32:
-    case DataType::kUint64: return t.uint64_data_size() == numel;
-    default: break;
-  }
-  // int32_data carries one element per entry, packed types two (4-bit) or four (2-bit).
-  const int bits = ElementBits(dtype);
-  const int64_t per_entry = bits > 0 && bits < 8 ? 8 / bits : 1;
-  return t.int32_data_size() == (numel + per_entry - 1) / per_entry;
-}
-
-bool IsAffineCodeType(DataType t) {
-  switch (t) {
-    case DataType::kInt8:
-    case DataType::kUint8:
-    case DataType::kInt4:
-    case DataType::kUint4:
-    case DataType::kInt2:
-    case DataType::kUint2:
-    case DataType::kInt16:
-    case DataType::kUint16:
-      return true;
-    default:
-      return false;
   }
 }
 
@@ -204,7 +138,7 @@ PageGeometry PageDims(const std::string& path, const RuntimeValue& payload) {
                DataTypeName(t.dtype()));
     dims = t.shape();
   } else if (payload.is_encoded()) {
-    dims = LogicalDims(path, payload.encoded());
+    dims = EncodedLogicalDims(Where(path), payload.encoded());
   } else {
     Fail(ErrorCode::kInvalidArgument, path,
          std::string("page payload must be a tensor or an encoded value, got a ") +
@@ -218,46 +152,6 @@ PageGeometry PageDims(const std::string& path, const RuntimeValue& payload) {
 }
 
 }  // namespace
-
-DataType ResolveAffineStorageType(const std::string& path, const AffineLayoutProto& layout,
-                                  int64_t numel, size_t payload_bytes) {
-  if (layout.has_storage_type() && layout.storage_type() != 0) {
-    const auto storage = static_cast<DataType>(layout.storage_type());
-    if (!IsKnownDataType(layout.storage_type()) || !IsAffineCodeType(storage))
-      Fail(ErrorCode::kInvalidArgument, path,
-           "unsupported affine storage type " + DataTypeName(storage));
-    if (StorageBytes(storage, numel) != payload_bytes)
-      Fail(ErrorCode::kInvalidArgument, path,
-           "payload has " + std::to_string(payload_bytes) + " bytes but " +
-               std::to_string(numel) + " " + DataTypeName(storage) + " codes need " +
-               std::to_string(StorageBytes(storage, numel)));
-    return storage;
-  }
-  if (!layout.has_signed_storage())
-    Fail(ErrorCode::kInvalidArgument, path,
-         "affine layout has neither storage_type nor signed_storage");
-  const bool is_signed = layout.signed_storage();
-  const DataType candidates[] = {
-      is_signed ? DataType::kInt8 : DataType::kUint8,
-      is_signed ? DataType::kInt4 : DataType::kUint4,
-      is_signed ? DataType::kInt2 : DataType::kUint2,
-  };
-  std::vector<DataType> matches;
-  for (DataType c : candidates)
-    if (StorageBytes(c, numel) == payload_bytes) matches.push_back(c);
-  if (matches.empty())
-    Fail(ErrorCode::kInvalidArgument, path,
-         "payload of " + std::to_string(payload_bytes) + " bytes fits no 8/4/2-bit code width for " +
-             std::to_string(numel) + " elements");
-  if (matches.size() > 1) {
-    std::string names;
-    for (DataType m : matches) names += (names.empty() ? "" : " or ") + DataTypeName(m);
-    Fail(ErrorCode::kInvalidArgument, path,
-         "ambiguous code width: " + std::to_string(payload_bytes) + " bytes for " +
-             std::to_string(numel) + " elements could be " + names + "; set storage_type");
-  }
-  return matches.front();
-}
 
 ValueValidator::ValueValidator(const ModelProto& model) : model_(model) {
   for (const auto& s : model.struct_types()) struct_types_.emplace(s.name(), &s);
@@ -391,94 +285,9 @@ void ValueValidator::CheckEncodedPayload(const std::string& path,
     Fail(ErrorCode::kInvalidArgument, path,
          "encoded payload is stored externally; load external data first");
   switch (e.layout_case()) {
-    case EncodedValueProto::kAffine: {
-      const AffineLayoutProto* params = &e.affine();
-      if (!e.parameter_ref().empty()) {
-        const auto& catalogue = value.catalogue();
-        if (catalogue == nullptr)
-          Fail(ErrorCode::kInvalidArgument, path,
-               "parameter_ref '" + e.parameter_ref() +
-                   "' cannot be resolved: the value carries no parameter catalogue");
-        auto it = catalogue->entries.find(e.parameter_ref());
-        if (it == catalogue->entries.end() || it->second == nullptr)
-          Fail(ErrorCode::kInvalidArgument, path,
-               "parameter_ref '" + e.parameter_ref() + "' names no shared parameter");
-        params = it->second.get();
-      }
-      const Shape dims = LogicalDims(path, e);
-      const auto logical = static_cast<DataType>(e.logical_type().tensor_type().elem_type());
-      if (logical == DataType::kString)
-        Fail(ErrorCode::kInvalidArgument, path, "string tensors cannot be persistent");
-      // The inline layout's code type wins over the shared entry's when it names one.
-      AffineLayoutProto codes;
-      const AffineLayoutProto& code_source =
-          (e.affine().has_storage_type() || e.affine().has_signed_storage()) ? e.affine()
-                                                                             : *params;
-      if (code_source.has_storage_type()) codes.set_storage_type(code_source.storage_type());
-      if (code_source.has_signed_storage()) codes.set_signed_storage(code_source.signed_storage());
-      const int64_t numel = ShapeNumel(dims);
-      const DataType storage = ResolveAffineStorageType(path, codes, numel, e.raw_data().size());
-      if (!params->has_scale())
-        Fail(ErrorCode::kInvalidArgument, path, "affine layout has no scale");
-      const TensorProto& scale = params->scale();
-      const auto scale_type = static_cast<DataType>(scale.data_type());
-      if (scale_type != DataType::kFloat && scale_type != DataType::kFloat16 &&
-          scale_type != DataType::kBFloat16)
-        Fail(ErrorCode::kInvalidArgument, path,
-             "affine scale must be FLOAT, FLOAT16 or BFLOAT16, got " + DataTypeName(scale_type));
-      Shape scale_dims(scale.dims().begin(), scale.dims().end());
-      Shape expected;
-      const int64_t rank = static_cast<int64_t>(dims.size());
-      const bool per_axis = params->has_axis() || params->block_size() > 0;
-      int64_t axis = params->axis();
-      if (per_axis) {
-        if (!params->has_axis())
-          Fail(ErrorCode::kInvalidArgument, path, "blocked affine layout has no axis");
-        if (axis < -rank || axis >= rank)
-          Fail(ErrorCode::kInvalidArgument, path,
-               "affine axis " + std::to_string(axis) + " is out of range for rank " +
-                   std::to_string(rank));
-        if (axis < 0) axis += rank;
-      }
-      if (params->block_size() > 0) {
-        expected = dims;
-        const auto block = static_cast<int64_t>(params->block_size());
-        expected[static_cast<size_t>(axis)] = (dims[static_cast<size_t>(axis)] + block - 1) / block;
-      } else if (per_axis) {
-        expected = {dims[static_cast<size_t>(axis)]};
-      }
-      const bool scalar_scale = ProtoNumel(scale) == 1 &&
-                                std::all_of(scale_dims.begin(), scale_dims.end(),
-                                            [](int64_t d) { return d == 1; });
-      if (per_axis ? scale_dims != expected : !scalar_scale)
-        Fail(ErrorCode::kInvalidArgument, path,
-             "affine scale shape " + ShapeToString(scale_dims) + " does not fit " +
-                 (per_axis ? "the expected " + ShapeToString(expected) + " for axis " +
-                                 std::to_string(axis) +
-                                 (params->block_size() > 0
-                                      ? " and block_size " + std::to_string(params->block_size())
-                                      : std::string())
-                           : std::string("a per-tensor (scalar) layout")) +
-                 " of logical shape " + ShapeToString(dims));
-      if (!ParameterExtentMatches(scale, ProtoNumel(scale)))
-        Fail(ErrorCode::kInvalidArgument, path, "affine scale payload does not match its dims");
-      if (params->has_zero_point()) {
-        const TensorProto& zp = params->zero_point();
-        if (Shape(zp.dims().begin(), zp.dims().end()) != scale_dims)
-          Fail(ErrorCode::kInvalidArgument, path,
-               "affine zero_point shape " +
-                   ShapeToString(Shape(zp.dims().begin(), zp.dims().end())) +
-                   " differs from the scale shape " + ShapeToString(scale_dims));
-        if (static_cast<DataType>(zp.data_type()) != storage)
-          Fail(ErrorCode::kInvalidArgument, path,
-               "affine zero_point type " + DataTypeName(static_cast<DataType>(zp.data_type())) +
-                   " differs from the storage type " + DataTypeName(storage));
-        if (!ParameterExtentMatches(zp, ProtoNumel(zp)))
-          Fail(ErrorCode::kInvalidArgument, path,
-               "affine zero_point payload does not match its dims");
-      }
+    case EncodedValueProto::kAffine:
+      ResolveAffineEncoding(Where(path), value);
       return;
-    }
     case EncodedValueProto::kStructType: {
       const StructTypeProto& s = ResolveStruct(path, e.struct_type());
       if (s.field_size() == 0)
@@ -534,7 +343,7 @@ void ValueValidator::CheckEncoded(const std::string& path, const RuntimeValue& v
            "encoded logical element type " + DataTypeName(logical) +
                " does not match the declared " +
                DataTypeName(static_cast<DataType>(t.elem_type())));
-    CheckShape(path, LogicalDims(path, e), t, symbols);
+    CheckShape(path, EncodedLogicalDims(Where(path), e), t, symbols);
     return;
   }
   // Declared struct: the encoded storage type must declare the same fields.

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/affine_encoding.h"
 #include "core/runtime_value.h"
 
 namespace onnx_light {
@@ -28,11 +29,7 @@ namespace onnx_light::core::runtime {
 // Symbol name -> concrete size, bound while validating one value.
 using SymbolBindings = std::map<std::string, int64_t>;
 
-// The affine code type of an encoded value: storage_type when set, otherwise the unique
-// signed/unsigned 8/4/2-bit width whose packed size of `numel` codes is `payload_bytes`.
-// Throws kInvalidArgument (naming `path`) when missing, unsupported or ambiguous.
-DataType ResolveAffineStorageType(const std::string& path, const AffineLayoutProto& layout,
-                                  int64_t numel, size_t payload_bytes);
+// ResolveAffineStorageType and the affine checks live in core/affine_encoding.h.
 
 class ValueValidator {
  public:

@@ -40,15 +40,14 @@ using core::runtime::SessionCache;
 using core::runtime::RuntimeValue;
 using core::runtime::RuntimeValueMap;
 
-namespace {
-
-// A Python callable that may be dropped from any thread: released with the GIL held.
 std::shared_ptr<py::object> SharedCallable(py::object fn) {
   return std::shared_ptr<py::object>(new py::object(std::move(fn)), [](py::object* p) {
     py::gil_scoped_acquire gil;
     delete p;
   });
 }
+
+namespace {
 
 // fn(context, inputs: list) -> list of outputs, run with the GIL held.
 class PythonKernel final : public KernelBase {

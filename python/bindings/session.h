@@ -34,4 +34,7 @@ ModelGuard GuardFromPython(py::handle model);
 std::shared_ptr<const core::runtime::RuntimeSession> SessionFromPython(
     py::handle model, const std::optional<core::runtime::RuntimeSessionOptions>& options);
 
+// A Python callable that may be dropped from any thread: released with the GIL held.
+std::shared_ptr<py::object> SharedCallable(py::object fn);
+
 }  // namespace onnx_light::python

@@ -274,21 +274,21 @@ TEST_CASE("Affine encoded values are checked against the logical type without de
 }
 
 TEST_CASE("signed_storage infers the unique code width and rejects ambiguous sizes") {
-  CHECK(ResolveAffineStorageType("k", [] {
+  CHECK(ResolveAffineStorageType("value 'k'", [] {
           AffineLayoutProto l;
           l.set_signed_storage(true);
           return l;
         }(), 8, 4) == DataType::kInt4);
   AffineLayoutProto unsigned_layout;
   unsigned_layout.set_signed_storage(false);
-  CHECK(ResolveAffineStorageType("k", unsigned_layout, 8, 2) == DataType::kUint2);
-  CHECK(ResolveAffineStorageType("k", unsigned_layout, 8, 8) == DataType::kUint8);
+  CHECK(ResolveAffineStorageType("value 'k'", unsigned_layout, 8, 2) == DataType::kUint2);
+  CHECK(ResolveAffineStorageType("value 'k'", unsigned_layout, 8, 8) == DataType::kUint8);
   // Two codes fit one byte both as 4-bit and as 2-bit codes.
-  ExpectError([&] { ResolveAffineStorageType("k", unsigned_layout, 2, 1); },
+  ExpectError([&] { ResolveAffineStorageType("value 'k'", unsigned_layout, 2, 1); },
               ErrorCode::kInvalidArgument, {"'k'", "ambiguous", "UINT4", "UINT2"});
-  ExpectError([&] { ResolveAffineStorageType("k", unsigned_layout, 8, 3); },
+  ExpectError([&] { ResolveAffineStorageType("value 'k'", unsigned_layout, 8, 3); },
               ErrorCode::kInvalidArgument, {"'k'", "3 bytes"});
-  ExpectError([&] { ResolveAffineStorageType("k", AffineLayoutProto(), 8, 8); },
+  ExpectError([&] { ResolveAffineStorageType("value 'k'", AffineLayoutProto(), 8, 8); },
               ErrorCode::kInvalidArgument, {"'k'", "signed_storage"});
 }
 

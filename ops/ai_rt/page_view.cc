@@ -1,0 +1,150 @@
+#include "ops/ai_rt/page_view.h"
+
+#include "core/affine_encoding.h"
+#include "core/error.h"
+#include "core/tensor_proto.h"
+#include "ops/math/quantize.h"
+#include "onnx_light.pb.h"
+
+namespace onnx_light::ops::ai_rt {
+
+using core::ErrorCode;
+using core::runtime::Tensor;
+
+namespace {
+
+[[noreturn]] void Fail(const std::string& where, const std::string& message) {
+  core::Throw(ErrorCode::kInvalidArgument, where + ": " + message);
+}
+
+std::vector<float> FloatsOf(const TensorProto& proto) {
+  const Tensor t = core::runtime::TensorFromProto(proto);
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    switch (t.dtype()) {
+      case DataType::kFloat16: out[static_cast<size_t>(i)] = core::HalfToFloat(t.data<uint16_t>()[i]); break;
+      case DataType::kBFloat16:
+        out[static_cast<size_t>(i)] = core::BFloat16ToFloat(t.data<uint16_t>()[i]);
+        break;
+      default: out[static_cast<size_t>(i)] = t.data<float>()[i]; break;
+    }
+  }
+  return out;
+}
+
+std::vector<int32_t> CodesOf(const TensorProto& proto) {
+  const Tensor t = core::runtime::TensorFromProto(proto);
+  std::vector<int32_t> out(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    out[static_cast<size_t>(i)] = math::QuantGet(t.dtype(), t.raw_data(), i);
+  return out;
+}
+
+}  // namespace
+
+PageView PageView::Of(const RuntimeValue& payload, const std::string& where) {
+  PageView view;
+  if (payload.is_tensor()) {
+    const Tensor& t = payload.tensor();
+    if (t.dtype() != DataType::kFloat && t.dtype() != DataType::kFloat16 &&
+        t.dtype() != DataType::kBFloat16)
+      Fail(where, "dense page payload must be FLOAT, FLOAT16 or BFLOAT16, got " +
+                      core::DataTypeName(t.dtype()));
+    if (!t.contiguous()) Fail(where, "page payload must be a dense tensor, not a strided view");
+    view.format_ = t.dtype();
+    view.dims_ = t.shape();
+    view.data_ = t.raw_data();
+  } else if (payload.is_encoded()) {
+    if (payload.encoded().layout_case() != EncodedValueProto::kAffine)
+      Fail(where, "only affine encoded pages are supported; structured encodings need another "
+                  "consumer");
+    const core::runtime::AffineEncoding enc = core::runtime::ResolveAffineEncoding(where, payload);
+    if (enc.storage == DataType::kInt16 || enc.storage == DataType::kUint16)
+      Fail(where, "16-bit affine pages are not supported (INT8, UINT8, INT4, UINT4, INT2, UINT2)");
+    if (static_cast<DataType>(enc.scale->data_type()) != DataType::kFloat)
+      Fail(where, "affine page scales must be FLOAT, got " +
+                      core::DataTypeName(static_cast<DataType>(enc.scale->data_type())));
+    const auto logical =
+        static_cast<DataType>(payload.encoded().logical_type().tensor_type().elem_type());
+    if (logical != DataType::kFloat)
+      Fail(where, "affine page logical type must be FLOAT, got " + core::DataTypeName(logical));
+    view.format_ = enc.storage;
+    view.dims_ = enc.dims;
+    view.data_ = payload.encoded().raw_data().data();
+    view.affine_ = true;
+    view.scales_ = FloatsOf(*enc.scale);
+    view.zero_points_ =
+        enc.zero_point ? CodesOf(*enc.zero_point) : std::vector<int32_t>(view.scales_.size(), 0);
+    view.axis_ = enc.axis;
+    view.block_ = enc.block_size;
+    view.param_dims_ = Shape(enc.scale->dims().begin(), enc.scale->dims().end());
+  } else {
+    Fail(where, std::string("page payload must be a tensor or an encoded value, got ") +
+                    RuntimeValue::KindName(payload.kind()));
+  }
+  if (view.dims_.size() != 4)
+    Fail(where, "page payload must have rank 4 [batch, heads, capacity, width], got " +
+                    core::runtime::ShapeToString(view.dims_));
+  for (int64_t d : view.dims_)
+    if (d <= 0) Fail(where, "page dims " + core::runtime::ShapeToString(view.dims_) +
+                                " must be positive");
+  return view;
+}
+
+int64_t PageView::ParamIndex(const int64_t coord[4]) const {
+  if (axis_ < 0) return 0;
+  if (block_ == 0) return coord[axis_];
+  int64_t index = 0;
+  for (int64_t a = 0; a < 4; ++a) {
+    const int64_t c = a == axis_ ? coord[a] / block_ : coord[a];
+    index = index * param_dims_[static_cast<size_t>(a)] + c;
+  }
+  return index;
+}
+
+void PageView::DecodeAffine(int64_t e0, int64_t n, const int64_t coord[4], float* out) const {
+  auto code = [&](int64_t e) {
+    switch (format_) {
+      case DataType::kFloat16: return core::HalfToFloat(static_cast<const uint16_t*>(data_)[e]);
+      case DataType::kBFloat16:
+        return core::BFloat16ToFloat(static_cast<const uint16_t*>(data_)[e]);
+      default: return static_cast<float>(math::QuantGet(format_, data_, e));
+    }
+  };
+  if (format_ == DataType::kFloat16 || format_ == DataType::kBFloat16) {
+    for (int64_t t = 0; t < n; ++t) out[t] = code(e0 + t);
+    return;
+  }
+  if (axis_ < 0) {
+    const float scale = scales_[0];
+    const float zero = static_cast<float>(zero_points_[0]);
+    for (int64_t t = 0; t < n; ++t) out[t] = (code(e0 + t) - zero) * scale;
+    return;
+  }
+  // Per-axis or blocked: the parameter follows the element's coordinates.
+  int64_t c[4] = {coord[0], coord[1], coord[2], coord[3]};
+  for (int64_t t = 0; t < n; ++t) {
+    const auto p = static_cast<size_t>(ParamIndex(c));
+    out[t] = (code(e0 + t) - static_cast<float>(zero_points_[p])) * scales_[p];
+    for (int64_t a = 3; a >= 0 && ++c[a] == dims_[static_cast<size_t>(a)]; --a) c[a] = 0;
+  }
+}
+
+float PageView::At(int64_t b, int64_t h, int64_t r, int64_t d) const {
+  const int64_t e = FirstElement(b, h, r) + d;
+  if (format_ == DataType::kFloat) return static_cast<const float*>(data_)[e];
+  const int64_t coord[4] = {b, h, r, d};
+  float out = 0;
+  DecodeAffine(e, 1, coord, &out);
+  return out;
+}
+
+const float* PageView::Rows(int64_t b, int64_t h, int64_t r0, int64_t n, float* buffer) const {
+  const int64_t e0 = FirstElement(b, h, r0);
+  if (format_ == DataType::kFloat) return static_cast<const float*>(data_) + e0;
+  const int64_t coord[4] = {b, h, r0, 0};
+  DecodeAffine(e0, n * dims_[3], coord, buffer);
+  return buffer;
+}
+
+}  // namespace onnx_light::ops::ai_rt

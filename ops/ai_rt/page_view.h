@@ -1,0 +1,61 @@
+// One payload (key or value) of one paged-cache page, checked once and read as FLOAT rows.
+// A payload is a dense FLOAT/FLOAT16/BFLOAT16 tensor or an affine EncodedValueProto
+// (INT8/UINT8/INT4/UINT4/INT2/UINT2 codes, FLOAT/FLOAT16/BFLOAT16 scales, per-tensor, per-axis
+// or blocked) of logical shape [batch, kv_heads, capacity, width]. The view points into the
+// payload's storage; it is valid while the payload lives (the page keeps it alive).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/runtime_value.h"
+
+namespace onnx_light::ops::ai_rt {
+
+using core::DataType;
+using core::runtime::RuntimeValue;
+using core::runtime::Shape;
+
+class PageView {
+ public:
+  PageView() = default;
+  // Checks the payload (kind, dtype, rank 4, concrete dims, affine parameters and payload
+  // extent) and prepares it for reading. Throws kInvalidArgument "<where>: ...".
+  static PageView Of(const RuntimeValue& payload, const std::string& where);
+
+  const Shape& dims() const { return dims_; }
+  int64_t capacity() const { return dims_[2]; }
+  int64_t width() const { return dims_[3]; }
+  // FLOAT, FLOAT16, BFLOAT16 (dense) or the affine code type.
+  DataType format() const { return format_; }
+  bool dense_float() const { return format_ == DataType::kFloat; }
+  // Affine codes: reading decodes them (counted as dequantized bytes).
+  bool quantized() const { return affine_; }
+
+  // Rows [r0, r0 + n) of (batch b, head h): a pointer into the page when it is dense FLOAT,
+  // else the rows decoded into `buffer` (n * width floats) and `buffer` returned.
+  const float* Rows(int64_t b, int64_t h, int64_t r0, int64_t n, float* buffer) const;
+  // Element d of row r of (b, h) as FLOAT.
+  float At(int64_t b, int64_t h, int64_t r, int64_t d) const;
+
+ private:
+  int64_t FirstElement(int64_t b, int64_t h, int64_t r) const {
+    return ((b * dims_[1] + h) * dims_[2] + r) * dims_[3];
+  }
+  // Index of the scale/zero point of element (b, h, r, d) for per-axis and blocked layouts.
+  int64_t ParamIndex(const int64_t coord[4]) const;
+  void DecodeAffine(int64_t e0, int64_t n, const int64_t coord[4], float* out) const;
+
+  DataType format_ = DataType::kUndefined;
+  Shape dims_;
+  const void* data_ = nullptr;
+  bool affine_ = false;
+  // Affine parameters: one each for a per-tensor layout, else per parameter index.
+  std::vector<float> scales_;
+  std::vector<int32_t> zero_points_;
+  int64_t axis_ = -1, block_ = 0;
+  Shape param_dims_;  // the scale's dims for a blocked layout
+};
+
+}  // namespace onnx_light::ops::ai_rt

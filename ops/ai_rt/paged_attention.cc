@@ -1,0 +1,562 @@
+// ai.rt::PagedAttention: see paged_attention.h. The call is analysed once (inputs, page
+// views from the per-kernel memo, visible ranges), then each (batch, KV head, query) and the
+// query heads sharing that KV head attend over the visible tokens with an online softmax:
+// the past pages where they lie (decoded block by block when quantized, once for the whole
+// head group), then the current K/V as FLOAT. Long ranges are split into chunks whose
+// (max, sum, partial output) are merged by log-sum-exp. Finally the current K/V are encoded
+// into new pages and appended to a copy-on-write sequence that shares every old page.
+#include "ops/ai_rt/paged_attention.h"
+
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "executor/attributes.h"
+#include "executor/runtime_context.h"
+#include "ops/ai_rt/cache_page.h"
+#include "ops/ai_rt/page_view.h"
+#include "ops/ai_rt/page_writer.h"
+#include "ops/kernel_factory.h"
+#include "ops/math/vector_ops.h"
+#include "ops/math/vexp.h"
+
+namespace onnx_light::onnx_kernels::kernel {
+
+using core::DataType;
+using core::ErrorCode;
+using core::runtime::RuntimeSequence;
+using core::runtime::Shape;
+using core::runtime::ShapeToString;
+using ops::ai_rt::PageFormat;
+using ops::ai_rt::PageView;
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int64_t kKeyBlock = 64;       // tokens scored per online-softmax step
+constexpr int64_t kSplitMinKeys = 256;  // below this a query's range is never split
+constexpr int64_t kSmallHead = 8;       // narrower heads take the token-at-a-time path
+
+using Page = ops::ai_rt::CachePage;
+
+struct Partial {
+  float max = kNegInf;
+  float sum = 0;
+};
+
+// A FLOAT view of a Q/K/V input: the tensor's data, or a converted copy (scratch).
+struct FloatInput {
+  const float* data = nullptr;
+  std::vector<float> owned;
+};
+
+FloatInput AsFloat(const Tensor& t) {
+  FloatInput in;
+  if (t.dtype() == DataType::kFloat) {
+    in.data = t.data<float>();
+  } else {
+    in.owned = t.ToFloatVector();
+    in.data = in.owned.data();
+  }
+  return in;
+}
+
+PageFormat ToPageFormat(const PagedAttention::Format& f) {
+  return {static_cast<DataType>(f.storage), f.scale, f.zero_point};
+}
+
+}  // namespace
+
+// Pages already checked by this kernel instance, keyed by their block value; the weak
+// handle proves the address still denotes that block. Locked only while pages are analysed.
+struct PagedAttention::PageMemo {
+  struct Entry {
+    std::weak_ptr<const RuntimeValue> block;
+    Page page;
+  };
+  std::mutex mutex;
+  std::unordered_map<const RuntimeValue*, Entry> entries;
+  size_t prune_at = 256;
+};
+
+// Everything one execution needs, computed once before the numerical work.
+struct PagedAttention::Call {
+  int64_t batch = 0, heads = 0, kv_heads = 0, group = 0, len = 0, dk = 0, dv = 0;
+  FloatInput q, k, v;
+  std::vector<Page> pages;
+  std::vector<std::shared_ptr<const RuntimeValue>> blocks;  // past's, in order
+  int64_t past = 0;  // retained tokens
+  PageFormat key_format, value_format;
+  float scale = 1;
+  Statistics stats;
+  const PagedAttention* kernel = nullptr;
+
+  // Visible positions [lo, hi) of query i (at position past + i).
+  std::pair<int64_t, int64_t> Visible(int64_t i) const {
+    const int64_t p = past + i;
+    const int64_t hi = kernel->is_causal() ? p + 1 : past + len;
+    const int64_t lo = kernel->left_window_size() >= 0
+                           ? std::max<int64_t>(0, p - kernel->left_window_size())
+                           : 0;
+    return {std::min(lo, hi), hi};
+  }
+  // The first page holding a token at or after `t` (binary search over the starts).
+  size_t PageAt(int64_t t) const {
+    auto it = std::upper_bound(pages.begin(), pages.end(), t,
+                               [](int64_t x, const Page& pg) { return x < pg.start; });
+    return it == pages.begin() ? 0 : static_cast<size_t>(it - pages.begin() - 1);
+  }
+  const float* CurrentKey(int64_t b, int64_t g, int64_t r) const {
+    return k.data + ((b * kv_heads + g) * len + r) * dk;
+  }
+  const float* CurrentValue(int64_t b, int64_t g, int64_t r) const {
+    return v.data + ((b * kv_heads + g) * len + r) * dv;
+  }
+  const float* Query(int64_t b, int64_t h, int64_t i) const {
+    return q.data + ((b * heads + h) * len + i) * dk;
+  }
+};
+
+namespace {
+
+using Call = PagedAttention::Call;
+
+// One block of visible tokens: K rows (stride dk) and V rows (stride dv) as FLOAT.
+struct TokenBlock {
+  const float* keys;
+  const float* values;
+  int64_t n;
+};
+
+// Calls fn(TokenBlock) for the visible tokens [t0, t1) of (b, g) in blocks of at most
+// kKeyBlock: past pages first (quantized rows decoded into kbuf/vbuf), then the current
+// tokens. Adds the FLOAT bytes of quantized tokens to *decoded.
+template <class Fn>
+void ForEachBlock(const Call& c, int64_t b, int64_t g, int64_t t0, int64_t t1, float* kbuf,
+                  float* vbuf, size_t* decoded, Fn&& fn) {
+  int64_t t = t0;
+  for (size_t pi = c.PageAt(t); t < std::min(t1, c.past); ++pi) {
+    const Page& pg = c.pages[pi];
+    const int64_t end = std::min(t1, pg.start + pg.length);
+    for (; t < end;) {
+      const int64_t n = std::min(kKeyBlock, end - t), r = t - pg.start;
+      if (pg.key.quantized()) *decoded += static_cast<size_t>(n * c.dk) * sizeof(float);
+      if (pg.value.quantized()) *decoded += static_cast<size_t>(n * c.dv) * sizeof(float);
+      fn(TokenBlock{pg.key.Rows(b, g, r, n, kbuf), pg.value.Rows(b, g, r, n, vbuf), n});
+      t += n;
+    }
+  }
+  for (t = std::max(t0, c.past); t < t1;) {
+    const int64_t n = std::min(kKeyBlock, t1 - t), r = t - c.past;
+    // Current tokens are read as FLOAT; those stored quantized count as their decoded reads.
+    if (c.key_format.affine()) *decoded += static_cast<size_t>(n * c.dk) * sizeof(float);
+    if (c.value_format.affine()) *decoded += static_cast<size_t>(n * c.dv) * sizeof(float);
+    fn(TokenBlock{c.CurrentKey(b, g, r), c.CurrentValue(b, g, r), n});
+    t += n;
+  }
+}
+
+// The blocked path: tasks of (batch, KV head, query, chunk) with the group's query heads.
+class BlockedAttention {
+ public:
+  BlockedAttention(const Call& c, float* y) : c_(c), y_(y) {}
+
+  size_t Run() {
+    const int64_t threads = std::max<int64_t>(1, tbb::this_task_arena::max_concurrency());
+    rows_ = c_.batch * c_.kv_heads * c_.len;
+    int64_t longest = 0;
+    for (int64_t i = 0; i < c_.len; ++i) {
+      const auto [lo, hi] = c_.Visible(i);
+      longest = std::max(longest, hi - lo);
+    }
+    if (rows_ < 2 * threads && longest >= kSplitMinKeys)
+      chunks_ = std::min<int64_t>((2 * threads + rows_ - 1) / rows_, longest / (kSplitMinKeys / 2));
+    const int64_t g = c_.group;
+    partials_.assign(static_cast<size_t>(rows_ * chunks_ * g), Partial{});
+    acc_.assign(static_cast<size_t>(rows_ * chunks_ * g * c_.dv), 0.0f);
+    decoded_.assign(static_cast<size_t>(rows_ * chunks_), 0);
+    tbb::parallel_for(int64_t{0}, rows_ * chunks_, [&](int64_t task) { RunTask(task); });
+    tbb::parallel_for(int64_t{0}, rows_, [&](int64_t row) { MergeRow(row); });
+    size_t decoded = 0;
+    for (size_t d : decoded_) decoded += d;
+    return decoded;
+  }
+
+  size_t WorkspaceBytes() const {
+    const int64_t threads = std::max<int64_t>(1, tbb::this_task_arena::max_concurrency());
+    const int64_t per_task = kKeyBlock * (c_.group + c_.dk + c_.dv);
+    return partials_.size() * sizeof(Partial) + acc_.size() * sizeof(float) +
+           decoded_.size() * sizeof(size_t) +
+           static_cast<size_t>(std::min(threads, rows_ * chunks_) * per_task) * sizeof(float);
+  }
+
+ private:
+  void RunTask(int64_t task) {
+    const int64_t row = task / chunks_, chunk = task % chunks_;
+    const int64_t i = row % c_.len, kh = (row / c_.len) % c_.kv_heads;
+    const int64_t b = row / (c_.len * c_.kv_heads), g = c_.group, dv = c_.dv;
+    const auto [lo, hi] = c_.Visible(i);
+    const int64_t span = (hi - lo + chunks_ - 1) / chunks_;
+    const int64_t t0 = std::min(hi, lo + chunk * span), t1 = std::min(hi, t0 + span);
+    Partial* part = &partials_[static_cast<size_t>(task * g)];
+    float* out = &acc_[static_cast<size_t>(task * g * dv)];
+    const float* q0 = c_.Query(b, kh * g, i);  // head kh * g + j at q0 + j * len * dk
+    std::vector<float> scratch(static_cast<size_t>(kKeyBlock * (g + c_.dk + c_.dv)));
+    float* scores = scratch.data();
+    float* kbuf = scores + kKeyBlock * g;
+    float* vbuf = kbuf + kKeyBlock * c_.dk;
+    ForEachBlock(c_, b, kh, t0, t1, kbuf, vbuf, &decoded_[static_cast<size_t>(task)],
+                 [&](const TokenBlock& blk) {
+                   ops::math::GroupDots(q0, c_.len * c_.dk, g, blk.keys, c_.dk, blk.n, c_.dk,
+                                        scores, kKeyBlock);
+                   for (int64_t j = 0; j < g; ++j)
+                     Softmax(part[j], scores + j * kKeyBlock, blk.n, out + j * dv);
+                   ops::math::GroupWeightedRowSums(scores, kKeyBlock, g, blk.values, dv, blk.n,
+                                                   out, dv, dv);
+                 });
+  }
+
+  // One online-softmax step of one head over a block of raw scores (every token is live:
+  // visibility is decided by the ranges, not by a mask).
+  void Softmax(Partial& p, float* sc, int64_t n, float* out) const {
+    const float block_max = ops::math::ScaleAddMax(sc, n, c_.scale, nullptr);
+    if (block_max > p.max) {
+      const float r = p.max == kNegInf ? 0.0f : std::exp(p.max - block_max);
+      p.sum *= r;
+      for (int64_t d = 0; d < c_.dv; ++d) out[d] *= r;
+      p.max = block_max;
+    }
+    p.sum += static_cast<float>(ops::math::VecExpShiftSum(sc, p.max, sc, n));
+  }
+
+  // Merges the chunks of each head of `row` by log-sum-exp and writes Y (zeros when nothing
+  // is visible, which only a window of a non-causal call can cause).
+  void MergeRow(int64_t row) {
+    const int64_t i = row % c_.len, kh = (row / c_.len) % c_.kv_heads;
+    const int64_t b = row / (c_.len * c_.kv_heads), g = c_.group, dv = c_.dv;
+    for (int64_t j = 0; j < g; ++j) {
+      float max = kNegInf;
+      for (int64_t ch = 0; ch < chunks_; ++ch)
+        max = std::max(max, partials_[static_cast<size_t>((row * chunks_ + ch) * g + j)].max);
+      float* dst = y_ + ((b * c_.heads + kh * g + j) * c_.len + i) * dv;
+      std::fill(dst, dst + dv, 0.0f);
+      if (max == kNegInf) continue;
+      float sum = 0;
+      for (int64_t ch = 0; ch < chunks_; ++ch) {
+        const size_t at = static_cast<size_t>((row * chunks_ + ch) * g + j);
+        if (partials_[at].max == kNegInf) continue;
+        const float r = std::exp(partials_[at].max - max);
+        sum += partials_[at].sum * r;
+        ops::math::Axpy(r, &acc_[at * static_cast<size_t>(dv)], dst, dv);
+      }
+      const float inv = 1.0f / sum;
+      for (int64_t d = 0; d < dv; ++d) dst[d] *= inv;
+    }
+  }
+
+  const Call& c_;
+  float* y_;
+  int64_t rows_ = 0, chunks_ = 1;
+  std::vector<Partial> partials_;
+  std::vector<float> acc_;
+  std::vector<size_t> decoded_;
+};
+
+// The token-at-a-time path for narrow heads (below a vector's width the blocked path's
+// buffers cost more than they save): per (batch, head, query), one partial output for the
+// past pages and one for the current tokens, each with its running max and sum, merged by
+// log-sum-exp. Elements are decoded as they are read. Returns the scratch bytes (2 * dv).
+size_t SmallAttention(const Call& c, float* y, size_t* decoded) {
+  std::vector<float> scratch(static_cast<size_t>(2 * c.dv));
+  float* parts[2] = {scratch.data(), scratch.data() + c.dv};
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t h = 0; h < c.heads; ++h)
+      for (int64_t i = 0; i < c.len; ++i) {
+        const int64_t kh = h / c.group;
+        const float* q = c.Query(b, h, i);
+        const auto [lo, hi] = c.Visible(i);
+        Partial state[2];
+        for (float* o : parts) std::fill(o, o + c.dv, 0.0f);
+        auto add = [&](int part, auto key_at, auto value_at) {
+          float s = 0;
+          for (int64_t d = 0; d < c.dk; ++d) s += q[d] * key_at(d);
+          s *= c.scale;
+          Partial& p = state[part];
+          float* o = parts[part];
+          const float m = std::max(p.max, s);
+          const float r = p.max == kNegInf ? 0.0f : std::exp(p.max - m);
+          const float w = std::exp(s - m);
+          p.sum = p.sum * r + w;
+          for (int64_t d = 0; d < c.dv; ++d) o[d] = o[d] * r + w * value_at(d);
+          p.max = m;
+        };
+        for (int64_t t = lo; t < std::min(hi, c.past); ++t) {
+          const Page& pg = c.pages[c.PageAt(t)];
+          const int64_t r = t - pg.start;
+          if (pg.key.quantized()) *decoded += static_cast<size_t>(c.dk) * sizeof(float);
+          if (pg.value.quantized()) *decoded += static_cast<size_t>(c.dv) * sizeof(float);
+          add(0, [&](int64_t d) { return pg.key.At(b, kh, r, d); },
+              [&](int64_t d) { return pg.value.At(b, kh, r, d); });
+        }
+        for (int64_t t = std::max(lo, c.past); t < hi; ++t) {
+          const float* kr = c.CurrentKey(b, kh, t - c.past);
+          const float* vr = c.CurrentValue(b, kh, t - c.past);
+          if (c.key_format.affine()) *decoded += static_cast<size_t>(c.dk) * sizeof(float);
+          if (c.value_format.affine()) *decoded += static_cast<size_t>(c.dv) * sizeof(float);
+          add(1, [&](int64_t d) { return kr[d]; }, [&](int64_t d) { return vr[d]; });
+        }
+        float* dst = y + ((b * c.heads + h) * c.len + i) * c.dv;
+        const float m = std::max(state[0].max, state[1].max);
+        std::fill(dst, dst + c.dv, 0.0f);
+        if (m == kNegInf) continue;
+        float sum = 0;
+        for (int part = 0; part < 2; ++part) {
+          if (state[part].max == kNegInf) continue;
+          const float r = std::exp(state[part].max - m);
+          sum += state[part].sum * r;
+          for (int64_t d = 0; d < c.dv; ++d) dst[d] += r * parts[part][d];
+        }
+        for (int64_t d = 0; d < c.dv; ++d) dst[d] /= sum;
+      }
+  return scratch.size() * sizeof(float);
+}
+
+void CheckFinite(const Tensor& t, const std::string& where) {
+  const std::vector<float> values =
+      t.dtype() == DataType::kFloat ? std::vector<float>() : t.ToFloatVector();
+  const float* data = t.dtype() == DataType::kFloat ? t.data<float>() : values.data();
+  for (int64_t e = 0; e < t.numel(); ++e)
+    OL_CHECK(std::isfinite(data[e]), ErrorCode::kInvalidArgument,
+             where + " holds a non-finite value at element " + std::to_string(e));
+}
+
+}  // namespace
+
+PagedAttention::PagedAttention(const core::runtime::KernelContext&, FormatSelector select_formats)
+    : select_formats_(std::move(select_formats)), memo_(std::make_shared<PageMemo>()) {}
+
+RuntimeValue PagedAttention::EmptyCache() {
+  std::vector<RuntimeValue::Field> fields;
+  fields.emplace_back("blocks", RuntimeValue::Sequence(RuntimeSequence()));
+  return RuntimeValue::Struct(std::string(), std::move(fields));
+}
+
+void PagedAttention::Configure(const NodeProto& node) {
+  where_ = core::runtime::NodeLabel(node);
+  for (const auto& a : node.attribute())
+    OL_CHECK(a.name() == "block_size" || a.name() == "max_tokens" || a.name() == "is_causal" ||
+                 a.name() == "left_window_size",
+             ErrorCode::kInvalidModel,
+             where_ + ": unsupported attribute '" + a.name() +
+                 "' (PagedAttention takes block_size, max_tokens, is_causal, left_window_size)");
+  OL_CHECK(node.input_size() <= 4, ErrorCode::kInvalidModel,
+           where_ + ": takes Q, K, V, past; a fifth input (an attention mask) is not supported");
+  OL_CHECK(node.output_size() <= 2, ErrorCode::kInvalidModel,
+           where_ + ": produces Y and present, not " + std::to_string(node.output_size()) +
+               " outputs");
+  block_size_ = core::runtime::AttrInt(node, "block_size", 16);
+  max_tokens_ = core::runtime::AttrInt(node, "max_tokens", 4096);
+  const int64_t causal = core::runtime::AttrInt(node, "is_causal", 1);
+  left_window_size_ = core::runtime::AttrInt(node, "left_window_size", -1);
+  OL_CHECK(block_size_ > 0, ErrorCode::kInvalidModel,
+           where_ + ": block_size must be positive, got " + std::to_string(block_size_));
+  OL_CHECK(max_tokens_ > 0, ErrorCode::kInvalidModel,
+           where_ + ": max_tokens must be positive, got " + std::to_string(max_tokens_));
+  OL_CHECK(causal == 0 || causal == 1, ErrorCode::kInvalidModel,
+           where_ + ": is_causal must be 0 or 1, got " + std::to_string(causal));
+  OL_CHECK(left_window_size_ >= -1, ErrorCode::kInvalidModel,
+           where_ + ": left_window_size must be -1 (unbounded) or >= 0, got " +
+               std::to_string(left_window_size_));
+  is_causal_ = causal == 1;
+}
+
+void PagedAttention::AnalysePages(const RuntimeValue& past, Call& c) const {
+  c.blocks = ops::ai_rt::CacheBlocks(past, where_ + ": past");
+  const auto& items = c.blocks;
+  c.pages.resize(items.size());
+  std::lock_guard<std::mutex> lock(memo_->mutex);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string where = where_ + ": past.blocks[" + std::to_string(i) + "]";
+    auto it = memo_->entries.find(items[i].get());
+    Page page;
+    if (it != memo_->entries.end() && it->second.block.lock() == items[i]) {
+      page = it->second.page;
+    } else {
+      page = ops::ai_rt::ReadCachePage(*items[i], where);
+      memo_->entries[items[i].get()] = {items[i], page};
+      ++c.stats.validated_pages;
+    }
+    // What depends on this call: the position in the sequence and the input shapes.
+    OL_CHECK(page.start == c.past, ErrorCode::kInvalidArgument,
+             where + ": start " + std::to_string(page.start) + " is not contiguous (expected " +
+                 std::to_string(c.past) + ")");
+    const Shape& kd = page.key.dims();
+    const Shape& vd = page.value.dims();
+    OL_CHECK(kd[0] == c.batch && vd[0] == c.batch && kd[1] == c.kv_heads &&
+                 vd[1] == c.kv_heads && kd[3] == c.dk && vd[3] == c.dv,
+             ErrorCode::kInvalidArgument,
+             where + ": key " + ShapeToString(kd) + " and value " + ShapeToString(vd) +
+                 " pages do not fit K/V of [" + std::to_string(c.batch) + ", " +
+                 std::to_string(c.kv_heads) + ", *, " + std::to_string(c.dk) + "/" +
+                 std::to_string(c.dv) + "]");
+    c.past += page.length;
+    c.pages[i] = std::move(page);
+  }
+  if (memo_->entries.size() >= memo_->prune_at) {
+    std::erase_if(memo_->entries, [](const auto& e) { return e.second.block.expired(); });
+    memo_->prune_at = std::max<size_t>(256, 2 * memo_->entries.size());
+  }
+}
+
+PagedAttention::Result PagedAttention::Run(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const RuntimeValue& past) const {
+  return Run(q, k, v, past, core::runtime::DefaultAllocator());
+}
+
+PagedAttention::Result PagedAttention::Run(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const RuntimeValue& past,
+                                           Allocator& allocator) const {
+  return Run(q, k, v, past, allocator, core::runtime::PagedTail::kNone);
+}
+
+PagedAttention::Result PagedAttention::Run(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const RuntimeValue& past, Allocator& allocator,
+                                           core::runtime::PagedTail tail) const {
+  const char* names[3] = {"Q", "K", "V"};
+  const Tensor* inputs[3] = {&q, &k, &v};
+  for (int i = 0; i < 3; ++i) {
+    const Tensor& t = *inputs[i];
+    OL_CHECK(t.dtype() == DataType::kFloat || t.dtype() == DataType::kFloat16 ||
+                 t.dtype() == DataType::kBFloat16,
+             ErrorCode::kInvalidArgument,
+             where_ + ": " + names[i] + " must be FLOAT, FLOAT16 or BFLOAT16, got " +
+                 core::DataTypeName(t.dtype()));
+    OL_CHECK(t.rank() == 4, ErrorCode::kInvalidArgument,
+             where_ + ": " + names[i] + " must be [batch, heads, length, head_size], got " +
+                 ShapeToString(t.shape()));
+    CheckFinite(t.contiguous() ? t : t.Contiguous(), where_ + ": " + names[i]);
+  }
+  Call c;
+  c.kernel = this;
+  c.batch = q.dim(0), c.heads = q.dim(1), c.len = q.dim(2), c.dk = q.dim(3);
+  c.kv_heads = k.dim(1), c.dv = v.dim(3);
+  OL_CHECK(k.dim(0) == c.batch && v.dim(0) == c.batch && k.dim(2) == c.len &&
+               v.dim(2) == c.len && v.dim(1) == c.kv_heads && k.dim(3) == c.dk && c.dk > 0 &&
+               c.dv > 0 && c.kv_heads > 0 && c.heads % c.kv_heads == 0,
+           ErrorCode::kInvalidArgument,
+           where_ + ": Q " + ShapeToString(q.shape()) + ", K " + ShapeToString(k.shape()) +
+               ", V " + ShapeToString(v.shape()) +
+               " must share batch and length, K/V their heads, Q/K their head size, and Q's "
+               "heads must be a multiple of K/V's");
+  c.group = c.heads / c.kv_heads;
+  c.scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
+  AnalysePages(past, c);
+  OL_CHECK(c.past + c.len <= max_tokens_, ErrorCode::kInvalidArgument,
+           where_ + ": " + std::to_string(c.past) + " retained + " + std::to_string(c.len) +
+               " new tokens exceed max_tokens " + std::to_string(max_tokens_));
+  const Tensor kc = k.contiguous() ? k : k.Contiguous();
+  const Tensor vc = v.contiguous() ? v : v.Contiguous();
+  const Tensor qc = q.contiguous() ? q : q.Contiguous();
+  const Formats formats = select_formats_ ? select_formats_(kc, vc, c.past) : Formats{};
+  c.key_format = ToPageFormat(formats.key);
+  c.value_format = ToPageFormat(formats.value);
+  ops::ai_rt::CheckPageFormat(c.key_format, where_ + ": key format");
+  ops::ai_rt::CheckPageFormat(c.value_format, where_ + ": value format");
+  c.q = AsFloat(qc);
+  c.k = AsFloat(kc);
+  c.v = AsFloat(vc);
+  const size_t converted = (c.q.owned.size() + c.k.owned.size() + c.v.owned.size()) * sizeof(float);
+
+  Result result;
+  Tensor y("Y", q.dtype(), {c.batch, c.heads, c.len, c.dv}, allocator);
+  std::vector<float> y_float;
+  float* yp = y.dtype() == DataType::kFloat ? y.mutable_data<float>() : nullptr;
+  if (yp == nullptr) {
+    y_float.resize(static_cast<size_t>(y.numel()));
+    yp = y_float.data();
+  }
+  size_t workspace = converted + y_float.size() * sizeof(float);
+  if (c.dk < kSmallHead || c.dv < kSmallHead) {
+    workspace += SmallAttention(c, yp, &c.stats.dequantized_bytes);
+  } else {
+    BlockedAttention attention(c, yp);
+    c.stats.dequantized_bytes = attention.Run();
+    workspace += attention.WorkspaceBytes();
+  }
+  if (!y_float.empty()) {  // FLOAT16 / BFLOAT16 Q: Y in Q's type
+    auto* out = y.mutable_data<uint16_t>();
+    for (size_t e = 0; e < y_float.size(); ++e)
+      out[e] = y.dtype() == DataType::kFloat16 ? core::FloatToHalf(y_float[e])
+                                               : core::FloatToBFloat16(y_float[e]);
+  }
+  c.stats.peak_workspace_bytes = workspace;
+
+  result.present = Append(past, c, allocator, tail);
+  result.y = std::move(y);
+  result.statistics = c.stats;
+  return result;
+}
+
+RuntimeValue PagedAttention::Append(const RuntimeValue& past, Call& c, Allocator& allocator,
+                                    core::runtime::PagedTail tail) const {
+  using core::runtime::PagedTail;
+  RuntimeSequence seq = past.fields().front().second.elements();
+  auto rows = [&](int64_t t0) {  // the current K and V from token t0 on
+    return std::pair{ops::ai_rt::RowSource{c.k.data + t0 * c.dk, c.kv_heads * c.len * c.dk,
+                                           c.len * c.dk},
+                     ops::ai_rt::RowSource{c.v.data + t0 * c.dv, c.kv_heads * c.len * c.dv,
+                                           c.len * c.dv}};
+  };
+  int64_t t0 = 0;
+  if (tail == PagedTail::kExclusive && !c.pages.empty()) {
+    // Nobody else can see the last page: fill its spare rows when it has the same formats.
+    const Page& last = c.pages.back();
+    const RuntimeValue& block = *c.blocks.back();
+    const ops::ai_rt::PageFormat* kf = ops::ai_rt::WritablePageFormat(block.field("key"));
+    const ops::ai_rt::PageFormat* vf = ops::ai_rt::WritablePageFormat(block.field("value"));
+    const int64_t n = std::min(last.key.capacity() - last.length, c.len);
+    if (kf != nullptr && vf != nullptr && *kf == c.key_format && *vf == c.value_format && n > 0) {
+      const auto [ks, vs] = rows(0);
+      ops::ai_rt::WriteRows(block.field("key"), ks, last.length, n, &c.stats.copied_bytes);
+      ops::ai_rt::WriteRows(block.field("value"), vs, last.length, n, &c.stats.copied_bytes);
+      seq.Set(seq.size() - 1, ops::ai_rt::MakeBlock(last.start, last.length + n,
+                                                    block.field("key"), block.field("value")));
+      t0 = n;
+    }
+  }
+  for (; t0 < c.len; t0 += block_size_) {
+    const int64_t n = std::min(block_size_, c.len - t0);
+    // In a state's run the page keeps room to be filled by the next calls.
+    const int64_t capacity = tail == PagedTail::kNone ? n : block_size_;
+    const auto [ks, vs] = rows(t0);
+    seq.PushBack(ops::ai_rt::MakeBlock(
+        c.past + t0, n,
+        ops::ai_rt::EncodePage(c.key_format, ks, c.batch, c.kv_heads, capacity, c.dk, n,
+                               allocator, &c.stats.copied_bytes),
+        ops::ai_rt::EncodePage(c.value_format, vs, c.batch, c.kv_heads, capacity, c.dv, n,
+                               allocator, &c.stats.copied_bytes)));
+  }
+  return ops::ai_rt::WithBlocks(past, std::move(seq));
+}
+
+void PagedAttention::Compute(KernelCall& call) const {
+  const core::runtime::PagedTail tail =
+      call.has_context() ? call.context().ClaimPagedTail(call, 3, 1)
+                         : core::runtime::PagedTail::kNone;
+  Result r = Run(call.input(0), call.input(1), call.input(2), call.input_value(3),
+                 call.allocator(), tail);
+  if (call.output_wanted(0)) call.SetOutput(0, std::move(r.y));
+  if (call.output_wanted(1)) call.SetOutputValue(1, std::move(r.present));
+}
+
+}  // namespace onnx_light::onnx_kernels::kernel
+
+namespace onnx_light::ops {
+using PagedAttention = onnx_kernels::kernel::PagedAttention;
+OL_KERNEL_FACTORY(PagedAttention)
+}  // namespace onnx_light::ops
