@@ -27,9 +27,9 @@ def paged_model(window=None, initializer=None):
     tensor_input(g, "q", HEADS)
     tensor_input(g, "k", KV_HEADS)
     tensor_input(g, "v", KV_HEADS)
-    g.input.add(name="past").type.struct_type.SetInParent()
+    g.input.add(name="past").type.struct_type.name = "cache"
     g.output.add(name="y").type.tensor_type.elem_type = ol.TensorProto.FLOAT
-    g.output.add(name="present").type.struct_type.SetInParent()
+    g.output.add(name="present").type.struct_type.name = "cache"
     node = g.node.add(op_type="PagedAttention", domain="ai.rt", name="attention",
                       input=["q", "k", "v", "past"], output=["y", "present"])
     if window is not None:
@@ -109,10 +109,13 @@ def test_a_declarative_policy_switches_formats_once_the_cache_is_long_enough():
         stored = step > 0
         keys = numpy.concatenate([keys, quantized(f["k"], "INT8", 0.02, 0) if stored else f["k"]], axis=2)
         values = numpy.concatenate([values, quantized(f["v"], "UINT4", 0.25, 8) if stored else f["v"]], axis=2)
+    # The FLOAT page is never converted; the quantized tokens start a page of their own, which
+    # the next call (same formats, nobody else holding the cache) fills in place.
     blocks = state.values["past"].blocks
-    assert [b.WhichOneof("key_payload") for b in blocks] == ["key", "encoded_key", "encoded_key"]
+    assert [(b.start, b.length) for b in blocks] == [(0, 8), (8, 2)]
+    assert [b.WhichOneof("key_payload") for b in blocks] == ["key", "encoded_key"]
     assert blocks[1].encoded_key.affine.storage_type == ol.TensorProto.INT8
-    assert blocks[2].encoded_value.affine.storage_type == ol.TensorProto.UINT4
+    assert blocks[1].encoded_value.affine.storage_type == ol.TensorProto.UINT4
 
 
 def test_a_callable_policy_sees_the_inputs_and_its_errors_name_it():
@@ -129,7 +132,8 @@ def test_a_callable_policy_sees_the_inputs_and_its_errors_name_it():
     state.run(context, feeds(rng, 3))
     state.run(context, feeds(rng, 1))
     assert seen == [((1, KV_HEADS, 3, HEAD), 0), ((1, KV_HEADS, 1, HEAD), 3)]
-    block = state.values["past"].blocks[1]
+    (block,) = state.values["past"].blocks  # the second call filled the first page
+    assert block.length == 4
     assert block.encoded_key.affine.storage_type == ol.TensorProto.INT4
     assert block.WhichOneof("value_payload") == "value"
 
@@ -172,3 +176,21 @@ def test_bad_inputs_are_rejected_naming_the_node_and_nothing_is_published():
     with pytest.raises(ValueError, match="PagedAttention node 'attention': Q holds a non-finite value"):
         state.run(runtime.RuntimeContext(), bad)
     assert state.values["past"].SerializeToString() == before
+
+
+def test_the_paged_tiny_decoder_gives_the_greedy_tokens_of_its_attention_form():
+    from onnx_light.models.tiny_decoder import TinyDecoderConfig, build_tiny_decoder, empty_cache
+
+    prompt = numpy.array([[5, 17, 33, 2, 40, 41, 42]], numpy.int64)
+    tokens = {}
+    for paged in (False, True):
+        config = TinyDecoderConfig(paged=paged)
+        model = build_tiny_decoder(config=config)
+        assert any(n.op_type == ("PagedAttention" if paged else "Attention") for n in model.graph.node)
+        feeds = {"input_ids": prompt, **empty_cache(config)}
+        options = runtime.GenerationOptions(max_new_tokens=24)
+        tokens[paged] = numpy.from_dlpack(runtime.generate(model, runtime.RuntimeContext(), feeds, options))
+    numpy.testing.assert_array_equal(tokens[True], tokens[False])
+    with pytest.raises(ValueError, match="needs onnx_light.onnx"):
+        import onnx
+        build_tiny_decoder(onnx, TinyDecoderConfig(paged=True))

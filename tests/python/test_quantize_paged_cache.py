@@ -39,9 +39,9 @@ def spec_graph():
     model.opset_import.add(domain="ai.rt", version=1)
     g = model.graph
     g.name = "quantize"
-    g.input.add(name="cache").type.struct_type.SetInParent()
+    g.input.add(name="cache").type.struct_type.name = "cache"
     for name in ("quantized_cache", "dequantized_cache"):
-        g.output.add(name=name).type.struct_type.SetInParent()
+        g.output.add(name=name).type.struct_type.name = "cache"
     f32 = lambda x: numpy.float32(x).tobytes()
     g.initializer.extend([
         scalar("key_scale", ol.TensorProto.FLOAT, f32(0.25)),
@@ -125,8 +125,8 @@ def quantize_model(zero_type=ol.TensorProto.INT8, zero_raw=b"\x00", scale=0.1, i
     model.opset_import.add(domain="ai.rt", version=1)
     g = model.graph
     g.name = "q"
-    g.input.add(name="cache").type.struct_type.SetInParent()
-    g.output.add(name="out").type.struct_type.SetInParent()
+    g.input.add(name="cache").type.struct_type.name = "cache"
+    g.output.add(name="out").type.struct_type.name = "cache"
     g.initializer.extend([
         scalar("scale", ol.TensorProto.FLOAT, numpy.float32(scale).tobytes()),
         scalar("zero", zero_type, zero_raw),

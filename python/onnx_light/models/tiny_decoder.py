@@ -28,6 +28,9 @@ class TinyDecoderConfig:
     max_positions: int = 512
     rms_eps: float = 1e-5
     seed: int = 0
+    # Attention over paged caches (ai.rt::PagedAttention, one cache past_i <- present_i per
+    # layer) instead of ONNX Attention over contiguous past_key_i/past_value_i tensors.
+    paged: bool = False
 
     @property
     def head_size(self) -> int:
@@ -63,10 +66,11 @@ class _Graph:
         self.graph = graph
         self.count = 0
 
-    def node(self, op: str, inputs, outputs=None, **attrs) -> str:
+    def node(self, op: str, inputs, outputs=None, domain: str = "", **attrs) -> str:
         self.count += 1
         n = self.graph.node.add()
         n.op_type = op
+        n.domain = domain
         n.name = f"{op.lower()}_{self.count}"
         n.input.extend(inputs)
         outputs = outputs or [f"{n.name}_out"]
@@ -107,6 +111,13 @@ def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig
     opset = model.opset_import.add()
     opset.domain = ""
     opset.version = 23
+    if c.paged:
+        if not hasattr(proto.GraphProto(), "persistent_bindings"):
+            raise ValueError("a paged tiny decoder needs onnx_light.onnx (structured caches are "
+                             "an onnx-light extension)")
+        rt = model.opset_import.add()
+        rt.domain = "ai.rt"
+        rt.version = 1
     graph = model.graph
     graph.name = "tiny_decoder"
     g = _Graph(proto, graph)
@@ -118,6 +129,11 @@ def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig
     cache_dims = ["batch", c.num_heads, "past", c.head_size]
     present_dims = ["batch", c.num_heads, "total", c.head_size]
     for i in range(c.num_layers):
+        if c.paged:
+            graph.input.add(name=f"past_{i}").type.struct_type.name = "cache"
+            graph.output.add(name=f"present_{i}").type.struct_type.name = "cache"
+            graph.persistent_bindings.add(input_name=f"past_{i}", output_name=f"present_{i}")
+            continue
         for kind in ("key", "value"):
             graph.input.append(_value_info(proto, f"past_{kind}_{i}", FLOAT, cache_dims))
             graph.output.append(_value_info(proto, f"present_{kind}_{i}", FLOAT, present_dims))
@@ -151,8 +167,12 @@ def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig
         q = heads(g.node("MatMul", [n, g.init(f"l{i}_wq", weight(c.hidden_size, c.hidden_size))]))
         k = heads(g.node("MatMul", [n, g.init(f"l{i}_wk", weight(c.hidden_size, c.hidden_size))]))
         v = heads(g.node("MatMul", [n, g.init(f"l{i}_wv", weight(c.hidden_size, c.hidden_size))]))
-        attn = g.node("Attention", [q, k, v, "", f"past_key_{i}", f"past_value_{i}"],
-                      [f"attn_{i}", f"present_key_{i}", f"present_value_{i}"], is_causal=1)
+        if c.paged:
+            attn = g.node("PagedAttention", [q, k, v, f"past_{i}"], [f"attn_{i}", f"present_{i}"],
+                          domain="ai.rt", max_tokens=c.max_positions)
+        else:
+            attn = g.node("Attention", [q, k, v, "", f"past_key_{i}", f"past_value_{i}"],
+                          [f"attn_{i}", f"present_key_{i}", f"present_value_{i}"], is_causal=1)
         attn = g.node("Transpose", [attn], perm=[0, 2, 1, 3])
         attn = g.node("MatMul", [g.node("Reshape", [attn, merge_heads]),
                                  g.init(f"l{i}_wo", weight(c.hidden_size, c.hidden_size))])
@@ -174,6 +194,8 @@ def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig
 
 def empty_cache(config: TinyDecoderConfig = TinyDecoderConfig(), batch: int = 1) -> dict:
     """Initial (empty-prefix) cache values for every bound input."""
+    if config.paged:
+        return {f"past_{i}": {"blocks": []} for i in range(config.num_layers)}
     shape = (batch, config.num_heads, 0, config.head_size)
     return {f"past_{kind}_{i}": np.zeros(shape, np.float32)
             for i in range(config.num_layers) for kind in ("key", "value")}

@@ -2,6 +2,8 @@
 // spec's registration code as written, the built-in kernel, zero-copy retention of pages.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +70,13 @@ RuntimeValueMap Feeds(int64_t len, uint32_t seed) {
   return feeds;
 }
 
+float MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  float d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
 void RegisterAsTheSpecWrites(RuntimeContext& context) {
   using namespace onnx_light;
   using namespace onnx_light::core::runtime;
@@ -107,14 +116,18 @@ TEST_CASE("The spec's registration, the built-in kernel and direct calls decode 
     auto yb = b.Run(builtin, feeds).at("y").tensor().ToFloatVector();
     auto r = direct.Run(feeds.at("q").tensor(), feeds.at("k").tensor(), feeds.at("v").tensor(), cache);
     cache = r.present;
-    CHECK(ya == r.y.ToFloatVector());
+    CHECK(MaxDiff(ya, r.y.ToFloatVector()) < 1e-5f);  // pages split differently
     CHECK(yb == ya);
+    // The state alone holds its cache: the prompt's page (16 rows of capacity) takes the
+    // next tokens in place, so the retained page is the same storage after every step.
     const RuntimeValue retained = a.Values().at("past");
     const RuntimeSequence& blocks = retained.field("blocks").elements();
-    REQUIRE(blocks.size() == static_cast<size_t>(step + 1));
-    for (size_t j = 0; j < pages.size(); ++j)
-      CHECK(blocks[j].field("key").tensor().raw_data() == pages[j]);
-    pages.push_back(blocks[blocks.size() - 1].field("key").tensor().raw_data());
+    REQUIRE(blocks.size() == 1);
+    CHECK(blocks[0].field("length").tensor().data<int64_t>()[0] == 7 + step);
+    pages.push_back(blocks[0].field("key").tensor().raw_data());
+    CHECK(pages.back() == pages.front());
+    // The direct calls (no state) seal every page instead.
+    CHECK(r.present.field("blocks").elements().size() == static_cast<size_t>(step + 1));
   }
 }
 
@@ -132,7 +145,7 @@ TEST_CASE("Steady decoding fills the exclusively held last page in place: 1,024 
     const RuntimeValueMap feeds = Feeds(1, static_cast<uint32_t>(step));
     const auto ya = alone.Run(context, feeds).at("y").tensor().ToFloatVector();
     const auto yb = watched.Run(context, feeds).at("y").tensor().ToFloatVector();
-    CHECK(ya == yb);  // same tokens either way
+    CHECK(MaxDiff(ya, yb) < 1e-5f);  // the same attention, summed in other page blocks
     views.push_back(watched.Values().at("past"));
     if (step == 0)
       first_view_keys.push_back(

@@ -1,0 +1,171 @@
+// Decode attention over a paged cache (ai.rt::PagedAttention) against the contiguous fused
+// attention kernel and a plain memory read of the same bytes, in one run: 8 KV heads, 4 query
+// heads per KV head, head size 128, one new token over 1k, 8k and 32k cached tokens, pages of
+// 16 tokens in dense FLOAT, FLOAT16, INT8, INT4 and INT2, on 1 and 2 threads.
+//   ./build/perf/bench_paged_attention [--benchmark_filter=32768]
+// bytes_per_second counts the page payload bytes the call reads (K and V of every token).
+#include <benchmark/benchmark.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "executor/kernel_registry.h"
+#include "executor/runtime_context.h"
+#include "ops/ai_rt/page_writer.h"
+#include "ops/ai_rt/paged_attention.h"
+#include "onnx_light.pb.h"
+
+using namespace onnx_light;
+using namespace onnx_light::core::runtime;
+using onnx_light::onnx_kernels::kernel::PagedAttention;
+
+namespace {
+
+constexpr int64_t kKvHeads = 8, kGroup = 4, kHead = 128, kPage = 16;
+
+std::vector<float> Random(int64_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0, 1);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+core::DataType FormatOf(int index) {
+  const core::DataType formats[] = {core::DataType::kFloat, core::DataType::kFloat16,
+                                    core::DataType::kInt8, core::DataType::kInt4,
+                                    core::DataType::kInt2};
+  return formats[index];
+}
+
+// A cache of `tokens` tokens in pages of kPage, all in `format`; built once per shape.
+struct PagedCache {
+  RuntimeValue cache;
+  size_t payload_bytes = 0;
+};
+
+const PagedCache& CacheFor(int64_t tokens, int format_index) {
+  static std::map<std::pair<int64_t, int>, PagedCache> caches;
+  auto& entry = caches[{tokens, format_index}];
+  if (!entry.cache.empty()) return entry;
+  const ops::ai_rt::PageFormat format{FormatOf(format_index), 0.05f, 0};
+  const std::vector<float> rows = Random(kKvHeads * kPage * kHead, 7);
+  std::vector<RuntimeValue> blocks;
+  for (int64_t t = 0; t < tokens; t += kPage) {
+    const ops::ai_rt::RowSource src{rows.data(), kKvHeads * kPage * kHead, kPage * kHead};
+    size_t written = 0;
+    std::vector<RuntimeValue::Field> f;
+    f.emplace_back("start", RuntimeValue(Tensor::FromInt64("", {}, {t})));
+    f.emplace_back("length", RuntimeValue(Tensor::FromInt64("", {}, {kPage})));
+    for (const char* name : {"key", "value"})
+      f.emplace_back(name, ops::ai_rt::EncodePage(format, src, 1, kKvHeads, kPage, kHead, kPage,
+                                                  DefaultAllocator(), &written));
+    entry.payload_bytes += written;
+    blocks.push_back(RuntimeValue::Struct("", std::move(f)));
+  }
+  std::vector<RuntimeValue::Field> cache;
+  cache.emplace_back("blocks", RuntimeValue::Sequence(RuntimeSequence::FromValues(std::move(blocks))));
+  entry.cache = RuntimeValue::Struct("", std::move(cache));
+  return entry;
+}
+
+NodeProto PagedNode() {
+  NodeProto node;
+  node.set_op_type("PagedAttention");
+  node.set_domain("ai.rt");
+  for (const char* in : {"q", "k", "v", "past"}) node.add_input(in);
+  node.add_output("y");
+  node.add_output("present");
+  auto* a = node.add_attribute();
+  a->set_name("max_tokens");
+  a->set_type(AttributeProto::INT);
+  a->set_i(1 << 20);
+  return node;
+}
+
+// args: cached tokens, format index, threads.
+void BM_PagedDecode(benchmark::State& state) {
+  const int64_t tokens = state.range(0);
+  const PagedCache& paged = CacheFor(tokens, static_cast<int>(state.range(1)));
+  tbb::task_arena arena(static_cast<int>(state.range(2)));
+  KernelContext ctx;
+  PagedAttention kernel(ctx);
+  kernel.set_node(PagedNode());
+  const Tensor q = Tensor::FromFloat("q", {1, kKvHeads * kGroup, 1, kHead}, Random(kKvHeads * kGroup * kHead, 1));
+  const Tensor k = Tensor::FromFloat("k", {1, kKvHeads, 1, kHead}, Random(kKvHeads * kHead, 2));
+  const Tensor v = Tensor::FromFloat("v", {1, kKvHeads, 1, kHead}, Random(kKvHeads * kHead, 3));
+  for (auto _ : state)
+    arena.execute([&] { benchmark::DoNotOptimize(kernel.Run(q, k, v, paged.cache)); });
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * paged.payload_bytes));
+  state.SetLabel(core::DataTypeName(FormatOf(static_cast<int>(state.range(1)))));
+}
+
+// The contiguous fused kernel (ops/fused/scaled_dot_product_attention.cc) on the same shape.
+void BM_ContiguousDecode(benchmark::State& state) {
+  const int64_t tokens = state.range(0), heads = kKvHeads * kGroup;
+  tbb::task_arena arena(static_cast<int>(state.range(1)));
+  NodeProto node;
+  node.set_op_type("ScaledDotProductAttention");
+  node.set_domain("ai.onnx_light.fused");
+  for (int i = 0; i < 10; ++i) node.add_input(i < 3 ? "in" + std::to_string(i) : "");
+  node.add_output("y");
+  RuntimeContext context;
+  auto kernel = (*BuiltinKernels().Find("ai.onnx_light.fused", node.op_type(), 1))(
+      node, context, KernelInfo(node, context.kernel_ctx()));
+  kernel->set_node(node);
+  const RuntimeValue q(Tensor::FromFloat("q", {1, heads, 1, kHead}, Random(heads * kHead, 1)));
+  const RuntimeValue k(Tensor::FromFloat("k", {1, kKvHeads, tokens, kHead}, Random(kKvHeads * tokens * kHead, 2)));
+  const RuntimeValue v(Tensor::FromFloat("v", {1, kKvHeads, tokens, kHead}, Random(kKvHeads * tokens * kHead, 3)));
+  std::vector<const RuntimeValue*> inputs = {&q, &k, &v};
+  inputs.resize(10, nullptr);
+  for (auto _ : state) {
+    RuntimeValue y;
+    RuntimeValue* outputs[1] = {&y};
+    KernelCall call(&context, node, inputs, outputs);
+    arena.execute([&] { kernel->Compute(call); });
+    benchmark::DoNotOptimize(y);
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * kKvHeads * tokens * kHead * 4);
+}
+
+// Summing the FLOAT cache's bytes once: the read rate the decode is bound by.
+void BM_MemoryRead(benchmark::State& state) {
+  const int64_t n = 2 * kKvHeads * state.range(0) * kHead;
+  tbb::task_arena arena(static_cast<int>(state.range(1)));
+  const std::vector<float> data = Random(n, 9);
+  for (auto _ : state) {
+    arena.execute([&] {
+      const int64_t parts = state.range(1);
+      std::vector<float> sums(static_cast<size_t>(parts));
+      tbb::parallel_for(int64_t{0}, parts, [&](int64_t p) {
+        float s = 0;
+        for (int64_t i = p * n / parts; i < (p + 1) * n / parts; ++i) s += data[static_cast<size_t>(i)];
+        sums[static_cast<size_t>(p)] = s;
+      });
+      benchmark::DoNotOptimize(sums);
+    });
+  }
+  state.SetBytesProcessed(state.iterations() * n * 4);
+}
+
+void PagedArgs(benchmark::internal::Benchmark* b) {
+  for (int64_t tokens : {1024, 8192, 32768})
+    for (int format = 0; format < 5; ++format)
+      for (int threads : {1, 2}) b->Args({tokens, format, threads});
+}
+
+void ContiguousArgs(benchmark::internal::Benchmark* b) {
+  for (int64_t tokens : {1024, 8192, 32768})
+    for (int threads : {1, 2}) b->Args({tokens, threads});
+}
+
+}  // namespace
+
+BENCHMARK(BM_PagedDecode)->Apply(PagedArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_ContiguousDecode)->Apply(ContiguousArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_MemoryRead)->Apply(ContiguousArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_MAIN();
