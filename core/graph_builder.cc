@@ -57,7 +57,7 @@ void RequireNewInitializer(const GraphProto& g, const std::string& op, const std
   RequireName(op, name);
   const char* category = InitializerCategory(g, name);
   OL_CHECK(category == nullptr, ErrorCode::kInvalidArgument,
-           op + ": " + Quote(name) + " is already a " + category +
+           op + ": " + Quote(name) + " is already used by " + category +
                " (names are unique across all initializer categories)");
   for (const auto& n : g.node())
     for (const auto& o : n.output())
