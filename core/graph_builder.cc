@@ -36,6 +36,14 @@ std::vector<std::string> Readers(const GraphProto& g, const std::string& name, i
   return out;
 }
 
+// Removing a bound input or output would leave its binding dangling.
+void RefuseBound(const GraphProto& g, const std::string& op, const std::string& name) {
+  for (const auto& b : g.persistent_bindings())
+    OL_CHECK(b.input_name() != name && b.output_name() != name, ErrorCode::kInvalidArgument,
+             op + " " + Quote(name) + ": it is bound by " + BindingDesc(b) +
+                 " (remove the binding first)");
+}
+
 std::string Join(const std::vector<std::string>& items) {
   std::string s;
   for (const auto& i : items) s += (s.empty() ? "" : ", ") + i;
@@ -217,10 +225,7 @@ void GraphBuilder::RemoveInput(const std::string& name) {
   const int index = FindValueInfo(g.input(), name);
   OL_CHECK(index >= 0, ErrorCode::kInvalidArgument,
            "RemoveInput: " + Quote(name) + " is not a graph input");
-  for (const auto& b : g.persistent_bindings())
-    OL_CHECK(b.input_name() != name, ErrorCode::kInvalidArgument,
-             "RemoveInput " + Quote(name) + ": it is bound by " + BindingDesc(b) +
-                 " (remove the binding first)");
+  RefuseBound(g, "RemoveInput", name);
   const auto readers = Readers(g, name);
   OL_CHECK(readers.empty() || InitializerCategory(g, name) != nullptr,
            ErrorCode::kInvalidArgument,
@@ -244,10 +249,7 @@ void GraphBuilder::RemoveOutput(const std::string& name) {
   const int index = FindValueInfo(g.output(), name);
   OL_CHECK(index >= 0, ErrorCode::kInvalidArgument,
            "RemoveOutput: " + Quote(name) + " is not a graph output");
-  for (const auto& b : g.persistent_bindings())
-    OL_CHECK(b.output_name() != name, ErrorCode::kInvalidArgument,
-             "RemoveOutput " + Quote(name) + ": it is bound by " + BindingDesc(b) +
-                 " (remove the binding first)");
+  RefuseBound(g, "RemoveOutput", name);
   g.mutable_output()->DeleteSubrange(index, 1);
 }
 

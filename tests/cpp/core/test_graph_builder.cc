@@ -13,10 +13,12 @@
 #include "core/text_parser.h"
 #include "core/text_printer.h"
 #include "onnx_light.pb.h"
+#include "tests/cpp/dense_page.h"
 #include "tests/cpp/expect_error.h"
 
 using namespace onnx_light;
 using namespace onnx_light::core;
+using test_util::DensePage;
 using test_util::ExpectError;
 
 namespace {
@@ -34,18 +36,6 @@ feedback (float[2] delta, float[2] past) => (float[2] present, float[2] y)
   b->set_input_name("past");
   b->set_output_name("present");
   return model;
-}
-
-// A dense FLOAT page [1, 1, capacity, width] in raw_data.
-void DensePage(TensorProto* t, int64_t capacity, int64_t width, float base) {
-  t->set_data_type(TensorProto::FLOAT);
-  for (int64_t d : {int64_t{1}, int64_t{1}, capacity, width}) t->add_dims(d);
-  std::string raw(static_cast<size_t>(capacity * width) * sizeof(float), '\0');
-  for (int64_t i = 0; i < capacity * width; ++i) {
-    const float v = base + static_cast<float>(i);
-    std::memcpy(raw.data() + i * 4, &v, 4);
-  }
-  t->set_raw_data(raw);
 }
 
 // Blocks of capacity 4 holding `lengths` tokens each, keys of width 2, values of width 3.
