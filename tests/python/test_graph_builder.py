@@ -80,8 +80,15 @@ def test_nodes_inputs_outputs_initializers_and_bindings_are_added_and_removed():
     with pytest.raises(ValueError, match="bound by persistent binding 'past' <- 'present'"):
         builder.remove_input("past")
     builder.remove_persistent_binding("past")
+    declared = ol.ValueInfoProto()
+    declared.CopyFrom(builder.graph.output[0])
     builder.remove_output("present")
     builder.add_output(ol.ValueInfoProto(name="present"))
+    with pytest.raises(ValueError, match="output 'present' has no declared type"):
+        builder.add_persistent_binding("past", "present")
+    assert len(builder.graph.persistent_bindings) == 0
+    builder.remove_output("present")
+    builder.add_output(declared)
     builder.add_persistent_binding("past", "present")
     with pytest.raises(ValueError, match="duplicate binding input name 'past'"):
         builder.add_persistent_binding("past", "y")
