@@ -61,16 +61,29 @@ void RequireNewName(const GraphProto& g, const std::string& op, const std::strin
            op + ": " + Quote(name) + " is already a value name of the graph");
 }
 
+void RequireNotNodeOutput(const GraphProto& g, const std::string& op, const std::string& name) {
+  for (const auto& n : g.node())
+    for (const auto& o : n.output())
+      OL_CHECK(o != name, ErrorCode::kInvalidArgument,
+               op + ": " + Quote(name) + " is already a node output");
+}
+
 void RequireNewInitializer(const GraphProto& g, const std::string& op, const std::string& name) {
   RequireName(op, name);
   const char* category = InitializerCategory(g, name);
   OL_CHECK(category == nullptr, ErrorCode::kInvalidArgument,
            op + ": " + Quote(name) + " is already used by " + category +
                " (names are unique across all initializer categories)");
-  for (const auto& n : g.node())
-    for (const auto& o : n.output())
-      OL_CHECK(o != name, ErrorCode::kInvalidArgument,
-               op + ": " + Quote(name) + " is already a node output");
+  RequireNotNodeOutput(g, op, name);
+}
+
+// The index of graph input/output `name` (`kind`), which must exist.
+int RequireValue(const google::protobuf::RepeatedPtrField<ValueInfoProto>& values,
+                 const std::string& op, const std::string& name, const char* kind) {
+  const int index = FindValueInfo(values, name);
+  OL_CHECK(index >= 0, ErrorCode::kInvalidArgument,
+           op + ": " + Quote(name) + " is not a graph " + kind);
+  return index;
 }
 
 // A non-owning handle: the runtime view lives only while the caller's reference does.
@@ -138,15 +151,13 @@ std::string GraphBuilder::ExportStandardOnnx() const {
 
 void GraphBuilder::RenameInput(const std::string& from, const std::string& to) {
   GraphProto& g = *model_.mutable_graph();
-  OL_CHECK(FindValueInfo(g.input(), from) >= 0, ErrorCode::kInvalidArgument,
-           "RenameInput: " + Quote(from) + " is not a graph input");
+  RequireValue(g.input(), "RenameInput", from, "input");
   RenameValue(from, to, "RenameInput");
 }
 
 void GraphBuilder::RenameOutput(const std::string& from, const std::string& to) {
   GraphProto& g = *model_.mutable_graph();
-  OL_CHECK(FindValueInfo(g.output(), from) >= 0, ErrorCode::kInvalidArgument,
-           "RenameOutput: " + Quote(from) + " is not a graph output");
+  RequireValue(g.output(), "RenameOutput", from, "output");
   RenameValue(from, to, "RenameOutput");
 }
 
@@ -213,18 +224,13 @@ void GraphBuilder::AddInput(ValueInfoProto input) {
   RequireName("AddInput", input.name());
   OL_CHECK(FindValueInfo(g.input(), input.name()) < 0, ErrorCode::kInvalidArgument,
            "AddInput: " + Quote(input.name()) + " is already a graph input");
-  for (const auto& n : g.node())
-    for (const auto& o : n.output())
-      OL_CHECK(o != input.name(), ErrorCode::kInvalidArgument,
-               "AddInput: " + Quote(input.name()) + " is already a node output");
+  RequireNotNodeOutput(g, "AddInput", input.name());
   *g.add_input() = std::move(input);
 }
 
 void GraphBuilder::RemoveInput(const std::string& name) {
   GraphProto& g = *model_.mutable_graph();
-  const int index = FindValueInfo(g.input(), name);
-  OL_CHECK(index >= 0, ErrorCode::kInvalidArgument,
-           "RemoveInput: " + Quote(name) + " is not a graph input");
+  const int index = RequireValue(g.input(), "RemoveInput", name, "input");
   RefuseBound(g, "RemoveInput", name);
   const auto readers = Readers(g, name);
   OL_CHECK(readers.empty() || InitializerCategory(g, name) != nullptr,
@@ -246,9 +252,7 @@ void GraphBuilder::AddOutput(ValueInfoProto output) {
 
 void GraphBuilder::RemoveOutput(const std::string& name) {
   GraphProto& g = *model_.mutable_graph();
-  const int index = FindValueInfo(g.output(), name);
-  OL_CHECK(index >= 0, ErrorCode::kInvalidArgument,
-           "RemoveOutput: " + Quote(name) + " is not a graph output");
+  const int index = RequireValue(g.output(), "RemoveOutput", name, "output");
   RefuseBound(g, "RemoveOutput", name);
   g.mutable_output()->DeleteSubrange(index, 1);
 }
