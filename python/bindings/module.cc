@@ -16,4 +16,5 @@ PYBIND11_MODULE(_onnxpykernels, m) {
   onnx_light::python::RegisterKernelList(runtime);
   onnx_light::python::RegisterGeneration(runtime);
   onnx_light::python::RegisterScheduler(runtime);
+  onnx_light::python::RegisterSchema(runtime);
 }

@@ -14,4 +14,5 @@ void RegisterState(py::module_& runtime);    // state.cc: PersistentValueState, 
 void RegisterKernelList(py::module_& runtime);  // kernels.cc: runtime.builtin_kernels()
 void RegisterGeneration(py::module_& runtime);  // generation.cc: GenerationOptions, generate
 void RegisterScheduler(py::module_& runtime);   // scheduler.cc: RequestScheduler, RequestHandle
+void RegisterSchema(py::module_& runtime);  // schema.cc: get_schema, check_model, infer_types
 }  // namespace onnx_light::python
