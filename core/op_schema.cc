@@ -152,7 +152,8 @@ void LightOpSchema::VerifyInputTypes(InferenceContext& ctx) const {
     const FormalParameter& param = inputs_[i];
     const std::string what = ParamDesc("input", i, ctx.node().input(i), param);
     if (param.kind == FormalParameter::Kind::kPagedCache) {
-      const std::string why = PagedCacheDeclarationError(*type, ctx.model(), ctx.desc() + ": " + what);
+      const std::string why =
+          PagedCacheDeclarationError(*type, ctx.model(), ctx.desc() + ": " + what);
       if (!why.empty()) ctx.Fail(what + " must be declared as a paged cache struct: " + why);
       continue;
     }

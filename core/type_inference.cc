@@ -66,7 +66,8 @@ class SchemaWalker {
   void DeclareGraphValues(const GraphProto& g, TypeMap& scope) {
     for (const auto& v : g.input())
       if (v.has_type()) scope.emplace(v.name(), &v.type());
-    for (const auto& t : g.initializer()) scope.emplace(t.name(), TensorType(t.data_type(), t.dims()));
+    for (const auto& t : g.initializer())
+      scope.emplace(t.name(), TensorType(t.data_type(), t.dims()));
     for (const auto& e : g.encoded_initializer())
       if (e.has_logical_type()) scope.emplace(e.name(), &e.logical_type());
     for (const auto& p : g.paged_cache_initializer()) {

@@ -21,7 +21,8 @@ py::object AttributeValue(const AttributeProto& a) {
     case AttributeProto::INT: return py::int_(a.i());
     case AttributeProto::FLOAT: return py::float_(a.f());
     case AttributeProto::STRING: return py::bytes(a.s());
-    case AttributeProto::INTS: return py::cast(std::vector<int64_t>(a.ints().begin(), a.ints().end()));
+    case AttributeProto::INTS:
+      return py::cast(std::vector<int64_t>(a.ints().begin(), a.ints().end()));
     case AttributeProto::FLOATS:
       return py::cast(std::vector<float>(a.floats().begin(), a.floats().end()));
     default: return py::none();

@@ -50,8 +50,11 @@ def attention_model(q=("B", 8, "L", 16), v=("B", 2, "L", 32), past_ref=False, **
 
 
 def dims(value):
-    return [d.dim_param if d.HasField("dim_param") else (d.dim_value if d.HasField("dim_value") else None)
-            for d in value.type.tensor_type.shape.dim]
+    def one(d):
+        if d.HasField("dim_param"):
+            return d.dim_param
+        return d.dim_value if d.HasField("dim_value") else None
+    return [one(d) for d in value.type.tensor_type.shape.dim]
 
 
 def test_get_schema_reports_signature_and_attribute_defaults():

@@ -469,7 +469,8 @@ TEST_CASE("schema'd nodes in subgraphs are checked with their outer scope and in
 
 TEST_CASE("ai.rt nodes without a schema (custom kernels) are not checked") {
   CheckModel(Model(Input("x", T(6)) +
-                   Node("MyCustomKernel", {"x", "x", "x", "x", "x"}, {"y"}, IntAttr("anything", -7)) +
+                   Node("MyCustomKernel", {"x", "x", "x", "x", "x"}, {"y"},
+                        IntAttr("anything", -7)) +
                    Output("y")));
 }
 
@@ -550,16 +551,17 @@ TEST_CASE("registering a schema registers no kernel") {
   CHECK(context.custom_kernels().Find("ai.rt", "PagedAttention", 1) == nullptr);
   REQUIRE(LightSchemaRegistry::Get("ai.rt", "PagedAttention", 1) != nullptr);
   auto model = std::make_shared<ModelProto>(DefaultAttention());
-  model->mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(1);
-  model->mutable_graph()->mutable_output(1)->mutable_type()->mutable_struct_type()->set_name("c");
+  auto* outputs = model->mutable_graph()->mutable_output();
+  outputs->Mutable(0)->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+  outputs->Mutable(1)->mutable_type()->mutable_struct_type()->set_name("c");
   CheckModel(*model);
   ExpectError([&] { RuntimeSession session(model, context); }, ErrorCode::kNotImplemented,
               "no kernel for ai.rt::PagedAttention (opset 1) needed by node 'attn'");
 
   // A schema registered at run time still leaves the node without a kernel.
-  LightSchemaRegistry::Instance().Register(LightOpSchema("test.schema_only", "Probe", 1)
-                                               .Input({"x", FormalParameter::Kind::kTensor, false, {}, std::nullopt})
-                                               .Output({"y", FormalParameter::Kind::kTensor, false, {}, std::nullopt}));
+  const FormalParameter any_tensor{"x", FormalParameter::Kind::kTensor, false, {}, std::nullopt};
+  LightSchemaRegistry::Instance().Register(
+      LightOpSchema("test.schema_only", "Probe", 1).Input(any_tensor).Output(any_tensor));
   auto probe = std::make_shared<ModelProto>();
   REQUIRE(google::protobuf::TextFormat::ParseFromString(
       "ir_version: 10 opset_import { domain: \"\" version: 18 } "
