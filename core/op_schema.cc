@@ -149,25 +149,35 @@ void LightOpSchema::VerifyInputTypes(InferenceContext& ctx) const {
   for (int i = 0; i < ctx.num_inputs() && i < static_cast<int>(inputs_.size()); ++i) {
     const TypeProto* type = ctx.input_type(i);
     if (type == nullptr) continue;
-    const FormalParameter& param = inputs_[i];
-    const std::string what = ParamDesc("input", i, ctx.node().input(i), param);
-    if (param.kind == FormalParameter::Kind::kPagedCache) {
-      const std::string why =
-          PagedCacheDeclarationError(*type, ctx.model(), ctx.desc() + ": " + what);
-      if (!why.empty()) ctx.Fail(what + " must be declared as a paged cache struct: " + why);
-      continue;
-    }
-    if (!type->has_tensor_type()) ctx.Fail(what + " must be a tensor, got " + KindName(*type));
-    const auto& t = type->tensor_type();
-    const auto elem = static_cast<DataType>(t.elem_type());
-    if (t.elem_type() != 0 && !param.types.empty() &&
-        std::find(param.types.begin(), param.types.end(), elem) == param.types.end())
-      ctx.Fail(what + " has element type " + DataTypeName(elem) + ", expected one of " +
-               TypeList(param.types));
-    if (param.rank && t.has_shape() && t.shape().dim_size() != *param.rank)
-      ctx.Fail(what + " must have rank " + std::to_string(*param.rank) + ", got rank " +
-               std::to_string(t.shape().dim_size()));
+    VerifyType(ctx, inputs_[i], *type, ParamDesc("input", i, ctx.node().input(i), inputs_[i]));
   }
+}
+
+void LightOpSchema::VerifyOutputDeclaration(const InferenceContext& ctx, int k,
+                                            const TypeProto& type) const {
+  if (k >= static_cast<int>(outputs_.size())) return;
+  VerifyType(ctx, outputs_[k], type, ParamDesc("declared output", k, ctx.node().output(k),
+                                               outputs_[k]));
+}
+
+void LightOpSchema::VerifyType(const InferenceContext& ctx, const FormalParameter& param,
+                               const TypeProto& type, const std::string& what) const {
+  if (param.kind == FormalParameter::Kind::kPagedCache) {
+    const std::string why =
+        PagedCacheDeclarationError(type, ctx.model(), ctx.desc() + ": " + what);
+    if (!why.empty()) ctx.Fail(what + " must be declared as a paged cache struct: " + why);
+    return;
+  }
+  if (!type.has_tensor_type()) ctx.Fail(what + " must be a tensor, got " + KindName(type));
+  const auto& t = type.tensor_type();
+  const auto elem = static_cast<DataType>(t.elem_type());
+  if (t.elem_type() != 0 && !param.types.empty() &&
+      std::find(param.types.begin(), param.types.end(), elem) == param.types.end())
+    ctx.Fail(what + " has element type " + DataTypeName(elem) + ", expected one of " +
+             TypeList(param.types));
+  if (param.rank && t.has_shape() && t.shape().dim_size() != *param.rank)
+    ctx.Fail(what + " must have rank " + std::to_string(*param.rank) + ", got rank " +
+             std::to_string(t.shape().dim_size()));
 }
 
 // ---- InferenceContext ------------------------------------------------------------------

@@ -73,11 +73,17 @@ class LightOpSchema {
   // kinds, element types and ranks), then runs the inference function. Every error is
   // kInvalidModel and starts with ctx's node description.
   void Verify(InferenceContext& ctx) const;
+  // Checks the declared type of output `k` of ctx.node() against the output's kind, element
+  // types and rank (the same rules as for inputs).
+  void VerifyOutputDeclaration(const InferenceContext& ctx, int k, const TypeProto& type) const;
 
  private:
   void VerifyArity(InferenceContext& ctx) const;
   void VerifyAttributes(InferenceContext& ctx) const;
   void VerifyInputTypes(InferenceContext& ctx) const;
+  // `what` names the value in errors ("input 0 'q' (Q)").
+  void VerifyType(const InferenceContext& ctx, const FormalParameter& param, const TypeProto& type,
+                  const std::string& what) const;
 
   std::string domain_;
   std::string op_type_;

@@ -122,6 +122,11 @@ class SchemaWalker {
       for (const auto& in : node.input()) inputs.push_back(in.empty() ? nullptr : Lookup(in));
       InferenceContext ctx(node, std::move(inputs), &model_, desc);
       schema->Verify(ctx);
+      for (int k = 0; k < node.output_size(); ++k) {
+        auto d = declared.find(node.output(k));
+        if (!node.output(k).empty() && d != declared.end())
+          schema->VerifyOutputDeclaration(ctx, k, *d->second);
+      }
       inferred = ctx.output_types();
     }
     for (int k = 0; k < node.output_size(); ++k) {

@@ -267,7 +267,10 @@ TEST_CASE("Q/K/V are FLOAT, FLOAT16 or BFLOAT16 tensors of rank 4") {
                 kNode + "input 0 'q' (Q) must be a tensor, got a struct");
   ExpectInvalid(Attention(T(1, "1,2,3,4"), T(1), T(1), kLayoutless, "",
                           Output("y", T(1, "1,2,3")) + Output("present")),
-                kNode + "output 0 'y' (Y): ranks differ (4 vs 3) (inferred vs declared type)");
+                kNode + "declared output 0 'y' (Y) must have rank 4, got rank 3");
+  ExpectInvalid(Attention(T(1), T(1), T(1), kLayoutless, "", Output("y", T(6)) + Output("present")),
+                kNode + "declared output 0 'y' (Y) has element type INT32, expected one of FLOAT, "
+                        "FLOAT16, BFLOAT16");
 }
 
 TEST_CASE("Q/K/V share batch and new-token dimensions, K/V heads; Q heads are a multiple") {
@@ -404,7 +407,8 @@ TEST_CASE("InferTypes preserves declarations, fills value_info, rejects contradi
                           Output("y", T(1, "B,8,L,99")) + Output("present")),
                 kNode + "output 0 'y' (Y): dimension 3 differs (32 vs 99)");
   ExpectInvalid(Attention(T(1), T(1), T(1), kLayoutless, "", Output("y") + Output("present", T(1))),
-                kNode + "output 1 'present' (present): the kinds of type differ");
+                kNode + "declared output 1 'present' (present) must be declared as a paged cache "
+                        "struct: not a struct declaration");
 }
 
 TEST_CASE("input types come from value_info, initializers and earlier inferred outputs") {
@@ -465,6 +469,26 @@ TEST_CASE("schema'd nodes in subgraphs are checked with their outer scope and in
   ExpectInvalid(broken, "graph 'main' > node 0 (If) attribute 'then_branch' > graph 'then': "
                         "node 0 (ai.rt::PagedAttention 'attn'): attribute 'block_size' must be "
                         "positive, got 0");
+}
+
+TEST_CASE("schema'd nodes in model-local functions are checked with the function's opsets") {
+  const std::string function =
+      " functions { name: \"Decode\" domain: \"local\" input: \"q\" input: \"past\" "
+      "output: \"y\" opset_import { domain: \"ai.rt\" version: 1 } " +
+      Node("PagedAttention", {"q", "q", "q", "past"}, {"y", "present"}, IntAttr("is_causal", 5)) +
+      " }";
+  ExpectInvalid(Model(Input("x", T(1)), function),
+                "function 'local::Decode': node 0 (ai.rt::PagedAttention 'attn'): attribute "
+                "'is_causal' must be 0 or 1, got 5");
+}
+
+TEST_CASE("a paged_cache_initializer is a paged-cache declaration for past") {
+  ModelProto model = Model(Input("q", T(1)) + " paged_cache_initializer { name: \"past\" }" +
+                           Node("PagedAttention", {"q", "q", "q", "past"}, {"y", "present"}) +
+                           Output("y") + Output("present"));
+  InferTypes(model);
+  CHECK(Inferred(model, "present").struct_type().field_size() == 0);
+  CHECK(Inferred(model, "present").has_struct_type());
 }
 
 TEST_CASE("ai.rt nodes without a schema (custom kernels) are not checked") {
