@@ -64,8 +64,8 @@ class SchemaWalker {
 
   // Graph inputs and initializers (an input's declaration wins over its default).
   void DeclareGraphValues(const GraphProto& g, TypeMap& scope) {
-    for (const auto& v : g.input())
-      if (v.has_type()) scope.emplace(v.name(), &v.type());
+    // An untyped input is unknown, and still shadows an outer value of the same name.
+    for (const auto& v : g.input()) scope.emplace(v.name(), v.has_type() ? &v.type() : nullptr);
     for (const auto& t : g.initializer())
       scope.emplace(t.name(), TensorType(t.data_type(), t.dims()));
     for (const auto& e : g.encoded_initializer())
@@ -140,6 +140,8 @@ class SchemaWalker {
       } else if (t != inferred.end()) {
         scopes_.back()[name] = Own(t->second);
         if (graph != nullptr) inferences_.push_back({graph, name, t->second});
+      } else {
+        scopes_.back()[name] = nullptr;  // unknown
       }
     }
   }

@@ -462,6 +462,21 @@ TEST_CASE("schema'd nodes in subgraphs are checked with their outer scope and in
   REQUIRE(then.value_info_size() == 1);
   CHECK(then.value_info(0).name() == "present");
 
+  // A subgraph input without a type shadows the outer 'q': unknown there, not INT32.
+  ModelProto shadowed = Model(
+      Input("q", T(6)) + Input("past", kLayoutless) +
+      " node { op_type: \"Loop\" input: \"\" input: \"\" output: \"out\""
+      " attribute { name: \"body\" type: GRAPH g { name: \"body\" input { name: \"i\" } "
+      "input { name: \"cond\" } input { name: \"q\" } " +
+      Node("PagedAttention", {"q", "q", "q", "past"}, {"y", "present"}) +
+      " node { op_type: \"Identity\" input: \"cond\" output: \"c\" }" + Output("c") +
+      " } } }" + Output("out"));
+  CheckModel(shadowed);
+  shadowed.mutable_graph()->mutable_node(0)->mutable_attribute(0)->mutable_g()->mutable_input(2)
+      ->mutable_type()->mutable_tensor_type()->set_elem_type(6);
+  ExpectInvalid(shadowed, "graph 'body': node 0 (ai.rt::PagedAttention 'attn'): input 0 'q' (Q) "
+                          "has element type INT32");
+
   ModelProto broken = model;
   auto* attr = broken.mutable_graph()->mutable_node(0)->mutable_attribute(0)->mutable_g()
                    ->mutable_node(0)->add_attribute();
