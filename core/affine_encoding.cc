@@ -129,10 +129,12 @@ Shape EncodedLogicalDims(const std::string& where, const EncodedValueProto& enco
   const auto& tensor = encoded.logical_type().tensor_type();
   if (!tensor.has_shape()) Fail(where, "encoded logical type has no rank");
   Shape dims;
-  for (const auto& d : tensor.shape().dim()) {
+  for (int i = 0; i < tensor.shape().dim_size(); ++i) {
+    const auto& d = tensor.shape().dim(i);
     if (!d.has_dim_value() || d.dim_value() < 0)
       Fail(where, "encoded logical shape " + DimsString(tensor.shape()) +
-                      " is not concrete (persistent values always have concrete dimensions)");
+                      " is not concrete at axis " + std::to_string(i) +
+                      " (persistent values always have concrete dimensions)");
     dims.push_back(d.dim_value());
   }
   return dims;

@@ -10,27 +10,14 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/proto_desc.h"
+#include "core/type_compat.h"
+#include "core/type_inference.h"
 #include "onnx_light.pb.h"
 
 namespace onnx_light::core {
 
 namespace {
-
-std::string Quote(const std::string& s) { return "'" + s + "'"; }
-
-// "node 3 (Add 'add_1')" or "node 3 (Add)" when the node has no name.
-std::string NodeDesc(const NodeProto& node, int index) {
-  std::string op = node.domain().empty() || node.domain() == "ai.onnx"
-                       ? node.op_type()
-                       : node.domain() + "::" + node.op_type();
-  std::string s = "node " + std::to_string(index) + " (" + op;
-  if (!node.name().empty()) s += " " + Quote(node.name());
-  return s + ")";
-}
-
-std::string GraphDesc(const GraphProto& graph) {
-  return graph.name().empty() ? std::string("graph") : "graph " + Quote(graph.name());
-}
 
 // Names a graph binds at its own level: inputs and every initializer category.
 bool DeclaresName(const GraphProto& graph, const std::string& name) {
@@ -82,29 +69,6 @@ int CountCaptures(const GraphProto& graph, const std::string& name) {
 
 // ---- persistent binding types ----------------------------------------------------------
 
-constexpr int kMaxTypeDepth = 64;
-
-const StructTypeProto& ResolveStruct(const StructTypeProto& s, const ModelProto* model,
-                                     const std::string& what) {
-  const StructTypeProto* cur = &s;
-  for (int hops = 0; !cur->type_ref().empty(); ++hops) {
-    OL_CHECK(hops < kMaxTypeDepth, ErrorCode::kInvalidModel,
-             what + ": struct type references are cyclic (through " + Quote(cur->type_ref()) +
-                 ")");
-    OL_CHECK(model != nullptr, ErrorCode::kInvalidModel,
-             what + ": struct type_ref " + Quote(cur->type_ref()) +
-                 " cannot be resolved without the model's struct_types");
-    const StructTypeProto* next = nullptr;
-    for (const auto& entry : model->struct_types())
-      if (entry.name() == cur->type_ref()) next = &entry;
-    OL_CHECK(next != nullptr, ErrorCode::kInvalidModel,
-             what + ": struct type_ref " + Quote(cur->type_ref()) +
-                 " is not declared in ModelProto.struct_types");
-    cur = next;
-  }
-  return *cur;
-}
-
 // Rejects the value kinds persistent state cannot hold, wherever they are nested.
 void CheckBoundType(const TypeProto& type, const ModelProto* model, const std::string& what,
                     int depth) {
@@ -145,73 +109,6 @@ void CheckBoundType(const TypeProto& type, const ModelProto* model, const std::s
       Throw(ErrorCode::kInvalidModel, what + ": opaque values cannot be persistent (unsupported)");
     case TypeProto::VALUE_NOT_SET:
       Throw(ErrorCode::kInvalidModel, what + ": the declaration has no type");
-  }
-}
-
-std::string DimString(const TensorShapeProto::Dimension& d) {
-  if (d.has_dim_value()) return std::to_string(d.dim_value());
-  if (d.has_dim_param()) return d.dim_param();
-  return "?";
-}
-
-// Returns an empty string when `a` (the input's type) and `b` (the output's) are compatible,
-// otherwise what differs. Symbolic and unknown dimensions match anything.
-std::string Incompatibility(const TypeProto& a, const TypeProto& b, const ModelProto* model,
-                            const std::string& what, int depth) {
-  if (depth >= kMaxTypeDepth) return what + ": type nesting is too deep";
-  if (a.value_case() != b.value_case()) return what + ": the kinds of type differ";
-  switch (a.value_case()) {
-    case TypeProto::kTensorType: {
-      const auto& ta = a.tensor_type();
-      const auto& tb = b.tensor_type();
-      if (ta.elem_type() != tb.elem_type())
-        return what + ": element types differ (" +
-               DataTypeName(static_cast<DataType>(ta.elem_type())) + " vs " +
-               DataTypeName(static_cast<DataType>(tb.elem_type())) + ")";
-      if (!ta.has_shape() || !tb.has_shape()) return "";
-      if (ta.shape().dim_size() != tb.shape().dim_size())
-        return what + ": ranks differ (" + std::to_string(ta.shape().dim_size()) + " vs " +
-               std::to_string(tb.shape().dim_size()) + ")";
-      for (int i = 0; i < ta.shape().dim_size(); ++i) {
-        const auto& da = ta.shape().dim(i);
-        const auto& db = tb.shape().dim(i);
-        if (da.has_dim_value() && db.has_dim_value() && da.dim_value() != db.dim_value())
-          return what + ": dimension " + std::to_string(i) + " differs (" + DimString(da) +
-                 " vs " + DimString(db) + ")";
-      }
-      return "";
-    }
-    case TypeProto::kSequenceType:
-      return Incompatibility(a.sequence_type().elem_type(), b.sequence_type().elem_type(), model,
-                             what + "[]", depth + 1);
-    case TypeProto::kStructType: {
-      const auto& ra = a.struct_type();
-      const auto& rb = b.struct_type();
-      if (model == nullptr && (!ra.type_ref().empty() || !rb.type_ref().empty())) {
-        return ra.type_ref() == rb.type_ref()
-                   ? ""
-                   : what + ": struct type references differ (" + Quote(ra.type_ref()) +
-                         " vs " + Quote(rb.type_ref()) + ")";
-      }
-      const StructTypeProto& sa = ResolveStruct(ra, model, what);
-      const StructTypeProto& sb = ResolveStruct(rb, model, what);
-      // A layout-less struct is the paged-cache declaration: it accepts either form.
-      if (sa.field_size() == 0 || sb.field_size() == 0) return "";
-      if (sa.field_size() != sb.field_size())
-        return what + ": struct field counts differ (" + std::to_string(sa.field_size()) +
-               " vs " + std::to_string(sb.field_size()) + ")";
-      for (int i = 0; i < sa.field_size(); ++i) {
-        if (sa.field(i).name() != sb.field(i).name())
-          return what + ": struct field " + std::to_string(i) + " is named " +
-                 Quote(sa.field(i).name()) + " vs " + Quote(sb.field(i).name());
-        std::string why = Incompatibility(sa.field(i).type(), sb.field(i).type(), model,
-                                          what + "." + sa.field(i).name(), depth + 1);
-        if (!why.empty()) return why;
-      }
-      return "";
-    }
-    default:
-      return "";  // other kinds were rejected by CheckBoundType
   }
 }
 
@@ -279,6 +176,7 @@ class ModelChecker {
     scopes_.pop_back();
     path_.pop_back();
     CheckPersistentBindings(graph, &model_);
+    CheckSchemaNodes(model_);
   }
 
  private:
@@ -561,7 +459,7 @@ void CheckPersistentBindings(const GraphProto& graph, const ModelProto* model) {
     CheckBoundType(in->second->type(), model, what + ": input " + Quote(b.input_name()), 0);
     CheckBoundType(out->second->type(), model, what + ": output " + Quote(b.output_name()), 0);
     const std::string why =
-        Incompatibility(in->second->type(), out->second->type(), model, what, 0);
+        TypeIncompatibility(in->second->type(), out->second->type(), model, what);
     OL_CHECK(why.empty(), ErrorCode::kInvalidModel,
              why + " (input and output types are incompatible)");
   }

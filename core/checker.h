@@ -19,7 +19,10 @@ namespace onnx_light::core {
 //  - every node input is a graph input, an initializer (any category), an earlier node
 //    output or (inside a subgraph) an outer-scope value; graph outputs are produced;
 //  - each value is defined once (SSA); attribute fields agree with their declared type;
-//  - persistent bindings (root graph only) satisfy CheckPersistentBindings.
+//  - persistent bindings (root graph only) satisfy CheckPersistentBindings;
+//  - nodes with a LightOpSchema (core/op_schema.h, e.g. ai.rt::PagedAttention) satisfy it:
+//    input/output counts, attributes, and the type rules wherever the input types are
+//    known (CheckSchemaNodes, core/type_inference.h).
 void CheckModel(const ModelProto& model);
 
 // The spec's binding rules for `graph` (a root graph): names exist, no duplicates, each

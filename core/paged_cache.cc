@@ -5,7 +5,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/affine_encoding.h"
 #include "core/error.h"
+#include "core/paged_cache.h"
 #include "core/runtime_value.h"
 #include "core/tensor_proto.h"
 #include "onnx_light.pb.h"
@@ -52,7 +54,101 @@ int64_t ScalarInt64(const RuntimeValue& v, const std::string& path) {
   return v.tensor().data<int64_t>()[0];
 }
 
+// ---- page structure checks -----------------------------------------------------------------
+
+[[noreturn]] void Fail(const std::string& what, const std::string& path,
+                       const std::string& problem) {
+  Throw(ErrorCode::kInvalidArgument, what + " '" + path + "': " + problem);
+}
+
+const RuntimeValue& BlockField(const std::string& what, const std::string& path,
+                               const RuntimeValue& block, const char* name) {
+  const RuntimeValue* f = block.FindField(name);
+  if (f == nullptr) Fail(what, path, std::string("missing field '") + name + "'");
+  return *f;
+}
+
+int64_t BlockScalar(const std::string& what, const std::string& path, const RuntimeValue& v) {
+  if (!v.is_tensor() || v.tensor().dtype() != DataType::kInt64 || v.tensor().numel() != 1 ||
+      v.tensor().rank() != 0)
+    Fail(what, path, "must be an INT64 scalar tensor");
+  return *v.tensor().data<int64_t>();
+}
+
+// [batch, heads, capacity, width] of a dense or encoded page payload.
+Shape PageDims(const std::string& what, const std::string& path, const RuntimeValue& payload) {
+  Shape dims;
+  if (payload.is_tensor()) {
+    const DataType t = payload.tensor().dtype();
+    if (t != DataType::kFloat && t != DataType::kFloat16 && t != DataType::kBFloat16)
+      Fail(what, path,
+           "dense page payload must be FLOAT, FLOAT16 or BFLOAT16, got " + DataTypeName(t));
+    dims = payload.tensor().shape();
+  } else if (payload.is_encoded()) {
+    dims = EncodedLogicalDims(what + " '" + path + "'", payload.encoded());
+  } else {
+    Fail(what, path,
+         std::string("page payload must be a tensor or an encoded value, got a ") +
+             RuntimeValue::KindName(payload.kind()));
+  }
+  if (dims.size() != 4)
+    Fail(what, path,
+         "page payload must have rank 4 [batch, heads, capacity, width], got " +
+             ShapeToString(dims));
+  return dims;
+}
+
+// One block's key and value dims after the per-block rules; returns the block length.
+int64_t CheckBlock(const std::string& what, const std::string& p, const RuntimeValue& block,
+                   int64_t expected_start, const PagePayloadCheck& check_payload, Shape& k,
+                   Shape& v) {
+  const int64_t start = BlockScalar(what, p + ".start", BlockField(what, p, block, "start"));
+  const int64_t length = BlockScalar(what, p + ".length", BlockField(what, p, block, "length"));
+  if (start != expected_start)
+    Fail(what, p,
+         "start " + std::to_string(start) + " is not contiguous (expected " +
+             std::to_string(expected_start) + ")");
+  if (length <= 0) Fail(what, p, "length " + std::to_string(length) + " is not positive");
+  const RuntimeValue& key = BlockField(what, p, block, "key");
+  const RuntimeValue& val = BlockField(what, p, block, "value");
+  if (check_payload) {
+    check_payload(p + ".key", key);
+    check_payload(p + ".value", val);
+  }
+  k = PageDims(what, p + ".key", key);
+  v = PageDims(what, p + ".value", val);
+  if (k[2] != v[2])
+    Fail(what, p,
+         "key capacity " + std::to_string(k[2]) + " differs from value capacity " +
+             std::to_string(v[2]));
+  if (length > k[2])
+    Fail(what, p,
+         "length " + std::to_string(length) + " exceeds the page capacity " +
+             std::to_string(k[2]));
+  if (k[0] != v[0] || k[1] != v[1]) Fail(what, p, "key and value batch/head dimensions differ");
+  return length;
+}
+
 }  // namespace
+
+void CheckPagedCachePages(const std::string& what, const std::string& path,
+                          const RuntimeValue& cache, const PagePayloadCheck& check_payload) {
+  const RuntimeSequence& blocks = cache.field("blocks").elements();
+  int64_t next_start = 0;
+  Shape first_key, first_value;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const std::string p = path + ".blocks[" + std::to_string(i) + "]";
+    Shape k, v;
+    next_start += CheckBlock(what, p, blocks[i], next_start, check_payload, k, v);
+    if (i == 0) {
+      first_key = k;
+      first_value = v;
+    } else if (k[0] != first_key[0] || k[1] != first_key[1] || k[3] != first_key[3] ||
+               v[3] != first_value[3]) {
+      Fail(what, p, "key/value widths or heads are inconsistent with earlier blocks");
+    }
+  }
+}
 
 std::shared_ptr<const ParameterCatalogue> ParameterCatalogue::FromModel(
     const std::shared_ptr<const ModelProto>& model) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/standard_onnx.h"
 #include "core/text_parser.h"
 
 namespace onnx_light::core {
@@ -431,7 +432,11 @@ std::string Function(const FunctionProto& function) {
 
 }  // namespace
 
+// The text format has no syntax for the onnx-light extensions: refuse rather than drop them.
+constexpr const char* kTextTarget = "ONNX text export";
+
 std::string PrintModel(const ModelProto& model) {
+  CheckNoExtensions(model, kTextTarget);
   std::vector<std::string> fields;
   if (model.has_ir_version()) fields.push_back("ir_version: " + Number(model.ir_version()));
   if (model.opset_import_size() > 0) {
@@ -459,10 +464,19 @@ std::string PrintModel(const ModelProto& model) {
   return out;
 }
 
-std::string PrintGraph(const GraphProto& graph) { return Graph(graph, 0) + "\n"; }
+std::string PrintGraph(const GraphProto& graph) {
+  CheckNoExtensions(graph, kTextTarget);
+  return Graph(graph, 0) + "\n";
+}
 
-std::string PrintFunction(const FunctionProto& function) { return Function(function) + "\n"; }
+std::string PrintFunction(const FunctionProto& function) {
+  CheckNoExtensions(function, kTextTarget);
+  return Function(function) + "\n";
+}
 
-std::string PrintNode(const NodeProto& node) { return Node(node, 0); }
+std::string PrintNode(const NodeProto& node) {
+  CheckNoExtensions(node, kTextTarget);
+  return Node(node, 0);
+}
 
 }  // namespace onnx_light::core

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/paged_cache.h"
 #include "onnx_light.pb.h"
 
 namespace onnx_light::core::runtime {
@@ -107,48 +108,6 @@ bool TypesEqual(const TypeProto& a, const TypeProto& b) {
     default:
       return false;  // unsupported kinds never compare equal for persistent values
   }
-}
-
-const RuntimeValue& Field(const std::string& path, const RuntimeValue& value,
-                          const char* name) {
-  const RuntimeValue* f = value.FindField(name);
-  if (f == nullptr) Fail(ErrorCode::kInvalidArgument, path, std::string("missing field '") + name + "'");
-  return *f;
-}
-
-int64_t ScalarInt64(const std::string& path, const RuntimeValue& value) {
-  if (!value.is_tensor() || value.tensor().dtype() != DataType::kInt64 ||
-      value.tensor().numel() != 1 || value.tensor().rank() != 0)
-    Fail(ErrorCode::kInvalidArgument, path, "must be an INT64 scalar tensor");
-  return *value.tensor().data<int64_t>();
-}
-
-struct PageGeometry {
-  Shape dims;  // [batch, heads, capacity, width]
-};
-
-PageGeometry PageDims(const std::string& path, const RuntimeValue& payload) {
-  Shape dims;
-  if (payload.is_tensor()) {
-    const Tensor& t = payload.tensor();
-    if (t.dtype() != DataType::kFloat && t.dtype() != DataType::kFloat16 &&
-        t.dtype() != DataType::kBFloat16)
-      Fail(ErrorCode::kInvalidArgument, path,
-           "dense page payload must be FLOAT, FLOAT16 or BFLOAT16, got " +
-               DataTypeName(t.dtype()));
-    dims = t.shape();
-  } else if (payload.is_encoded()) {
-    dims = EncodedLogicalDims(Where(path), payload.encoded());
-  } else {
-    Fail(ErrorCode::kInvalidArgument, path,
-         std::string("page payload must be a tensor or an encoded value, got a ") +
-             RuntimeValue::KindName(payload.kind()));
-  }
-  if (dims.size() != 4)
-    Fail(ErrorCode::kInvalidArgument, path,
-         "page payload must have rank 4 [batch, heads, capacity, width], got " +
-             ShapeToString(dims));
-  return {dims};
 }
 
 }  // namespace
@@ -389,50 +348,13 @@ void ValueValidator::CheckStruct(const std::string& path, const RuntimeValue& va
 }
 
 void ValueValidator::CheckPagedCache(const std::string& path, const RuntimeValue& value) const {
-  const RuntimeSequence& blocks = value.fields().front().second.elements();
-  int64_t next_start = 0;
-  Shape key_dims, value_dims;
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    const std::string p = path + ".blocks[" + std::to_string(i) + "]";
-    const RuntimeValue& block = blocks[i];
-    const int64_t start = ScalarInt64(p + ".start", Field(p, block, "start"));
-    const int64_t length = ScalarInt64(p + ".length", Field(p, block, "length"));
-    if (start != next_start)
-      Fail(ErrorCode::kInvalidArgument, p,
-           "start " + std::to_string(start) + " is not contiguous (expected " +
-               std::to_string(next_start) + ")");
-    if (length <= 0)
-      Fail(ErrorCode::kInvalidArgument, p, "length " + std::to_string(length) + " is not positive");
-    const RuntimeValue& key = Field(p, block, "key");
-    const RuntimeValue& val = Field(p, block, "value");
-    for (const auto* payload : {&key, &val}) {
-      const std::string pp = p + (payload == &key ? ".key" : ".value");
-      if (payload->is_encoded()) CheckEncodedPayload(pp, *payload);
-      if (payload->is_tensor() && !payload->tensor().has_owner())
-        Fail(ErrorCode::kInvalidArgument, pp, "page storage has no owner and cannot be retained");
-    }
-    const Shape k = PageDims(p + ".key", key).dims;
-    const Shape v = PageDims(p + ".value", val).dims;
-    if (k[2] != v[2])
-      Fail(ErrorCode::kInvalidArgument, p,
-           "key capacity " + std::to_string(k[2]) + " differs from value capacity " +
-               std::to_string(v[2]));
-    if (length > k[2])
-      Fail(ErrorCode::kInvalidArgument, p,
-           "length " + std::to_string(length) + " exceeds the page capacity " +
-               std::to_string(k[2]));
-    if (k[0] != v[0] || k[1] != v[1])
-      Fail(ErrorCode::kInvalidArgument, p, "key and value batch/head dimensions differ");
-    if (i == 0) {
-      key_dims = k;
-      value_dims = v;
-    } else if (k[0] != key_dims[0] || k[1] != key_dims[1] || k[3] != key_dims[3] ||
-               v[3] != value_dims[3]) {
-      Fail(ErrorCode::kInvalidArgument, p,
-           "key/value widths or heads are inconsistent with earlier blocks");
-    }
-    next_start += length;
-  }
+  CheckPagedCachePages("persistent value", path, value,
+                       [this](const std::string& p, const RuntimeValue& payload) {
+                         if (payload.is_encoded()) CheckEncodedPayload(p, payload);
+                         if (payload.is_tensor() && !payload.tensor().has_owner())
+                           Fail(ErrorCode::kInvalidArgument, p,
+                                "page storage has no owner and cannot be retained");
+                       });
 }
 
 void ValueValidator::CheckSequence(const std::string& path, const RuntimeValue& value,

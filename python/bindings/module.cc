@@ -17,4 +17,6 @@ PYBIND11_MODULE(_onnxpykernels, m) {
   onnx_light::python::RegisterGeneration(runtime);
   onnx_light::python::RegisterScheduler(runtime);
   onnx_light::python::RegisterPaged(runtime);
+  onnx_light::python::RegisterGraphBuilder(runtime);
+  onnx_light::python::RegisterSchema(runtime);
 }

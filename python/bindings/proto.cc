@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/model_io.h"
+#include "core/standard_onnx.h"
 #include "onnx_light.pb.h"
 #include "python/bindings/proto_wrapper.h"
 #include "python/bindings/registration.h"
@@ -492,28 +493,6 @@ void ClearRepeatedOrField(const MessageRef& self, const FD* f) {
   if (self.Find() == nullptr) return;
   pb::Message* m = self.Mutable();
   m->GetReflection()->ClearField(m, f);
-}
-
-// Paths of the set fields numbered 1000-1099 (onnx-light extensions) anywhere in `m`.
-void FindExtensions(const pb::Message& m, const std::string& path, std::vector<std::string>* out) {
-  std::vector<const FD*> fields;
-  m.GetReflection()->ListFields(m, &fields);
-  for (const FD* f : fields) {
-    const std::string here = path.empty() ? f->name() : path + "." + f->name();
-    if (f->number() >= 1000 && f->number() < 1100) {
-      out->push_back(here);
-      continue;
-    }
-    if (f->cpp_type() != FD::CPPTYPE_MESSAGE) continue;
-    const pb::Reflection* r = m.GetReflection();
-    if (f->is_repeated()) {
-      for (int i = 0; i < r->FieldSize(m, f); ++i) {
-        FindExtensions(r->GetRepeatedMessage(m, f, i), here + "[" + std::to_string(i) + "]", out);
-      }
-    } else {
-      FindExtensions(r->GetMessage(m, f), here, out);
-    }
-  }
 }
 
 // ---- classes ---------------------------------------------------------------------------
@@ -1024,12 +1003,17 @@ void RegisterProto(py::module_& m) {
       py::arg("model"), py::arg("path"), "Writes a model in binary protobuf form.");
   proto.def(
       "extension_fields",
-      [](const MessageRef& msg) {
-        std::vector<std::string> out;
-        FindExtensions(msg.Get(), "", &out);
-        return out;
+      [](const MessageRef& msg) { return core::ExtensionFields(msg.Get()); },
+      "Paths of the onnx-light extension fields (numbers 1000-1099) set anywhere in a message, "
+      "with the names of their entries.");
+  proto.def(
+      "check_no_extensions",
+      [](const MessageRef& msg, const std::string& target) {
+        core::CheckNoExtensions(msg.Get(), target);
       },
-      "Paths of the onnx-light extension fields (numbers 1000-1099) set anywhere in a message.");
+      py::arg("message"), py::arg("target"),
+      "Raises ValueError naming every onnx-light extension `message` uses: `target` (a "
+      "standard ONNX consumer) cannot preserve them.");
 
   py::handle meta = reinterpret_cast<PyObject*>(Py_TYPE(base.ptr()));
   const pb::FileDescriptor* file = ModelProto::descriptor()->file();

@@ -15,4 +15,6 @@ void RegisterKernelList(py::module_& runtime);  // kernels.cc: runtime.builtin_k
 void RegisterGeneration(py::module_& runtime);  // generation.cc: GenerationOptions, generate
 void RegisterScheduler(py::module_& runtime);   // scheduler.cc: RequestScheduler, RequestHandle
 void RegisterPaged(py::module_& runtime);  // paged.cc: PagedFormat, paged-attention policies
+void RegisterGraphBuilder(py::module_& runtime);  // graph_builder.cc: GraphBuilder, graph edits
+void RegisterSchema(py::module_& runtime);  // schema.cc: get_schema, check_model, infer_types
 }  // namespace onnx_light::python

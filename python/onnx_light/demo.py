@@ -81,13 +81,16 @@ def run_onnx_light(model, config, prompt, new_tokens, progress):
 def run_onnxruntime(model, config, prompt, new_tokens):
     import onnxruntime as ort
 
-    # onnxruntime does not know onnx-light's bindings: drop them and feed back by hand.
-    stripped = type(model)()
-    stripped.CopyFrom(model)
-    pairs = [(b.input_name, b.output_name) for b in stripped.graph.persistent_bindings]
-    del stripped.graph.persistent_bindings[:]
+    # onnxruntime does not know onnx-light's bindings: remove them explicitly (a standard
+    # export refuses to drop them silently) and feed the caches back by hand.
+    from onnx_light.onnx_py._onnxpykernels import runtime
+
+    pairs = [(b.input_name, b.output_name) for b in model.graph.persistent_bindings]
+    builder = runtime.GraphBuilder(model)
+    for input_name, _ in pairs:
+        builder.remove_persistent_binding(input_name)
     options = ort.SessionOptions()
-    session = ort.InferenceSession(stripped.SerializeToString(), options,
+    session = ort.InferenceSession(builder.export_standard_onnx(), options,
                                    providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     cache, tokens, stamps = empty_cache(config), list(prompt), [time.perf_counter_ns()]

@@ -125,13 +125,8 @@ def to_onnx(message: Message) -> Any:
     if not isinstance(message, Message):
         raise TypeError(f"to_onnx expects an onnx_light proto message, got "
                         f"{type(message).__name__}")
-    extensions = _proto.extension_fields(message)
-    if extensions:
-        shown = ", ".join(extensions[:8]) + (" ..." if len(extensions) > 8 else "")
-        raise ValueError(
-            f"{type(message).__name__} uses onnx-light extensions that standard ONNX cannot "
-            f"represent: {shown}. Keep it as an onnx_light model (save_model writes them)."
-        )
+    # The one native rule of standard exports (core/standard_onnx.h): names every extension.
+    _proto.check_no_extensions(message, "to_onnx (standard ONNX)")
     cls = getattr(onnx, type(message).DESCRIPTOR.name)
     return cls.FromString(message.SerializeToString())
 

@@ -1,8 +1,10 @@
 """The ONNX text format printer: the inverse of onnx_light.onnx_lib.parser.
 
 to_text accepts onnx_light.onnx or onnx package messages (ModelProto, GraphProto,
-FunctionProto, NodeProto). Struct types and sparse tensor attributes have no text form and
-raise NotImplementedError; doc strings other than the model's are not printed.
+FunctionProto, NodeProto). Sparse tensor attributes have no text form and raise
+NotImplementedError; the onnx-light extensions (persistent bindings, paged-cache and encoded
+initializers, struct types, shared parameters) have none either and raise ValueError naming
+them, rather than being dropped. Doc strings other than the model's are not printed.
 """
 from onnx_light.onnx_py._onnxpykernels import parser as _native
 

@@ -7,26 +7,16 @@
 #include "core/error.h"
 #include "core/runtime_value.h"
 #include "onnx_light.pb.h"
+#include "tests/cpp/dense_page.h"
 #include "tests/cpp/expect_error.h"
 
 using namespace onnx_light;
 using namespace onnx_light::core;
 using namespace onnx_light::core::runtime;
+using test_util::DensePage;
 using test_util::ExpectError;
 
 namespace {
-
-// A dense FLOAT page [1, 1, capacity, width] in raw_data, filled with `base + i`.
-void DensePage(TensorProto* t, int64_t capacity, int64_t width, float base) {
-  t->set_data_type(TensorProto::FLOAT);
-  for (int64_t d : {int64_t{1}, int64_t{1}, capacity, width}) t->add_dims(d);
-  std::string raw(static_cast<size_t>(capacity * width) * sizeof(float), '\0');
-  for (int64_t i = 0; i < capacity * width; ++i) {
-    const float v = base + static_cast<float>(i);
-    std::memcpy(raw.data() + i * 4, &v, 4);
-  }
-  t->set_raw_data(raw);
-}
 
 std::shared_ptr<PagedCacheProto> TwoPageCache() {
   auto cache = std::make_shared<PagedCacheProto>();

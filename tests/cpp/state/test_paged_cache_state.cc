@@ -11,11 +11,13 @@
 #include "onnx_light.pb.h"
 #include "state/persistent_value_state.h"
 #include "state_kernels.h"
+#include "tests/cpp/dense_page.h"
 
 using namespace onnx_light;
 using namespace onnx_light::core;
 using namespace onnx_light::core::runtime;
 using namespace state_test;
+using test_util::DensePage;
 
 namespace {
 
@@ -52,17 +54,6 @@ void RegisterAppendPage(RuntimeContext& context) {
                              k->set_node(node);
                              return std::unique_ptr<KernelBase>(std::move(k));
                            });
-}
-
-void DensePage(TensorProto* t, int64_t capacity, int64_t width, float base) {
-  t->set_data_type(TensorProto::FLOAT);
-  for (int64_t d : {int64_t{1}, int64_t{1}, capacity, width}) t->add_dims(d);
-  std::string raw(static_cast<size_t>(capacity * width) * sizeof(float), '\0');
-  for (int64_t i = 0; i < capacity * width; ++i) {
-    const float v = base + static_cast<float>(i);
-    std::memcpy(raw.data() + i * 4, &v, 4);
-  }
-  t->set_raw_data(raw);
 }
 
 void AddTensorInput(GraphProto* g, const std::string& name, int64_t width) {
