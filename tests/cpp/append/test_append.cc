@@ -669,7 +669,7 @@ RuntimeValueMap Chunk(std::vector<float> values) {
 
 }  // namespace
 
-TEST_CASE("A lease accepts one Reserve attempt; a second attempt throws instead of allocating") {
+TEST_CASE("A lease accepts one Reserve attempt, a second attempt throws instead of allocating") {
   Saboteur none;
   for (size_t capacity : {size_t{4}, size_t{0}}) {
     CAPTURE(capacity);

@@ -322,7 +322,7 @@ TEST_CASE("Map, optional, sparse and opaque bound types are rejected, also when 
                  "input 'past'.o: optional values cannot be persistent"));
 }
 
-TEST_CASE("Bound input and output types must be compatible; symbolic dims are allowed") {
+TEST_CASE("Bound input and output types must be compatible, symbolic dims are allowed") {
   auto pair = [](int in_elem, const std::string& in_dims, int out_elem,
                  const std::string& out_dims) {
     return Model(In("delta") + " input { " + Value("past", in_elem, in_dims) + " }" +

@@ -364,7 +364,7 @@ g (float[2] x, float[2] u) => (float[2] y, float[2] v) <float[2] w = {1, 2}, flo
               "'nope' is not a value of graph 'g'");
 }
 
-TEST_CASE("AddPrefix renames every value and node; MergeModels connects two models") {
+TEST_CASE("AddPrefix renames every value and node, MergeModels connects two models") {
   const ModelProto relu = ParseModel(R"(<ir_version: 10, opset_import: ["" : 18]>
 g (float[2] x) => (float[2] y) <float[2] w = {1, 2}> { [r] y = Add(x, w) })");
   const ModelProto p = AddPrefix(relu, "a/");

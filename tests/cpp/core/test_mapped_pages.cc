@@ -14,7 +14,7 @@
 using onnx_light::core::runtime::MappedFile;
 using onnx_light::core::runtime::ReleaseMappedPages;
 
-TEST_CASE("released pages of a mapped file read back unchanged; heap memory is refused") {
+TEST_CASE("released pages of a mapped file read back unchanged, heap memory is refused") {
   const std::string path = "/tmp/ol_mapped_pages_" + std::to_string(::getpid()) + ".bin";
   std::vector<float> values(64 * 1024);  // 256 KiB: many whole pages
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f;

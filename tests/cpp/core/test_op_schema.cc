@@ -198,7 +198,7 @@ TEST_CASE("the registry returns the newest schema in force and refuses duplicate
   CHECK(LightSchemaRegistry::Get("", "TestDefaultDomainOp", 1) != nullptr);
 }
 
-TEST_CASE("absent attributes take their defaults; given ones are checked") {
+TEST_CASE("absent attributes take their defaults, given ones are checked") {
   const LightOpSchema* s = LightSchemaRegistry::Get("ai.rt", "PagedAttention", 1);
   ModelProto model = DefaultAttention(IntAttr("is_causal", 0));
   InferenceContext ctx(model.graph().node(0), {}, &model, "n");
@@ -273,7 +273,7 @@ TEST_CASE("Q/K/V are FLOAT, FLOAT16 or BFLOAT16 tensors of rank 4") {
                         "FLOAT16, BFLOAT16");
 }
 
-TEST_CASE("Q/K/V share batch and new-token dimensions, K/V heads; Q heads are a multiple") {
+TEST_CASE("Q/K/V share batch and new-token dimensions, K/V heads, Q heads are a multiple") {
   ExpectInvalid(Attention(T(1, "2,8,1,16"), T(1, "3,2,1,16"), T(1, "B,2,1,16")),
                 kNode + "Q 'q' and K 'k' must have the same batch size (dimension 0): 2 vs 3");
   ExpectInvalid(Attention(T(1, "B,8,1,16"), T(1, "B,2,?,16"), T(1, "B,2,4,16")),

@@ -107,7 +107,7 @@ TEST_CASE("Contiguous copies a strided view's values in row-major order") {
   CHECK(dense.Contiguous().raw_data() == dense.raw_data());
 }
 
-TEST_CASE("Dense strides make an ordinary tensor; block queries follow the strides") {
+TEST_CASE("Dense strides make an ordinary tensor, block queries follow the strides") {
   auto storage = std::make_shared<std::vector<float>>(6);
   const Tensor t = Tensor::StridedView("x", DataType::kFloat, {2, 1, 3}, {3, 99, 1},
                                        storage->data(), storage);

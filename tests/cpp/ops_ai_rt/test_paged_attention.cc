@@ -312,7 +312,7 @@ TEST_CASE("Results agree across 1, 2 and 4 threads within 1e-6 on a long split c
     for (size_t i = 0; i < outputs[0].size(); ++i) CHECK(std::abs(outputs[t][i] - outputs[0][i]) < 1e-6f);
 }
 
-TEST_CASE("A left window reads only the visible tokens; non-causal calls see the new tokens") {
+TEST_CASE("A left window reads only the visible tokens, non-causal calls see the new tokens") {
   const Formats int8{{TensorProto::INT8, 0.01f, 0}, {TensorProto::INT8, 0.01f, 0}};
   auto kernel = MakeKernel(PagedNode(/*window=*/5, 1, /*block_size=*/4),
                            [&](const Tensor&, const Tensor&, int64_t) { return int8; });
@@ -336,7 +336,7 @@ TEST_CASE("A left window reads only the visible tokens; non-causal calls see the
   CHECK(full.Step(*bidirectional, 3) < 1e-5f);
 }
 
-TEST_CASE("FLOAT16 inputs give a FLOAT16 Y; FLOAT16/BFLOAT16 pages are read as FLOAT") {
+TEST_CASE("FLOAT16 inputs give a FLOAT16 Y, FLOAT16/BFLOAT16 pages are read as FLOAT") {
   auto kernel = MakeKernel(PagedNode());
   const Shape dims{1, 1, 2, 8};
   Tensor k16("k", DataType::kFloat16, dims), v16("v", DataType::kBFloat16, dims);

@@ -132,7 +132,7 @@ TEST_CASE("The spec's registration, the built-in kernel and direct calls decode 
 }
 
 TEST_CASE("Steady decoding fills the exclusively held last page in place: 1,024 steps make 64 "
-          "pages; with a live view each step they make 1,024, and the view never changes") {
+          "pages, with a live view each step they make 1,024, and the view never changes") {
   using onnx_light::onnx_kernels::kernel::PagedAttention;
   auto model = PagedModel();
   RuntimeContext context;

@@ -198,7 +198,7 @@ TEST_CASE("the int8-activation GEMV (accuracy_level 4) is the exact product of t
       }
 }
 
-TEST_CASE("int8 activations round to nearest with one scale per 32 values; zero rows stay zero") {
+TEST_CASE("int8 activations round to nearest with one scale per 32 values, zero rows stay zero") {
   std::vector<float> a(64, 0.0f);
   a[0] = 1.27f;
   a[1] = -0.5f;

@@ -181,7 +181,7 @@ TEST_CASE("MatMul packs a declared constant B on its second call with M > 1, the
   CHECK(math::BPacksForTesting() == packs0 + 2);
 }
 
-TEST_CASE("a MatMul whose constant B is used once keeps no copy; the second use keeps one") {
+TEST_CASE("a MatMul whose constant B is used once keeps no copy, the second use keeps one") {
   const int64_t k = 32, n = 64;
   const Tensor w = RandF32({k, n}, -1, 1, 19);
   Kernel mm("MatMul");

@@ -92,7 +92,7 @@ TEST_CASE("quantization round trip on odd sizes stays within half a step") {
   }
 }
 
-TEST_CASE("quantization errors name the node; float8 outputs are not implemented") {
+TEST_CASE("quantization errors name the node, float8 outputs are not implemented") {
   CHECK_THROWS_WITH_AS(Op("DequantizeLinear", 21).Run1({Tensor::FromVector<int8_t>("q", DataType::kInt8, {2, 3}, {1, 2, 3, 4, 5, 6}),
                                                         F32({2}, {1, 1})}),
                        "DequantizeLinear node 'n_DequantizeLinear': per-axis scale must have shape "

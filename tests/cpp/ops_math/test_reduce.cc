@@ -76,7 +76,7 @@ TEST_CASE("ReduceSum/Mean/Max match a reference for every axis combination") {
   }
 }
 
-TEST_CASE("older opsets take axes from the attribute; ReduceSum-13 from the input") {
+TEST_CASE("older opsets take axes from the attribute, ReduceSum-13 from the input") {
   const Tensor x = F32({2, 3}, {1, 2, 3, 4, 5, 6});
   CHECK(Op("ReduceMean", 13).Ints("axes", {1}).Run1({x}).ToFloatVector() ==
         std::vector<float>{2, 5});
@@ -86,7 +86,7 @@ TEST_CASE("older opsets take axes from the attribute; ReduceSum-13 from the inpu
         std::vector<float>{5, 7, 9});
 }
 
-TEST_CASE("noop_with_empty_axes returns the input; empty axes otherwise reduce everything") {
+TEST_CASE("noop_with_empty_axes returns the input, empty axes otherwise reduce everything") {
   const Tensor x = F32({2, 2}, {1, 2, 3, 4});
   const Tensor same = Op("ReduceSum", 18).Int("noop_with_empty_axes", 1).Run1({x, I64({0}, {})});
   CHECK(same.shape() == Shape{2, 2});

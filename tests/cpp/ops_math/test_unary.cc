@@ -89,7 +89,7 @@ TEST_CASE("Sigmoid and Softplus do not overflow for large inputs") {
   CHECK(p.ToFloatVector() == std::vector<float>{0.f, 200.f});
 }
 
-TEST_CASE("Neg and Relu accept signed integers; other ops reject them naming the node") {
+TEST_CASE("Neg and Relu accept signed integers, other ops reject them naming the node") {
   const Tensor n = Op("Neg").Run1({I64({3}, {-2, 0, 5})});
   CHECK(n.dtype() == DataType::kInt64);
   CHECK(n.ToInt64Vector() == std::vector<int64_t>{2, 0, -5});

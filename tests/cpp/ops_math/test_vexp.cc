@@ -150,7 +150,7 @@ TEST_CASE("vector exp: overflow gives inf, underflow reaches exactly 0, NaN stay
   }
 }
 
-TEST_CASE("vector sigmoid: within 3e-7 relative over a dense sweep; 0, 1 and NaN at the ends") {
+TEST_CASE("vector sigmoid: within 3e-7 relative over a dense sweep, 0, 1 and NaN at the ends") {
   const std::vector<float> x = Sweep(-110.0f, 30.0f, 487);
   for (math::VecPath path : kAllPaths) {
     CAPTURE(static_cast<int>(path));
@@ -170,7 +170,7 @@ TEST_CASE("vector sigmoid: within 3e-7 relative over a dense sweep; 0, 1 and NaN
                  Run(math::VecSigmoid, x, math::VecPath::kAvx2)));
 }
 
-TEST_CASE("vector tanh: within 3e-7 relative over a dense sweep; odd, +-1 at the ends") {
+TEST_CASE("vector tanh: within 3e-7 relative over a dense sweep, odd, +-1 at the ends") {
   const std::vector<float> x = Sweep(-12.0f, 12.0f, 487);
   for (math::VecPath path : kAllPaths) {
     CAPTURE(static_cast<int>(path));

@@ -75,7 +75,7 @@ TEST_CASE("Where selects with three-way broadcasting, including strings") {
         "Where node 'n': condition must be BOOL, got FLOAT");
 }
 
-TEST_CASE("IsNaN and IsInf mark special values; IsInf honours the sign attributes") {
+TEST_CASE("IsNaN and IsInf mark special values, IsInf honours the sign attributes") {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   Tensor x = F({4}, {1, nan, inf, -inf});

@@ -71,7 +71,7 @@ TEST_CASE("ConstantOfShape fills with the value attribute, FLOAT 0 by default") 
   CHECK(Values<int64_t>(s) == std::vector<int64_t>{7});
 }
 
-TEST_CASE("Split along axis 0 returns views; other axes copy; sizes come from every form") {
+TEST_CASE("Split along axis 0 returns views, other axes copy, sizes come from every form") {
   Tensor x = F({4, 2}, Iota(8));
   auto parts = Op("Split").Run({x, I64({2}, {1, 3})}, 2);
   CHECK(parts[0].tensor().shape() == Shape{1, 2});
