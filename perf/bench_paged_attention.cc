@@ -111,7 +111,7 @@ void BM_ContiguousDecode(benchmark::State& state) {
   NodeProto node;
   node.set_op_type("ScaledDotProductAttention");
   node.set_domain("ai.onnx_light.fused");
-  for (int i = 0; i < 10; ++i) node.add_input(i < 3 ? "in" + std::to_string(i) : "");
+  for (int i = 0; i < 10; ++i) node.add_input(i == 3 ? "" : "in" + std::to_string(i));
   node.add_output("y");
   RuntimeContext context;
   auto kernel = (*BuiltinKernels().Find("ai.onnx_light.fused", node.op_type(), 1))(
@@ -120,8 +120,15 @@ void BM_ContiguousDecode(benchmark::State& state) {
   const RuntimeValue q(Tensor::FromFloat("q", {1, heads, 1, kHead}, Random(heads * kHead, 1)));
   const RuntimeValue k(Tensor::FromFloat("k", {1, kKvHeads, tokens, kHead}, Random(kKvHeads * tokens * kHead, 2)));
   const RuntimeValue v(Tensor::FromFloat("v", {1, kKvHeads, tokens, kHead}, Random(kKvHeads * tokens * kHead, 3)));
-  std::vector<const RuntimeValue*> inputs = {&q, &k, &v};
-  inputs.resize(10, nullptr);
+  // The layout operands of the repeat-KV subgraph the fused kernel replaces.
+  auto ints = [](std::vector<int64_t> d) {
+    const auto n = static_cast<int64_t>(d.size());
+    return RuntimeValue(Tensor::FromInt64("shape", {n}, std::move(d)));
+  };
+  const RuntimeValue expand = ints({1, kKvHeads, kGroup, tokens, kHead});
+  const RuntimeValue merged = ints({1, heads, tokens, kHead});
+  const std::vector<const RuntimeValue*> inputs = {&q, &k, &v, nullptr, &expand, &merged,
+                                                   nullptr, nullptr, &expand, &merged};
   for (auto _ : state) {
     RuntimeValue y;
     RuntimeValue* outputs[1] = {&y};
@@ -140,10 +147,13 @@ void BM_MemoryRead(benchmark::State& state) {
   for (auto _ : state) {
     arena.execute([&] {
       const int64_t parts = state.range(1);
-      std::vector<float> sums(static_cast<size_t>(parts));
+      std::vector<uint64_t> sums(static_cast<size_t>(parts));
+      // XOR of the words: no dependency chain, so the loop vectorises and only memory limits it.
+      const auto* words = reinterpret_cast<const uint64_t*>(data.data());
+      const int64_t count = n / 2;
       tbb::parallel_for(int64_t{0}, parts, [&](int64_t p) {
-        float s = 0;
-        for (int64_t i = p * n / parts; i < (p + 1) * n / parts; ++i) s += data[static_cast<size_t>(i)];
+        uint64_t s = 0;
+        for (int64_t i = p * count / parts; i < (p + 1) * count / parts; ++i) s ^= words[i];
         sums[static_cast<size_t>(p)] = s;
       });
       benchmark::DoNotOptimize(sums);

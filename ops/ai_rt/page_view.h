@@ -36,6 +36,9 @@ class PageView {
   // Rows [r0, r0 + n) of (batch b, head h): a pointer into the page when it is dense FLOAT,
   // else the rows decoded into `buffer` (n * width floats) and `buffer` returned.
   const float* Rows(int64_t b, int64_t h, int64_t r0, int64_t n, float* buffer) const;
+  // Asks for rows [r0, r0 + n) of (b, h) to be brought into the cache (the next page's rows
+  // while this one is scored: the hardware prefetcher stops at page boundaries).
+  void Prefetch(int64_t b, int64_t h, int64_t r0, int64_t n) const;
   // Element d of row r of (b, h) as FLOAT.
   float At(int64_t b, int64_t h, int64_t r, int64_t d) const;
 

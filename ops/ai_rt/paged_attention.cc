@@ -126,39 +126,64 @@ namespace {
 
 using Call = PagedAttention::Call;
 
-// One block of visible tokens: K rows (stride dk) and V rows (stride dv) as FLOAT.
+// Up to kKeyBlock visible tokens as FLOAT rows, in runs that each lie in one page (or in the
+// current K/V): run r has n[r] tokens, K rows from keys[r] (stride dk), V rows from values[r].
 struct TokenBlock {
-  const float* keys;
-  const float* values;
-  int64_t n;
+  const float* keys[kKeyBlock];
+  const float* values[kKeyBlock];
+  int64_t n[kKeyBlock];
+  int runs = 0;
+  int64_t tokens = 0;
+  void Add(const float* k, const float* v, int64_t count) {
+    keys[runs] = k;
+    values[runs] = v;
+    n[runs++] = count;
+    tokens += count;
+  }
 };
 
-// Calls fn(TokenBlock) for the visible tokens [t0, t1) of (b, g) in blocks of at most
-// kKeyBlock: past pages first (quantized rows decoded into kbuf/vbuf), then the current
-// tokens. Adds the FLOAT bytes of quantized tokens to *decoded.
+// Calls fn(TokenBlock) for the visible tokens [t0, t1) of (b, g) in blocks of kKeyBlock
+// tokens (the last may be shorter): past pages first (quantized rows decoded into kbuf/vbuf,
+// which hold kKeyBlock rows), then the current tokens. Adds the FLOAT bytes of quantized
+// tokens to *decoded.
 template <class Fn>
 void ForEachBlock(const Call& c, int64_t b, int64_t g, int64_t t0, int64_t t1, float* kbuf,
                   float* vbuf, size_t* decoded, Fn&& fn) {
+  TokenBlock blk;
+  auto flush = [&] {
+    if (blk.tokens > 0) fn(blk);
+    blk = TokenBlock();
+  };
   int64_t t = t0;
   for (size_t pi = c.PageAt(t); t < std::min(t1, c.past); ++pi) {
     const Page& pg = c.pages[pi];
     const int64_t end = std::min(t1, pg.start + pg.length);
-    for (; t < end;) {
-      const int64_t n = std::min(kKeyBlock, end - t), r = t - pg.start;
+    if (pi + 1 < c.pages.size() && c.pages[pi + 1].start < t1) {
+      const Page& next = c.pages[pi + 1];
+      const int64_t rows = std::min(next.length, t1 - next.start);
+      next.key.Prefetch(b, g, 0, rows);
+      next.value.Prefetch(b, g, 0, rows);
+    }
+    while (t < end) {
+      const int64_t n = std::min(kKeyBlock - blk.tokens, end - t), r = t - pg.start;
       if (pg.key.quantized()) *decoded += static_cast<size_t>(n * c.dk) * sizeof(float);
       if (pg.value.quantized()) *decoded += static_cast<size_t>(n * c.dv) * sizeof(float);
-      fn(TokenBlock{pg.key.Rows(b, g, r, n, kbuf), pg.value.Rows(b, g, r, n, vbuf), n});
+      blk.Add(pg.key.Rows(b, g, r, n, kbuf + blk.tokens * c.dk),
+              pg.value.Rows(b, g, r, n, vbuf + blk.tokens * c.dv), n);
       t += n;
+      if (blk.tokens == kKeyBlock) flush();
     }
   }
   for (t = std::max(t0, c.past); t < t1;) {
-    const int64_t n = std::min(kKeyBlock, t1 - t), r = t - c.past;
+    const int64_t n = std::min(kKeyBlock - blk.tokens, t1 - t), r = t - c.past;
     // Current tokens are read as FLOAT; those stored quantized count as their decoded reads.
     if (c.key_format.affine()) *decoded += static_cast<size_t>(n * c.dk) * sizeof(float);
     if (c.value_format.affine()) *decoded += static_cast<size_t>(n * c.dv) * sizeof(float);
-    fn(TokenBlock{c.CurrentKey(b, g, r), c.CurrentValue(b, g, r), n});
+    blk.Add(c.CurrentKey(b, g, r), c.CurrentValue(b, g, r), n);
     t += n;
+    if (blk.tokens == kKeyBlock) flush();
   }
+  flush();
 }
 
 // The blocked path: tasks of (batch, KV head, query, chunk) with the group's query heads.
@@ -206,18 +231,22 @@ class BlockedAttention {
     Partial* part = &partials_[static_cast<size_t>(task * g)];
     float* out = &acc_[static_cast<size_t>(task * g * dv)];
     const float* q0 = c_.Query(b, kh * g, i);  // head kh * g + j at q0 + j * len * dk
-    std::vector<float> scratch(static_cast<size_t>(kKeyBlock * (g + c_.dk + c_.dv)));
-    float* scores = scratch.data();
+    // Scores, and rows decoded from non-FLOAT pages (uninitialised: every row is written
+    // before it is read).
+    std::unique_ptr<float[]> scratch(new float[static_cast<size_t>(kKeyBlock * (g + c_.dk + c_.dv))]);
+    float* scores = scratch.get();
     float* kbuf = scores + kKeyBlock * g;
     float* vbuf = kbuf + kKeyBlock * c_.dk;
     ForEachBlock(c_, b, kh, t0, t1, kbuf, vbuf, &decoded_[static_cast<size_t>(task)],
                  [&](const TokenBlock& blk) {
-                   ops::math::GroupDots(q0, c_.len * c_.dk, g, blk.keys, c_.dk, blk.n, c_.dk,
-                                        scores, kKeyBlock);
+                   int64_t at = 0;
+                   for (int r = 0; r < blk.runs; at += blk.n[r++])
+                     ops::math::GroupDots(q0, c_.len * c_.dk, g, blk.keys[r], c_.dk, blk.n[r],
+                                          c_.dk, scores + at, kKeyBlock);
                    for (int64_t j = 0; j < g; ++j)
-                     Softmax(part[j], scores + j * kKeyBlock, blk.n, out + j * dv);
-                   ops::math::GroupWeightedRowSums(scores, kKeyBlock, g, blk.values, dv, blk.n,
-                                                   out, dv, dv);
+                     Softmax(part[j], scores + j * kKeyBlock, blk.tokens, out + j * dv);
+                   ops::math::GroupWeightedRowSums(scores, kKeyBlock, g, blk.values, blk.n,
+                                                   blk.runs, dv, out, dv, dv);
                  });
   }
 

@@ -180,6 +180,30 @@ __attribute__((target("avx2,fma"))) void WeightedRowSums2Avx2(const float* w0, c
   }
 }
 
+// One or two heads' 32-column output chunks in registers over rows in several runs (pages).
+template <int kHeads>
+__attribute__((target("avx2,fma"))) void WeightedRowSumsRunsAvx2(
+    const float* const w[kHeads], const float* const* x, const int64_t* rows, int runs,
+    int64_t x_stride, int64_t col, float* const y[kHeads]) {
+  __m256 acc[kHeads][4];
+  for (int h = 0; h < kHeads; ++h)
+    for (int c = 0; c < 4; ++c) acc[h][c] = _mm256_loadu_ps(y[h] + col + 8 * c);
+  int64_t t0 = 0;
+  for (int r = 0; r < runs; t0 += rows[r++]) {
+    for (int64_t t = 0; t < rows[r]; ++t) {
+      const float* row = x[r] + t * x_stride + col;
+      __m256 wt[kHeads];
+      for (int h = 0; h < kHeads; ++h) wt[h] = _mm256_broadcast_ss(w[h] + t0 + t);
+      for (int c = 0; c < 4; ++c) {
+        const __m256 xv = _mm256_loadu_ps(row + 8 * c);
+        for (int h = 0; h < kHeads; ++h) acc[h][c] = _mm256_fmadd_ps(wt[h], xv, acc[h][c]);
+      }
+    }
+  }
+  for (int h = 0; h < kHeads; ++h)
+    for (int c = 0; c < 4; ++c) _mm256_storeu_ps(y[h] + col + 8 * c, acc[h][c]);
+}
+
 __attribute__((target("avx2,fma"))) float ScaleAddMaxAvx2(float* s, int64_t n, float scale,
                                                           const float* bias) {
   const __m256 vs = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(kNegInfinity);
@@ -299,6 +323,30 @@ void GroupWeightedRowSums(const float* w, int64_t w_stride, int64_t heads, const
   }
 #endif
   GroupWeightedRowSumsPortable(w, w_stride, heads, x, x_stride, rows, y, y_stride, n);
+}
+
+void GroupWeightedRowSums(const float* w, int64_t w_stride, int64_t heads,
+                          const float* const* x, const int64_t* rows, int runs, int64_t x_stride,
+                          float* y, int64_t y_stride, int64_t n) {
+#if defined(__x86_64__)
+  if (n % 32 == 0 && CpuHasAvx2Fma()) {
+    int64_t g = 0;
+    for (; g + 2 <= heads; g += 2) {
+      const float* wg[2] = {w + g * w_stride, w + (g + 1) * w_stride};
+      float* yg[2] = {y + g * y_stride, y + (g + 1) * y_stride};
+      for (int64_t j = 0; j < n; j += 32) WeightedRowSumsRunsAvx2<2>(wg, x, rows, runs, x_stride, j, yg);
+    }
+    if (g < heads) {
+      const float* wg[1] = {w + g * w_stride};
+      float* yg[1] = {y + g * y_stride};
+      for (int64_t j = 0; j < n; j += 32) WeightedRowSumsRunsAvx2<1>(wg, x, rows, runs, x_stride, j, yg);
+    }
+    return;
+  }
+#endif
+  int64_t t0 = 0;
+  for (int r = 0; r < runs; t0 += rows[r++])
+    GroupWeightedRowSumsPortable(w + t0, w_stride, heads, x[r], x_stride, rows[r], y, y_stride, n);
 }
 
 float ScaleAddMax(float* s, int64_t n, float scale, const float* bias) {

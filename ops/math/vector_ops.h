@@ -27,6 +27,11 @@ void GroupDots(const float* q, int64_t q_stride, int64_t heads, const float* k,
 void GroupWeightedRowSums(const float* w, int64_t w_stride, int64_t heads, const float* x,
                           int64_t x_stride, int64_t rows, float* y, int64_t y_stride,
                           int64_t n);
+// The same over rows lying in `runs` separate runs (pages): run r has rows[r] rows from x[r]
+// (stride x_stride), and w's columns follow the runs in order.
+void GroupWeightedRowSums(const float* w, int64_t w_stride, int64_t heads,
+                          const float* const* x, const int64_t* rows, int runs, int64_t x_stride,
+                          float* y, int64_t y_stride, int64_t n);
 // s[t] = s[t] * scale + bias[t] (bias null: no bias), exactly -inf where bias[t] is -inf;
 // returns the maximum of the results (-inf when n is 0).
 float ScaleAddMax(float* s, int64_t n, float scale, const float* bias);

@@ -92,6 +92,34 @@ TEST_CASE("GroupWeightedRowSums adds each head's weighted value rows to its outp
       }
 }
 
+TEST_CASE("GroupWeightedRowSums over runs of rows equals it over the same rows in one run") {
+  for (int64_t n : {8, 32, 64})
+    for (int64_t heads : {1, 2, 3}) {
+      CAPTURE(n);
+      CAPTURE(heads);
+      const int64_t run_rows[] = {3, 0, 16, 5};
+      const int64_t rows = 24, w_stride = rows + 1;
+      std::vector<float> x(static_cast<size_t>(rows * n)), w(static_cast<size_t>(heads * w_stride));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = Pattern(i, 11, 4.0f);
+      for (size_t i = 0; i < w.size(); ++i) w[i] = 0.125f * static_cast<float>(i % 7) - 0.25f;
+      // The runs live apart (copies), as pages do.
+      std::vector<std::vector<float>> pages;
+      std::vector<const float*> bases;
+      int64_t t0 = 0;
+      for (int64_t r : run_rows) {
+        pages.emplace_back(x.begin() + t0 * n, x.begin() + (t0 + r) * n);
+        pages.back().push_back(0.0f);  // never empty, so data() is a real address
+        bases.push_back(pages.back().data());
+        t0 += r;
+      }
+      std::vector<float> want(static_cast<size_t>(heads * n), 1.0f), got = want;
+      math::GroupWeightedRowSums(w.data(), w_stride, heads, x.data(), n, rows, want.data(), n, n);
+      math::GroupWeightedRowSums(w.data(), w_stride, heads, bases.data(), run_rows, 4, n,
+                                 got.data(), n, n);
+      for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-5f);
+    }
+}
+
 TEST_CASE("ScaleAddMax scales, adds the bias, keeps -inf exact and returns the maximum") {
   const float inf = std::numeric_limits<float>::infinity();
   for (int64_t n : {0, 1, 7, 8, 9, 17}) {
