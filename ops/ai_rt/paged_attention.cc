@@ -77,7 +77,7 @@ PageFormat ToPageFormat(const PagedAttention::Format& f) {
 struct PagedAttention::PageMemo {
   struct Entry {
     std::weak_ptr<const RuntimeValue> block;
-    Page page;
+    std::shared_ptr<const Page> page;  // shared with the calls reading it: no copy per call
   };
   std::mutex mutex;
   std::unordered_map<const RuntimeValue*, Entry> entries;
@@ -88,7 +88,7 @@ struct PagedAttention::PageMemo {
 struct PagedAttention::Call {
   int64_t batch = 0, heads = 0, kv_heads = 0, group = 0, len = 0, dk = 0, dv = 0;
   FloatInput q, k, v;
-  std::vector<Page> pages;
+  std::vector<std::shared_ptr<const Page>> pages;
   std::vector<std::shared_ptr<const RuntimeValue>> blocks;  // past's, in order
   int64_t past = 0;  // retained tokens
   PageFormat key_format, value_format;
@@ -108,7 +108,7 @@ struct PagedAttention::Call {
   // The first page holding a token at or after `t` (binary search over the starts).
   size_t PageAt(int64_t t) const {
     auto it = std::upper_bound(pages.begin(), pages.end(), t,
-                               [](int64_t x, const Page& pg) { return x < pg.start; });
+                               [](int64_t x, const auto& pg) { return x < pg->start; });
     return it == pages.begin() ? 0 : static_cast<size_t>(it - pages.begin() - 1);
   }
   const float* CurrentKey(int64_t b, int64_t g, int64_t r) const {
@@ -156,10 +156,10 @@ void ForEachBlock(const Call& c, int64_t b, int64_t g, int64_t t0, int64_t t1, f
   };
   int64_t t = t0;
   for (size_t pi = c.PageAt(t); t < std::min(t1, c.past); ++pi) {
-    const Page& pg = c.pages[pi];
+    const Page& pg = *c.pages[pi];
     const int64_t end = std::min(t1, pg.start + pg.length);
-    if (pi + 1 < c.pages.size() && c.pages[pi + 1].start < t1) {
-      const Page& next = c.pages[pi + 1];
+    if (pi + 1 < c.pages.size() && c.pages[pi + 1]->start < t1) {
+      const Page& next = *c.pages[pi + 1];
       const int64_t rows = std::min(next.length, t1 - next.start);
       next.key.Prefetch(b, g, 0, rows);
       next.value.Prefetch(b, g, 0, rows);
@@ -325,7 +325,7 @@ size_t SmallAttention(const Call& c, float* y, size_t* decoded) {
           p.max = m;
         };
         for (int64_t t = lo; t < std::min(hi, c.past); ++t) {
-          const Page& pg = c.pages[c.PageAt(t)];
+          const Page& pg = *c.pages[c.PageAt(t)];
           const int64_t r = t - pg.start;
           if (pg.key.quantized()) *decoded += static_cast<size_t>(c.dk) * sizeof(float);
           if (pg.value.quantized()) *decoded += static_cast<size_t>(c.dv) * sizeof(float);
@@ -410,31 +410,33 @@ void PagedAttention::AnalysePages(const RuntimeValue& past, Call& c) const {
   c.pages.resize(items.size());
   std::lock_guard<std::mutex> lock(memo_->mutex);
   for (size_t i = 0; i < items.size(); ++i) {
-    const std::string where = where_ + ": past.blocks[" + std::to_string(i) + "]";
+    // Messages are built only on failure: no string per page per call.
+    auto where = [&] { return where_ + ": past.blocks[" + std::to_string(i) + "]"; };
     auto it = memo_->entries.find(items[i].get());
-    Page page;
+    std::shared_ptr<const Page> shared;
     if (it != memo_->entries.end() && it->second.block.lock() == items[i]) {
-      page = it->second.page;
+      shared = it->second.page;
     } else {
-      page = ops::ai_rt::ReadCachePage(*items[i], where);
-      memo_->entries[items[i].get()] = {items[i], page};
+      shared = std::make_shared<const Page>(ops::ai_rt::ReadCachePage(*items[i], where()));
+      memo_->entries[items[i].get()] = {items[i], shared};
       ++c.stats.validated_pages;
     }
+    const Page& page = *shared;
     // What depends on this call: the position in the sequence and the input shapes.
     OL_CHECK(page.start == c.past, ErrorCode::kInvalidArgument,
-             where + ": start " + std::to_string(page.start) + " is not contiguous (expected " +
+             where() + ": start " + std::to_string(page.start) + " is not contiguous (expected " +
                  std::to_string(c.past) + ")");
     const Shape& kd = page.key.dims();
     const Shape& vd = page.value.dims();
     OL_CHECK(kd[0] == c.batch && vd[0] == c.batch && kd[1] == c.kv_heads &&
                  vd[1] == c.kv_heads && kd[3] == c.dk && vd[3] == c.dv,
              ErrorCode::kInvalidArgument,
-             where + ": key " + ShapeToString(kd) + " and value " + ShapeToString(vd) +
+             where() + ": key " + ShapeToString(kd) + " and value " + ShapeToString(vd) +
                  " pages do not fit K/V of [" + std::to_string(c.batch) + ", " +
                  std::to_string(c.kv_heads) + ", *, " + std::to_string(c.dk) + "/" +
                  std::to_string(c.dv) + "]");
     c.past += page.length;
-    c.pages[i] = std::move(page);
+    c.pages[i] = std::move(shared);
   }
   if (memo_->entries.size() >= memo_->prune_at) {
     std::erase_if(memo_->entries, [](const auto& e) { return e.second.block.expired(); });
@@ -544,7 +546,7 @@ RuntimeValue PagedAttention::Append(const RuntimeValue& past, Call& c, Allocator
   int64_t t0 = 0;
   if (tail == PagedTail::kExclusive && !c.pages.empty()) {
     // Nobody else can see the last page: fill its spare rows when it has the same formats.
-    const Page& last = c.pages.back();
+    const Page& last = *c.pages.back();
     const RuntimeValue& block = *c.blocks.back();
     const ops::ai_rt::PageFormat* kf = ops::ai_rt::WritablePageFormat(block.field("key"));
     const ops::ai_rt::PageFormat* vf = ops::ai_rt::WritablePageFormat(block.field("value"));
