@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/fault_injection.h"
+
 namespace onnx_light::core::runtime {
 
 namespace {
@@ -158,6 +160,7 @@ size_t HeapAllocator::RoundedSize(size_t bytes) {
 
 std::shared_ptr<void> HeapAllocator::Allocate(size_t bytes) {
   constexpr size_t kAlign = 64;
+  fault_injection::Check(FaultSite::kAllocation);
   const size_t rounded = RoundedSize(bytes);
   void* p = nullptr;
   size_t block_bytes = rounded;

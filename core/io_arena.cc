@@ -8,6 +8,8 @@
 #include <new>
 #include <vector>
 
+#include "core/fault_injection.h"
+
 namespace onnx_light::core::runtime {
 
 namespace {
@@ -76,6 +78,7 @@ size_t IoArena::SizeClass(size_t bytes) {
 }
 
 std::shared_ptr<void> IoArena::Allocate(size_t bytes) {
+  fault_injection::Check(FaultSite::kAllocation);
   const size_t class_bytes = SizeClass(bytes);
   const size_t cls = static_cast<size_t>(std::countr_zero(class_bytes));
   Pool& pool = *pool_;

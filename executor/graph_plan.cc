@@ -8,6 +8,7 @@
 #include <queue>
 #include <unordered_set>
 
+#include "core/fault_injection.h"
 #include "core/tensor_proto.h"
 #include "executor/attributes.h"
 #include "executor/function_kernel.h"
@@ -695,6 +696,8 @@ namespace {
     const std::string msg = e.what();
     if (msg.rfind(label, 0) == 0) throw;  // already names this node
     throw Error(e.code(), label + ": " + msg);
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::kResourceExhausted, label + ": out of memory (an allocation failed)");
   } catch (const std::exception& e) {
     throw Error(ErrorCode::kRuntime, label + ": " + e.what());
   }
@@ -718,6 +721,7 @@ void RunPlanNode(const GraphPlan& plan, size_t index, RunFrame& frame, RuntimeCo
 
   std::chrono::steady_clock::time_point start;
   try {
+    fault_injection::Check(FaultSite::kNode);
     if (context.events_enabled()) start = std::chrono::steady_clock::now();
     // Strided views (append-capacity caches) reach only kernels that read them through
     // strides; every other kernel gets a dense copy that lives for this call.

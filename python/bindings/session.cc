@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/allocator.h"
+#include "core/fault_injection.h"
 #include "executor/runtime_context.h"
 #include "executor/runtime_session.h"
 #include "executor/session_cache.h"
@@ -201,6 +202,31 @@ void RegisterSession(py::module_& runtime) {
       "and cached bytes; blocks taken from the system (only these page-fault fresh memory "
       "in); large-block reuses; bytes of packed constant weights and how many times a weight "
       "was packed.");
+  runtime.def(
+      "arm_fault",
+      [](const std::string& site, int64_t index) {
+        namespace fi = core::fault_injection;
+        if (site == "allocation") return fi::Arm(core::FaultSite::kAllocation, index);
+        if (site == "node") return fi::Arm(core::FaultSite::kNode, index);
+        throw py::value_error("arm_fault: site must be 'allocation' or 'node', not '" + site +
+                              "'");
+      },
+      py::arg("site"), py::arg("index"),
+      "Testing hook: the `index`-th (0-based) allocation of the runtime's allocators (site "
+      "'allocation': it raises MemoryError naming the node) or the `index`-th node to start "
+      "(site 'node': RuntimeError 'injected fault') fails once from now, in any session; a "
+      "negative index only counts. Process-wide: for tests of failure handling only.");
+  runtime.def("disarm_fault", &core::fault_injection::Disarm,
+              "Testing hook: no injected fault anywhere; the sites stop counting.");
+  runtime.def(
+      "fault_count",
+      [](const std::string& site) {
+        if (site == "allocation") return core::fault_injection::Count(core::FaultSite::kAllocation);
+        if (site == "node") return core::fault_injection::Count(core::FaultSite::kNode);
+        throw py::value_error("fault_count: site must be 'allocation' or 'node', not '" + site +
+                              "'");
+      },
+      py::arg("site"), "Testing hook: events seen at `site` since arm_fault armed it.");
 
   py::class_<KernelContext>(runtime, "KernelContext",
                             "The operator sets in force: an ONNX opset version or a dict "
