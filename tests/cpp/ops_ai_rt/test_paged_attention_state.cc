@@ -159,3 +159,30 @@ TEST_CASE("Steady decoding fills the exclusively held last page in place: 1,024 
   CHECK(views[0].field("blocks").elements()[0].field("key").tensor().ToFloatVector() ==
         first_view_keys[0]);
 }
+
+TEST_CASE("Memory held per sequence in steady decoding is the logical bytes plus less than one "
+          "page: 1,000 tokens in 63 pages of 16 rows") {
+  using onnx_light::onnx_kernels::kernel::PagedAttention;
+  auto model = PagedModel();
+  RuntimeContext context;
+  RuntimeValueMap initial;
+  initial["past"] = PagedAttention::EmptyCache();
+  PersistentValueState state(model, initial);
+  constexpr int kSteps = 1000;
+  for (int step = 0; step < kSteps; ++step)
+    state.Run(context, Feeds(1, static_cast<uint32_t>(step)));
+  const auto& blocks = state.Values().at("past").field("blocks").elements();
+  size_t payload = 0;
+  int64_t tokens = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const RuntimeValue& block = blocks[i];
+    payload += block.field("key").tensor().nbytes() + block.field("value").tensor().nbytes();
+    tokens += *block.field("length").tensor().data<int64_t>();
+  }
+  // K and V rows of 2 heads x 8 FLOAT each: 128 bytes per token.
+  constexpr size_t kTokenBytes = 2 * (2 * 8 * 4);
+  CHECK(tokens == kSteps);
+  CHECK(blocks.size() == 63);
+  CHECK(payload <= (kSteps + 16 - 1) * kTokenBytes);
+  CHECK(payload == 63 * 16 * kTokenBytes);
+}
