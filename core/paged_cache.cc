@@ -61,75 +61,74 @@ int64_t ScalarInt64(const RuntimeValue& v, const std::string& path) {
   Throw(ErrorCode::kInvalidArgument, what + " '" + path + "': " + problem);
 }
 
-const RuntimeValue& BlockField(const std::string& what, const std::string& path,
-                               const RuntimeValue& block, const char* name) {
+const RuntimeValue& BlockField(const std::string& where, const RuntimeValue& block,
+                               const char* name) {
   const RuntimeValue* f = block.FindField(name);
-  if (f == nullptr) Fail(what, path, std::string("missing field '") + name + "'");
+  if (f == nullptr) Throw(ErrorCode::kInvalidArgument, where + ": missing field '" + name + "'");
   return *f;
 }
 
-int64_t BlockScalar(const std::string& what, const std::string& path, const RuntimeValue& v) {
-  if (!v.is_tensor() || v.tensor().dtype() != DataType::kInt64 || v.tensor().numel() != 1 ||
-      v.tensor().rank() != 0)
-    Fail(what, path, "must be an INT64 scalar tensor");
+int64_t BlockScalar(const std::string& where, const RuntimeValue& block, const char* name) {
+  const RuntimeValue& v = BlockField(where, block, name);
+  OL_CHECK(v.is_tensor() && v.tensor().dtype() == DataType::kInt64 &&
+               v.tensor().numel() == 1 && v.tensor().rank() == 0,
+           ErrorCode::kInvalidArgument,
+           where + ": " + name + " must be an INT64 scalar tensor");
   return *v.tensor().data<int64_t>();
 }
 
 // [batch, heads, capacity, width] of a dense or encoded page payload.
-Shape PageDims(const std::string& what, const std::string& path, const RuntimeValue& payload) {
+Shape PageDims(const std::string& where, const char* name, const RuntimeValue& payload) {
+  const auto fail = [&](const std::string& problem) {
+    Throw(ErrorCode::kInvalidArgument, where + ": " + name + ": " + problem);
+  };
   Shape dims;
   if (payload.is_tensor()) {
     const DataType t = payload.tensor().dtype();
     if (t != DataType::kFloat && t != DataType::kFloat16 && t != DataType::kBFloat16)
-      Fail(what, path,
-           "dense page payload must be FLOAT, FLOAT16 or BFLOAT16, got " + DataTypeName(t));
+      fail("dense page payload must be FLOAT, FLOAT16 or BFLOAT16, got " + DataTypeName(t));
     dims = payload.tensor().shape();
   } else if (payload.is_encoded()) {
-    dims = EncodedLogicalDims(what + " '" + path + "'", payload.encoded());
+    dims = EncodedLogicalDims(where + ": " + name, payload.encoded());
   } else {
-    Fail(what, path,
-         std::string("page payload must be a tensor or an encoded value, got a ") +
-             RuntimeValue::KindName(payload.kind()));
+    fail(std::string("page payload must be a tensor or an encoded value, got a ") +
+         RuntimeValue::KindName(payload.kind()));
   }
   if (dims.size() != 4)
-    Fail(what, path,
-         "page payload must have rank 4 [batch, heads, capacity, width], got " +
-             ShapeToString(dims));
+    fail("page payload must have rank 4 [batch, heads, capacity, width], got " +
+         ShapeToString(dims));
   return dims;
 }
 
-// One block's key and value dims after the per-block rules; returns the block length.
-int64_t CheckBlock(const std::string& what, const std::string& p, const RuntimeValue& block,
-                   int64_t expected_start, const PagePayloadCheck& check_payload, Shape& k,
-                   Shape& v) {
-  const int64_t start = BlockScalar(what, p + ".start", BlockField(what, p, block, "start"));
-  const int64_t length = BlockScalar(what, p + ".length", BlockField(what, p, block, "length"));
-  if (start != expected_start)
-    Fail(what, p,
-         "start " + std::to_string(start) + " is not contiguous (expected " +
-             std::to_string(expected_start) + ")");
-  if (length <= 0) Fail(what, p, "length " + std::to_string(length) + " is not positive");
-  const RuntimeValue& key = BlockField(what, p, block, "key");
-  const RuntimeValue& val = BlockField(what, p, block, "value");
-  if (check_payload) {
-    check_payload(p + ".key", key);
-    check_payload(p + ".value", val);
-  }
-  k = PageDims(what, p + ".key", key);
-  v = PageDims(what, p + ".value", val);
-  if (k[2] != v[2])
-    Fail(what, p,
-         "key capacity " + std::to_string(k[2]) + " differs from value capacity " +
-             std::to_string(v[2]));
-  if (length > k[2])
-    Fail(what, p,
-         "length " + std::to_string(length) + " exceeds the page capacity " +
-             std::to_string(k[2]));
-  if (k[0] != v[0] || k[1] != v[1]) Fail(what, p, "key and value batch/head dimensions differ");
-  return length;
-}
-
 }  // namespace
+
+PagedBlockGeometry CheckPagedCacheBlock(const std::string& where, const RuntimeValue& block,
+                                        const PagePayloadCheck& check_payload,
+                                        const std::string& payload_path) {
+  PagedBlockGeometry g;
+  g.start = BlockScalar(where, block, "start");
+  g.length = BlockScalar(where, block, "length");
+  if (g.length <= 0)
+    Throw(ErrorCode::kInvalidArgument,
+          where + ": length " + std::to_string(g.length) + " is not positive");
+  const RuntimeValue& key = BlockField(where, block, "key");
+  const RuntimeValue& value = BlockField(where, block, "value");
+  if (check_payload) {
+    check_payload(payload_path + ".key", key);
+    check_payload(payload_path + ".value", value);
+  }
+  g.key = PageDims(where, "key", key);
+  g.value = PageDims(where, "value", value);
+  OL_CHECK(g.key[2] == g.value[2], ErrorCode::kInvalidArgument,
+           where + ": key capacity " + std::to_string(g.key[2]) +
+               " differs from value capacity " + std::to_string(g.value[2]));
+  OL_CHECK(g.length <= g.key[2], ErrorCode::kInvalidArgument,
+           where + ": length " + std::to_string(g.length) + " exceeds the page capacity " +
+               std::to_string(g.key[2]));
+  OL_CHECK(g.key[0] == g.value[0] && g.key[1] == g.value[1], ErrorCode::kInvalidArgument,
+           where + ": key and value batch/head dimensions differ");
+  return g;
+}
 
 void CheckPagedCachePages(const std::string& what, const std::string& path,
                           const RuntimeValue& cache, const PagePayloadCheck& check_payload) {
@@ -138,8 +137,14 @@ void CheckPagedCachePages(const std::string& what, const std::string& path,
   Shape first_key, first_value;
   for (size_t i = 0; i < blocks.size(); ++i) {
     const std::string p = path + ".blocks[" + std::to_string(i) + "]";
-    Shape k, v;
-    next_start += CheckBlock(what, p, blocks[i], next_start, check_payload, k, v);
+    const std::string where = what + " '" + p + "'";
+    const PagedBlockGeometry g = CheckPagedCacheBlock(where, blocks[i], check_payload, p);
+    OL_CHECK(g.start == next_start, ErrorCode::kInvalidArgument,
+             where + ": start " + std::to_string(g.start) + " is not contiguous (expected " +
+                 std::to_string(next_start) + ")");
+    next_start += g.length;
+    const Shape& k = g.key;
+    const Shape& v = g.value;
     if (i == 0) {
       first_key = k;
       first_value = v;

@@ -22,6 +22,19 @@ namespace onnx_light::core::runtime {
 // read, for the checks the caller owns (encoded parameters, storage owners).
 using PagePayloadCheck = std::function<void(const std::string& path, const RuntimeValue& page)>;
 
+// One block's own rules: INT64 scalar start and length, a positive length no greater than
+// the page capacity, rank-4 dense FLOAT/FLOAT16/BFLOAT16 or encoded payloads, equal K/V
+// capacity, batch and heads. `check_payload` (if set) sees each payload first, as
+// "<payload_path>.key"/".value". Errors read "<where>: <problem>" (kInvalidArgument).
+// Shared by the whole-cache check below and the ai.rt kernels' page reader.
+struct PagedBlockGeometry {
+  int64_t start = 0, length = 0;
+  Shape key, value;  // [batch, heads, capacity, width]
+};
+PagedBlockGeometry CheckPagedCacheBlock(const std::string& where, const RuntimeValue& block,
+                                        const PagePayloadCheck& check_payload = {},
+                                        const std::string& payload_path = {});
+
 // Checks a value with the paged-cache structure (IsPagedCacheStructure): INT64 scalar start
 // and length, starts contiguous from zero, positive lengths no greater than the page capacity,
 // dense FLOAT/FLOAT16/BFLOAT16 or encoded rank-4 [batch, heads, capacity, width] payloads with

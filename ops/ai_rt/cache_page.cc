@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/paged_cache.h"
 
 namespace onnx_light::ops::ai_rt {
 
@@ -11,13 +12,6 @@ using core::runtime::RuntimeSequence;
 using core::runtime::Tensor;
 
 namespace {
-
-int64_t ScalarInt64(const RuntimeValue* v, const std::string& where) {
-  OL_CHECK(v != nullptr && v->is_tensor() && v->tensor().dtype() == DataType::kInt64 &&
-               v->tensor().numel() == 1 && v->tensor().rank() == 0,
-           ErrorCode::kInvalidArgument, where + " must be an INT64 scalar tensor");
-  return *v->tensor().data<int64_t>();
-}
 
 void CollectItems(const RuntimeSequence::Node& node,
                   std::vector<std::shared_ptr<const RuntimeValue>>* out) {
@@ -32,22 +26,14 @@ void CollectItems(const RuntimeSequence::Node& node,
 
 CachePage ReadCachePage(const RuntimeValue& block, const std::string& where) {
   CachePage page;
-  page.start = ScalarInt64(block.FindField("start"), where + ".start");
-  page.length = ScalarInt64(block.FindField("length"), where + ".length");
-  page.key = PageView::Of(block.field("key"), where + ".key");
-  page.value = PageView::Of(block.field("value"), where + ".value");
-  OL_CHECK(page.start >= 0, ErrorCode::kInvalidArgument,
-           where + ": start " + std::to_string(page.start) + " is negative");
-  OL_CHECK(page.length > 0, ErrorCode::kInvalidArgument,
-           where + ": length " + std::to_string(page.length) + " is not positive");
-  OL_CHECK(page.key.capacity() == page.value.capacity(), ErrorCode::kInvalidArgument,
-           where + ": key capacity " + std::to_string(page.key.capacity()) +
-               " differs from value capacity " + std::to_string(page.value.capacity()));
-  OL_CHECK(page.length <= page.key.capacity(), ErrorCode::kInvalidArgument,
-           where + ": length " + std::to_string(page.length) + " exceeds the page capacity " +
-               std::to_string(page.key.capacity()));
-  OL_CHECK(page.key.dims()[0] == page.value.dims()[0] && page.key.dims()[1] == page.value.dims()[1],
-           ErrorCode::kInvalidArgument, where + ": key and value batch/head dimensions differ");
+  // The views first: their messages name the payload ("<where>.key: ...").
+  const RuntimeValue* key = block.FindField("key");
+  const RuntimeValue* value = block.FindField("value");
+  if (key != nullptr) page.key = PageView::Of(*key, where + ".key");
+  if (value != nullptr) page.value = PageView::Of(*value, where + ".value");
+  const core::runtime::PagedBlockGeometry g = core::runtime::CheckPagedCacheBlock(where, block);
+  page.start = g.start;
+  page.length = g.length;
   return page;
 }
 

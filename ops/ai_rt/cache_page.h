@@ -18,9 +18,9 @@ struct CachePage {
   PageView key, value;
 };
 
-// Reads `block` ({start, length: INT64 scalars; key, value: payloads}): positive length no
-// larger than the capacity, equal K/V capacities and batch/head dims. Throws
-// kInvalidArgument "<where>...: ..." naming the field.
+// Reads `block` ({start, length: INT64 scalars; key, value: payloads}) after the per-block
+// rules of core::runtime::CheckPagedCacheBlock (the state's and GraphBuilder's checks too).
+// Throws kInvalidArgument "<where>...: ..." naming the field.
 CachePage ReadCachePage(const RuntimeValue& block, const std::string& where);
 
 // The blocks of a paged cache as the shared handles its sequence holds, in order. Throws
