@@ -14,6 +14,7 @@
 #include "executor/function_kernel.h"
 #include "executor/fusion.h"
 #include "executor/kernel_registry.h"
+#include "executor/node_profile.h"
 #include "onnx_light.pb.h"
 
 namespace onnx_light::core::runtime {
@@ -722,7 +723,8 @@ void RunPlanNode(const GraphPlan& plan, size_t index, RunFrame& frame, RuntimeCo
   std::chrono::steady_clock::time_point start;
   try {
     fault_injection::Check(FaultSite::kNode);
-    if (context.events_enabled()) start = std::chrono::steady_clock::now();
+    if (context.events_enabled() || options.profile != nullptr)
+      start = std::chrono::steady_clock::now();
     // Strided views (append-capacity caches) reach only kernels that read them through
     // strides; every other kernel gets a dense copy that lives for this call.
     std::vector<RuntimeValue> dense_copies;
@@ -745,6 +747,10 @@ void RunPlanNode(const GraphPlan& plan, size_t index, RunFrame& frame, RuntimeCo
   } catch (...) {
     RethrowWithNode(*node.proto);
   }
+  if (options.profile != nullptr)
+    options.profile->AddNode(*node.proto,
+                             static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now() - start).count()));
   if (context.events_enabled()) {
     RuntimeEvent event;
     event.duration_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -27,6 +27,8 @@ class TypeProto;
 
 namespace onnx_light::core::runtime {
 
+class NodeProfile;
+
 struct RunOptions {
   // Checked between nodes; when it reads true the run stops with Error(kCancelled).
   const std::atomic<bool>* cancel_requested = nullptr;
@@ -39,6 +41,9 @@ struct RunOptions {
   // Largest tensor a kernel may allocate in this run (core/checked_math.h); 0 = the process
   // default. RuntimeSession::Execute sets it from RuntimeSessionOptions::max_tensor_bytes.
   size_t max_tensor_bytes = 0;
+  // Where each node's wall time is added (RuntimeSessionOptions::profile); null: not timed
+  // unless events are enabled.
+  NodeProfile* profile = nullptr;
 };
 
 // What sub-plan builders (control-flow kernels, function calls) need from the plan being

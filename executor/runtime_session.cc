@@ -11,6 +11,7 @@
 
 #include "core/onnx_arity.h"
 #include "executor/flow_executor.h"
+#include "executor/node_profile.h"
 #include "onnx_light.pb.h"
 
 namespace onnx_light::core::runtime {
@@ -61,6 +62,7 @@ struct RuntimeSession::Impl {
   std::vector<std::unique_ptr<CachedPlan>> plans;
   std::mutex attachment_mu;
   std::vector<std::pair<const void*, std::shared_ptr<const void>>> attachments;
+  std::unique_ptr<NodeProfile> profile;  // RuntimeSessionOptions::profile
 };
 
 namespace {
@@ -82,7 +84,10 @@ RuntimeSession::RuntimeSession(std::shared_ptr<const ModelProto> model,
                std::to_string(options_.intra_op_threads));
   CheckNodeArity(*model_);  // extra inputs/outputs would be silently ignored by kernels
   impl_ = std::make_unique<Impl>(options_.intra_op_threads);
+  if (options_.profile) impl_->profile = std::make_unique<NodeProfile>();
 }
+
+NodeProfile* RuntimeSession::profile() const { return impl_->profile.get(); }
 
 RuntimeSession::RuntimeSession(std::shared_ptr<const ModelProto> model, RuntimeContext& context,
                                RuntimeSessionOptions options)
@@ -189,6 +194,8 @@ void RuntimeSession::Execute(RuntimeContext& context, RunFrame& frame,
   run_options.cancel_requested = child.cancel_requested();
   run_options.last_position_outputs = options.last_position_outputs;
   run_options.max_tensor_bytes = limit;
+  run_options.profile = impl_->profile.get();
+  if (run_options.profile != nullptr) run_options.profile->AddRun();
   if (executor_for(plan) == RuntimeSessionOptions::ExecutorMode::kInline) {
     impl_->arena.execute([&] {
       ScopedMaxTensorBytes scope(limit);

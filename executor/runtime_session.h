@@ -35,6 +35,8 @@ class ModelProto;
 
 namespace onnx_light::core::runtime {
 
+class NodeProfile;
+
 struct RuntimeSessionOptions {
   int intra_op_threads = 0;  // threads of the session's arena; 0 = all cores
   // Initial append capacity of persistent tensors (PersistentValueState only; 0 disables).
@@ -51,6 +53,8 @@ struct RuntimeSessionOptions {
   // kResourceExhausted naming the node and the size instead of exhausting the machine.
   // Default: half the physical memory (core::DefaultMaxTensorBytes()); 0 = unlimited.
   size_t max_tensor_bytes = DefaultMaxTensorBytes();
+  // Time every node of every run and keep the totals per node (RuntimeSession::profile()).
+  bool profile = false;
 
   bool operator==(const RuntimeSessionOptions&) const = default;
 };
@@ -98,6 +102,8 @@ class RuntimeSession {
   const ModelProto& model() const { return *model_; }
   const std::shared_ptr<const ModelProto>& model_ptr() const { return model_; }
   const RuntimeSessionOptions& options() const { return options_; }
+  // Per-node wall time over this session's runs; null unless options().profile.
+  NodeProfile* profile() const;
   // How many plans the session holds now (one per non-equivalent live configuration).
   size_t plan_count() const;
 

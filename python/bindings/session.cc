@@ -13,6 +13,7 @@
 
 #include "core/allocator.h"
 #include "core/fault_injection.h"
+#include "executor/node_profile.h"
 #include "executor/runtime_context.h"
 #include "executor/runtime_session.h"
 #include "executor/session_cache.h"
@@ -313,7 +314,8 @@ void RegisterSession(py::module_& runtime) {
 
   py::class_<RuntimeSessionOptions>(runtime, "RuntimeSessionOptions")
       .def(py::init([](int intra_op_threads, py::object capacity, const std::string& executor,
-                       bool fold_constants, bool fuse_subgraphs, py::object max_tensor_bytes) {
+                       bool fold_constants, bool fuse_subgraphs, py::object max_tensor_bytes,
+                       bool profile) {
              if (intra_op_threads < 0)
                throw py::value_error("intra_op_threads must be >= 0, got " +
                                      std::to_string(intra_op_threads));
@@ -325,15 +327,19 @@ void RegisterSession(py::module_& runtime) {
              o.fuse_subgraphs = fuse_subgraphs;
              if (!max_tensor_bytes.is_none())
                o.max_tensor_bytes = SizeFromPython(max_tensor_bytes, "max_tensor_bytes");
+             o.profile = profile;
              return o;
            }),
            py::kw_only(), py::arg("intra_op_threads") = 0,
            py::arg("persistent_tensor_initial_capacity") = 32, py::arg("executor") = "auto",
            py::arg("fold_constants") = true, py::arg("fuse_subgraphs") = true,
-           py::arg("max_tensor_bytes") = py::none(),
+           py::arg("max_tensor_bytes") = py::none(), py::arg("profile") = false,
            "max_tensor_bytes: the largest tensor one allocation of a run may request (None: "
            "half the physical memory; 0: unlimited); a larger one raises MemoryError naming "
-           "the node and the size.")
+           "the node and the size. profile: time every node of every run; the session's (or "
+           "state's) profile() gives the totals, onnx_light.profiling.profile_table a table.")
+      .def_readwrite("profile", &RuntimeSessionOptions::profile,
+                     "Time every node of every run (RuntimeSession.profile()).")
       .def_property(
           "max_tensor_bytes", [](const RuntimeSessionOptions& o) { return o.max_tensor_bytes; },
           [](RuntimeSessionOptions& o, py::object v) {
@@ -367,7 +373,8 @@ void RegisterSession(py::module_& runtime) {
                ExecutorName(o.executor) + "', fold_constants=" +
                (o.fold_constants ? "True" : "False") + ", fuse_subgraphs=" +
                (o.fuse_subgraphs ? "True" : "False") +
-               ", max_tensor_bytes=" + std::to_string(o.max_tensor_bytes) + ")";
+               ", max_tensor_bytes=" + std::to_string(o.max_tensor_bytes) +
+               (o.profile ? ", profile=True" : "") + ")";
       });
 
   py::class_<PySession, std::shared_ptr<PySession>>(
@@ -414,6 +421,12 @@ void RegisterSession(py::module_& runtime) {
           "runtime.Tensor} (only the outputs named in output_names when given; with "
           "last_position_only, those produced directly by a MatMul come back for the last "
           "row along axis -2 alone). The GIL is released while kernels run.")
+      .def("profile", [](const PySession& self) { return ProfileToPython(*self.session); },
+           "{'runs': n, 'nodes': [{'node', 'op_type', 'calls', 'total_ms'}, ...]}: wall time "
+           "per node over the session's runs, in the order nodes first ran (nested graphs' "
+           "nodes count in their parent). Needs RuntimeSessionOptions(profile=True).")
+      .def("clear_profile", [](const PySession& self) { ProfilerOf(*self.session).Clear(); },
+           "Forgets the runs profiled so far.")
       .def_property_readonly("options",
                              [](const PySession& self) { return self.session->options(); })
       .def_property_readonly(
@@ -457,6 +470,30 @@ void RegisterSession(py::module_& runtime) {
   runtime.def(
       "packed_weight_bytes", [] { return ops::math::PackedWeightBytes(); },
       "Bytes of the packed MatMul/Gemm weight copies all live kernels of the process hold.");
+}
+
+core::runtime::NodeProfile& ProfilerOf(const RuntimeSession& session) {
+  if (session.profile() == nullptr)
+    throw py::value_error("profile: this session was built without "
+                          "RuntimeSessionOptions(profile=True)");
+  return *session.profile();
+}
+
+py::dict ProfileToPython(const RuntimeSession& session) {
+  const core::runtime::NodeProfile& profile = ProfilerOf(session);
+  py::list nodes;
+  for (const auto& row : profile.Rows()) {
+    py::dict d;
+    d["node"] = py::bytes(row.node_name).attr("decode")("utf-8", "replace");
+    d["op_type"] = py::bytes(row.op_type).attr("decode")("utf-8", "replace");
+    d["calls"] = row.calls;
+    d["total_ms"] = static_cast<double>(row.total_ns) * 1e-6;
+    nodes.append(std::move(d));
+  }
+  py::dict out;
+  out["runs"] = profile.runs();
+  out["nodes"] = std::move(nodes);
+  return out;
 }
 
 }  // namespace onnx_light::python

@@ -34,6 +34,11 @@ ModelGuard GuardFromPython(py::handle model);
 std::shared_ptr<const core::runtime::RuntimeSession> SessionFromPython(
     py::handle model, const std::optional<core::runtime::RuntimeSessionOptions>& options);
 
+// RuntimeSessionOptions(profile=True)'s totals as {'runs', 'nodes': [...]}, and the
+// profile itself; both raise ValueError for a session built without profiling.
+py::dict ProfileToPython(const core::runtime::RuntimeSession& session);
+core::runtime::NodeProfile& ProfilerOf(const core::runtime::RuntimeSession& session);
+
 // A Python callable that may be dropped from any thread: released with the GIL held.
 std::shared_ptr<py::object> SharedCallable(py::object fn);
 

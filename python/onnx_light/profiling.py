@@ -16,6 +16,15 @@ about (each kernel event carries the node's wall time, ``duration_ns``)::
     session.run(context, {"x": numpy.ones((2, 2), numpy.float32)})
     print(profiling.format_table(profiling.op_table(context.events())))
 
+Or build the session (or the state) with ``RuntimeSessionOptions(profile=True)``: every
+node of every run is timed without events, and ``profile_table`` prints the totals per run::
+
+    options = runtime.RuntimeSessionOptions(profile=True, executor="inline")
+    profiled = runtime.RuntimeSession(model, options)
+    for _ in range(3):
+        profiled.run(context, {"x": numpy.ones((2, 2), numpy.float32)})
+    print(profiling.profile_table(profiled, by="node"))
+
 With the flow-graph executor, nodes of one run may overlap: their times add up to more
 than the run's wall time. ``RuntimeSessionOptions(executor="inline")`` gives a table whose
 total is the time spent in kernels.
@@ -60,6 +69,29 @@ def node_table(events, runs: int = 1, top: int = 20) -> list[Row]:
         by[name][1] += 1
         ops[name] = e.op_type
     return _rows({k: (ops[k], v) for k, v in by.items()}, runs)[:top]
+
+
+def session_rows(session_or_state, by: str = "op", top: int | None = None) -> list[Row]:
+    """Per-run time by op type (`by="op"`) or by node (`by="node"`), largest first, from a
+    session or state built with ``RuntimeSessionOptions(profile=True)``: no events needed,
+    every run of the session counted (``session.clear_profile()`` starts over)."""
+    if by not in ("op", "node"):
+        raise ValueError(f"session_rows: by must be 'op' or 'node', not {by!r}")
+    session = getattr(session_or_state, "session", session_or_state)
+    profile = session.profile()
+    by_key, ops = collections.defaultdict(lambda: [0, 0]), {}
+    for n in profile["nodes"]:
+        key = n["op_type"] if by == "op" else (n["node"] or f"({n['op_type']})")
+        by_key[key][0] += n["total_ms"] * 1e6
+        by_key[key][1] += n["calls"]
+        ops[key] = n["op_type"]
+    rows = _rows({k: (ops[k], v) for k, v in by_key.items()}, profile["runs"])
+    return rows if top is None else rows[:top]
+
+
+def profile_table(session_or_state, by: str = "op", top: int | None = 20) -> str:
+    """`session_rows` as a readable table (see format_table)."""
+    return format_table(session_rows(session_or_state, by, top))
 
 
 def _rows(entries, runs):
