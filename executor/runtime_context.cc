@@ -1,6 +1,7 @@
 #include "executor/runtime_context.h"
 
 #include "executor/attributes.h"
+#include "onnx_light.pb.h"
 
 namespace onnx_light::core::runtime {
 
@@ -103,6 +104,20 @@ PagedTail RuntimeContext::ClaimPagedTail(const KernelCall& call, size_t input,
   if (append_hook_ == nullptr || !call.has_input(input) || !call.output_wanted(output))
     return PagedTail::kNone;
   return append_hook_->ClaimPagedTail(call, &call.input_value(input), call.output_slot(output));
+}
+
+void RecordStorage(const KernelCall& call, const StorageReport& report) {
+  if (!call.has_context() || !call.context().events_enabled()) return;
+  RuntimeEvent event;
+  event.action = RuntimeEventAction::kPersistentStorage;
+  event.node_name = call.node().name();
+  event.op_type = call.node().op_type();
+  event.storage_allocations = report.allocations;
+  event.storage_allocated_bytes = report.allocated_bytes;
+  event.storage_prefix_copied_bytes = report.prefix_copied_bytes;
+  event.storage_append_copied_bytes = report.append_copied_bytes;
+  event.storage_reuse_count = report.reuse_count;
+  call.context().RecordEvent(std::move(event));
 }
 
 void RuntimeContext::RecordEvent(RuntimeEvent event) const {

@@ -48,6 +48,16 @@ struct RuntimeEvent {
   int64_t duration_ns = 0;  // kKernel: wall time of the node's Compute (0 if unknown)
 };
 
+// What one node did to a persistent tensor's storage: the figures of a kPersistentStorage
+// event. Recorded through RecordStorage, the one place such events are made.
+struct StorageReport {
+  size_t allocations = 0;
+  size_t allocated_bytes = 0;
+  size_t prefix_copied_bytes = 0;
+  size_t append_copied_bytes = 0;
+  size_t reuse_count = 0;
+};
+
 // Name lookup in the frame a child context is bound to (implemented by the executor).
 class ValueScope {
  public:
@@ -156,6 +166,10 @@ class RuntimeContext {
   PersistentAppendHook* append_hook_ = nullptr;
   RuntimeValueMap values_;
 };
+
+// Records `report` as a kPersistentStorage event of the call's node; nothing (no event
+// object, no lock) when the call has no context or its events are off.
+void RecordStorage(const KernelCall& call, const StorageReport& report);
 
 template <class K>
 std::unique_ptr<KernelBase> MakeKernel(const NodeProto& node, RuntimeContext& context,

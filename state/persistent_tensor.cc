@@ -146,17 +146,10 @@ std::optional<AppendReservation> PersistentTensor::AppendLease::Reserve(
     prefix_bytes = layout.blocks * block_prefix;
     owner = std::move(storage);
   }
-  if (context.events_enabled()) {  // with events off: no event object, no lock
-    RuntimeEvent event;
-    event.action = RuntimeEventAction::kPersistentStorage;
-    event.node_name = call.node().name();
-    event.op_type = call.node().op_type();
-    event.storage_allocations = reuse ? 0 : 1;
-    event.storage_allocated_bytes = allocated_bytes;
-    event.storage_prefix_copied_bytes = prefix_bytes;
-    event.storage_reuse_count = reuse ? 1 : 0;
-    context.RecordEvent(std::move(event));
-  }
+  RecordStorage(call, {.allocations = reuse ? size_t{0} : size_t{1},
+                       .allocated_bytes = allocated_bytes,
+                       .prefix_copied_bytes = prefix_bytes,
+                       .reuse_count = reuse ? size_t{1} : size_t{0}});
   pending_ = Capacity{base, capacity, row_bytes, dtype, layout.blocks};
   Tensor candidate =
       CapacityView(input.name(), dtype, desired, axis, capacity, layout, base, std::move(owner));

@@ -275,8 +275,11 @@ Tensor GroupQueryAttention::Present(KernelCall& call, const Geometry& g, size_t 
       for (int64_t s = 0; s < g.seq; ++s)
         std::memcpy(block + (keep + s) * g.head, RowPtr(rows, b, h, s), row_bytes);
     }
-  math::RecordKvStorage(call, 1, present.nbytes(), prefix,
-                        static_cast<size_t>(g.batch * g.nkv * g.seq) * row_bytes);
+  core::runtime::RecordStorage(
+      call, {.allocations = 1,
+             .allocated_bytes = present.nbytes(),
+             .prefix_copied_bytes = prefix,
+             .append_copied_bytes = static_cast<size_t>(g.batch * g.nkv * g.seq) * row_bytes});
   return present;
 }
 

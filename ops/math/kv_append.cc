@@ -11,20 +11,6 @@ using core::runtime::KernelCall;
 using core::runtime::Shape;
 using core::runtime::Tensor;
 
-void RecordKvStorage(const KernelCall& call, size_t allocations, size_t allocated_bytes,
-                     size_t prefix_bytes, size_t append_bytes) {
-  if (!call.has_context() || !call.context().events_enabled()) return;
-  core::runtime::RuntimeEvent event;
-  event.action = core::runtime::RuntimeEventAction::kPersistentStorage;
-  event.node_name = call.node().name();
-  event.op_type = call.node().op_type();
-  event.storage_allocations = allocations;
-  event.storage_allocated_bytes = allocated_bytes;
-  event.storage_prefix_copied_bytes = prefix_bytes;
-  event.storage_append_copied_bytes = append_bytes;
-  call.context().RecordEvent(std::move(event));
-}
-
 // The prefix is copied as bits (no conversion of 16-bit caches). `past` is dense from axis 2
 // (a block of a strided cache is contiguous).
 Tensor WritePresentKv(KernelCall& call, size_t output, size_t past_input, const Tensor* past,
@@ -53,7 +39,7 @@ Tensor WritePresentKv(KernelCall& call, size_t output, size_t past_input, const 
                             reservation->block(static_cast<size_t>(b * rows.heads + h)).data()));
       Tensor present = context.CommitPersistentAppend(call, std::move(*reservation), append_bytes);
       call.SetOutput(output, present);
-      RecordKvStorage(call, 0, 0, 0, append_bytes);
+      core::runtime::RecordStorage(call, {.append_copied_bytes = append_bytes});
       return present;
     }
   }
@@ -70,9 +56,11 @@ Tensor WritePresentKv(KernelCall& call, size_t output, size_t past_input, const 
       }
       copy_new_rows(b, h, out);
     }
-  RecordKvStorage(call, 1, present.nbytes(),
-                  static_cast<size_t>(rows.batch * rows.heads * past_len) * row_bytes,
-                  append_bytes);
+  core::runtime::RecordStorage(
+      call, {.allocations = 1,
+             .allocated_bytes = present.nbytes(),
+             .prefix_copied_bytes = static_cast<size_t>(rows.batch * rows.heads * past_len) * row_bytes,
+             .append_copied_bytes = append_bytes});
   return present;
 }
 

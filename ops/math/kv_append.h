@@ -34,8 +34,4 @@ core::runtime::Tensor WritePresentKv(core::runtime::KernelCall& call, size_t out
                                             size_t past_input, const core::runtime::Tensor* past,
                                             const KvRows& rows);
 
-// Records a kPersistentStorage report of present K/V construction (events enabled only).
-void RecordKvStorage(const core::runtime::KernelCall& call, size_t allocations,
-                     size_t allocated_bytes, size_t prefix_bytes, size_t append_bytes);
-
 }  // namespace onnx_light::ops::math

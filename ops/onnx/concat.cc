@@ -104,14 +104,7 @@ class Concat final : public core::runtime::KernelBase {
       }
     }
     call.SetOutput(0, context.CommitPersistentAppend(call, std::move(*reservation), written));
-    if (context.events_enabled()) {
-      core::runtime::RuntimeEvent event;
-      event.action = core::runtime::RuntimeEventAction::kPersistentStorage;
-      event.node_name = call.node().name();
-      event.op_type = call.node().op_type();
-      event.storage_append_copied_bytes = written;
-      context.RecordEvent(std::move(event));
-    }
+    core::runtime::RecordStorage(call, {.append_copied_bytes = written});
     return true;
   }
 
