@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 
+#include "core/affine_encoding.h"
 #include "core/error.h"
 #include "ops/math/quantize.h"
 #include "onnx_light.pb.h"
@@ -93,23 +94,13 @@ bool PageFormat::affine() const {
 }
 
 void CheckPageFormat(const PageFormat& format, const std::string& where) {
-  switch (format.storage) {
-    case DataType::kFloat:
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return;
-    case DataType::kInt8:
-    case DataType::kUint8:
-    case DataType::kInt4:
-    case DataType::kUint4:
-    case DataType::kInt2:
-    case DataType::kUint2:
-      break;
-    default:
-      core::Throw(ErrorCode::kInvalidArgument,
-                  where + ": unsupported page format " + core::DataTypeName(format.storage) +
-                      " (FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, INT4, UINT4, INT2, UINT2)");
-  }
+  const DataType s = format.storage;
+  if (s == DataType::kFloat || s == DataType::kFloat16 || s == DataType::kBFloat16) return;
+  // The affine code types, but for the 16-bit ones: pages keep codes of at most 8 bits.
+  OL_CHECK(core::runtime::IsAffineCodeType(s) && s != DataType::kInt16 && s != DataType::kUint16,
+           ErrorCode::kInvalidArgument,
+           where + ": unsupported page format " + core::DataTypeName(s) +
+               " (FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, INT4, UINT4, INT2, UINT2)");
   OL_CHECK(std::isfinite(format.scale) && format.scale > 0, ErrorCode::kInvalidArgument,
            where + ": the " + core::DataTypeName(format.storage) +
                " scale must be positive and finite, got " + std::to_string(format.scale));
