@@ -355,12 +355,9 @@ size_t SmallAttention(const Call& c, float* y, size_t* decoded) {
   return scratch.size() * sizeof(float);
 }
 
-void CheckFinite(const Tensor& t, const std::string& where) {
-  const std::vector<float> values =
-      t.dtype() == DataType::kFloat ? std::vector<float>() : t.ToFloatVector();
-  const float* data = t.dtype() == DataType::kFloat ? t.data<float>() : values.data();
-  for (int64_t e = 0; e < t.numel(); ++e)
-    OL_CHECK(std::isfinite(data[e]), ErrorCode::kInvalidArgument,
+void CheckFinite(const FloatInput& in, int64_t numel, const std::string& where) {
+  for (int64_t e = 0; e < numel; ++e)
+    OL_CHECK(std::isfinite(in.data[e]), ErrorCode::kInvalidArgument,
              where + " holds a non-finite value at element " + std::to_string(e));
 }
 
@@ -460,6 +457,8 @@ PagedAttention::Result PagedAttention::Run(const Tensor& q, const Tensor& k, con
                                            core::runtime::PagedTail tail) const {
   const char* names[3] = {"Q", "K", "V"};
   const Tensor* inputs[3] = {&q, &k, &v};
+  Tensor dense[3];       // Q, K, V contiguous (the inputs themselves when they are)
+  FloatInput floats[3];  // and as FLOAT: converted once, checked and computed on
   for (int i = 0; i < 3; ++i) {
     const Tensor& t = *inputs[i];
     OL_CHECK(t.dtype() == DataType::kFloat || t.dtype() == DataType::kFloat16 ||
@@ -470,7 +469,9 @@ PagedAttention::Result PagedAttention::Run(const Tensor& q, const Tensor& k, con
     OL_CHECK(t.rank() == 4, ErrorCode::kInvalidArgument,
              where_ + ": " + names[i] + " must be [batch, heads, length, head_size], got " +
                  ShapeToString(t.shape()));
-    CheckFinite(t.contiguous() ? t : t.Contiguous(), where_ + ": " + names[i]);
+    dense[i] = t.contiguous() ? t : t.Contiguous();
+    floats[i] = AsFloat(dense[i]);
+    CheckFinite(floats[i], t.numel(), where_ + ": " + names[i]);
   }
   Call c;
   c.kernel = this;
@@ -490,17 +491,16 @@ PagedAttention::Result PagedAttention::Run(const Tensor& q, const Tensor& k, con
   OL_CHECK(c.past + c.len <= max_tokens_, ErrorCode::kInvalidArgument,
            where_ + ": " + std::to_string(c.past) + " retained + " + std::to_string(c.len) +
                " new tokens exceed max_tokens " + std::to_string(max_tokens_));
-  const Tensor kc = k.contiguous() ? k : k.Contiguous();
-  const Tensor vc = v.contiguous() ? v : v.Contiguous();
-  const Tensor qc = q.contiguous() ? q : q.Contiguous();
+  const Tensor& kc = dense[1];
+  const Tensor& vc = dense[2];
   const Formats formats = select_formats_ ? select_formats_(kc, vc, c.past) : Formats{};
   c.key_format = ToPageFormat(formats.key);
   c.value_format = ToPageFormat(formats.value);
   ops::ai_rt::CheckPageFormat(c.key_format, where_ + ": key format");
   ops::ai_rt::CheckPageFormat(c.value_format, where_ + ": value format");
-  c.q = AsFloat(qc);
-  c.k = AsFloat(kc);
-  c.v = AsFloat(vc);
+  c.q = std::move(floats[0]);
+  c.k = std::move(floats[1]);
+  c.v = std::move(floats[2]);
   const size_t converted = (c.q.owned.size() + c.k.owned.size() + c.v.owned.size()) * sizeof(float);
 
   Result result;
