@@ -720,11 +720,11 @@ void RunPlanNode(const GraphPlan& plan, size_t index, RunFrame& frame, RuntimeCo
   for (size_t i = 0; i < node.outputs.size(); ++i)
     out[i] = node.outputs[i] < 0 ? nullptr : &frame.mutable_slot(node.outputs[i]);
 
+  const bool timed = context.events_enabled() || options.profile != nullptr;
   std::chrono::steady_clock::time_point start;
   try {
     fault_injection::Check(FaultSite::kNode);
-    if (context.events_enabled() || options.profile != nullptr)
-      start = std::chrono::steady_clock::now();
+    if (timed) start = std::chrono::steady_clock::now();
     // Strided views (append-capacity caches) reach only kernels that read them through
     // strides; every other kernel gets a dense copy that lives for this call.
     std::vector<RuntimeValue> dense_copies;
@@ -747,14 +747,15 @@ void RunPlanNode(const GraphPlan& plan, size_t index, RunFrame& frame, RuntimeCo
   } catch (...) {
     RethrowWithNode(*node.proto);
   }
+  const int64_t duration_ns =
+      timed ? std::chrono::duration_cast<std::chrono::nanoseconds>(
+                  std::chrono::steady_clock::now() - start).count()
+            : 0;
   if (options.profile != nullptr)
-    options.profile->AddNode(*node.proto,
-                             static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 std::chrono::steady_clock::now() - start).count()));
+    options.profile->AddNode(*node.proto, static_cast<uint64_t>(duration_ns));
   if (context.events_enabled()) {
     RuntimeEvent event;
-    event.duration_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::steady_clock::now() - start).count();
+    event.duration_ns = duration_ns;
     event.action = RuntimeEventAction::kKernel;
     event.node_name = node.proto->name();
     event.op_type = node.proto->op_type();
