@@ -22,14 +22,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 from models import export_hf  # noqa: E402
 from onnx_light import onnx as ol_onnx  # noqa: E402
 from onnx_light.onnx_py._onnxpykernels import runtime  # noqa: E402
+from resident import rss_mb  # noqa: E402
 
 ARCH, SIZE = "llama", "tiny"
-PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * PAGE / 2**20
 
 
 def main():

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import sys
 import time
 
@@ -23,13 +22,8 @@ import numpy as np
 
 from onnx_light.models.tiny_decoder import TinyDecoderConfig, build_tiny_decoder, empty_cache
 from onnx_light.onnx_py._onnxpykernels import runtime
+from resident import rss_mb
 
-PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * PAGE / 2**20
 
 
 def main():
