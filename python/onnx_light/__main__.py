@@ -1,7 +1,8 @@
 """``python -m onnx_light COMMAND ...``: the package's command line.
 
-Commands: ``prepare`` (onnx_light.prepare: bind a decoder export's caches) and ``generate``
-(onnx_light.text: text in, text out). Each command is a module with ``add_arguments(parser)``
+Commands: ``prepare`` (onnx_light.prepare: bind a decoder export's caches), ``generate``
+(onnx_light.text: text in, text out) and ``serve`` (onnx_light.serve: an OpenAI-compatible
+HTTP server). Each command is a module with ``add_arguments(parser)``
 and ``run(args) -> exit code``; add one to COMMANDS.
 """
 from __future__ import annotations
@@ -15,6 +16,8 @@ COMMANDS = {
     "prepare": ("onnx_light.prepare",
                 "turn a decoder export into an onnx-light model with persistent_bindings"),
     "generate": ("onnx_light.text", "generate text with a prepared decoder and a tokenizer"),
+    "serve": ("onnx_light.serve", "serve a prepared decoder (or --demo) over an "
+                                  "OpenAI-compatible HTTP API"),
 }
 
 

@@ -117,14 +117,18 @@ def _submit(scheduler, loop, future, model, feeds, options, session_options, **k
 
 
 async def submit_async(scheduler, model, feeds, options=None, session_options=None, *,
-                       on_token=None, completion=None) -> ScheduledResult:
+                       on_token=None, completion=None, on_submit=None) -> ScheduledResult:
     """`await scheduler.submit_async(model, feeds, options)`: one request through a
     runtime.RequestScheduler, awaited without blocking the loop. Cancelling the awaiting task
-    cancels the request (before its next token) and waits until it has stopped."""
+    cancels the request (before its next token) and waits until it has stopped.
+    on_submit(handle), if given, receives the RequestHandle at once (its stats() stay
+    readable after a cancellation)."""
     loop = asyncio.get_running_loop()
     done = loop.create_future()
     handle = _submit(scheduler, loop, done, model, feeds, options, session_options,
                      on_token=on_token, completion=completion)
+    if on_submit is not None:
+        on_submit(handle)
     try:
         await asyncio.shield(done)
     except asyncio.CancelledError:
@@ -135,10 +139,13 @@ async def submit_async(scheduler, model, feeds, options=None, session_options=No
     return ScheduledResult(np.from_dlpack(handle.result()), handle.stats())
 
 
-async def scheduler_stream(scheduler, model, feeds, options=None, session_options=None):
+async def scheduler_stream(scheduler, model, feeds, options=None, session_options=None, *,
+                           on_submit=None):
     """`async for tokens in scheduler.stream(model, feeds, options)`: each step's tokens of
     one scheduled request as it publishes them. Leaving the loop early (or cancelling the
-    consuming task) cancels the request."""
+    consuming task) cancels the request: close the iterator (contextlib.aclosing) to do it
+    at once rather than when it is garbage collected. on_submit(handle) as for
+    submit_async."""
     loop = asyncio.get_running_loop()
     events: asyncio.Queue = asyncio.Queue()
     done = loop.create_future()
@@ -148,6 +155,8 @@ async def scheduler_stream(scheduler, model, feeds, options=None, session_option
 
     handle = _submit(scheduler, loop, done, model, feeds, options, session_options,
                      on_token=on_token)
+    if on_submit is not None:
+        on_submit(handle)
     finished = False
     try:
         while not finished:

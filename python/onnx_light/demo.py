@@ -35,6 +35,39 @@ def decode(tokens) -> str:
     return "".join(chr(FIRST_CHAR + int(t)) for t in tokens)
 
 
+class CharTokenizer:
+    """The demo's character tokenizer with the interface of a `tokenizers.Tokenizer` that
+    onnx_light.text uses (encode(...).ids, decode), for the server's --demo."""
+
+    def encode(self, text: str, add_special_tokens: bool = True):
+        import types
+
+        bad = sorted({ch for ch in text if not 32 <= ord(ch) < 127})
+        if bad:
+            raise ValueError(f"the demo tokenizer knows only printable ASCII, not {bad!r}")
+        return types.SimpleNamespace(ids=[ord(ch) - FIRST_CHAR for ch in text])
+
+    def decode(self, ids) -> str:
+        return decode(ids)
+
+
+def text_generator(threads: int | None = None):
+    """onnx_light.text.TextGenerator on the demo decoder and CharTokenizer. Its chat format
+    is plain Python ("role: content" lines, then "assistant: "), so --demo needs no jinja2;
+    no EOS (every printable character is a token), context of max_positions tokens."""
+    from onnx_light.text import ModelSettings, TextGenerator
+
+    class DemoGenerator(TextGenerator):
+        def apply_chat_template(self, messages: list) -> str:
+            lines = [f"{m['role']}: {m['content']}\n" for m in messages]
+            return "".join(lines) + "assistant: "
+
+    config = TinyDecoderConfig()
+    settings = ModelSettings(context_length=config.max_positions)
+    return DemoGenerator.from_objects(build_tiny_decoder(config=config), CharTokenizer(),
+                                      settings, threads)
+
+
 class Progress:
     """A self-rewriting bar on a terminal; a line at each quarter otherwise (logs, CI)."""
 

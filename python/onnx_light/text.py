@@ -48,6 +48,9 @@ class ModelSettings:
     eos_token_ids: list = field(default_factory=list)
     bos_token_id: int | None = None
     chat_template: str | None = None
+    # tokenizer_config.json's bos_token/eos_token strings (chat templates use them)
+    special_tokens: dict = field(default_factory=dict)
+    context_length: int | None = None  # prompt + new tokens the model's positions allow
 
 
 def load_tokenizer(path: str):
@@ -66,10 +69,34 @@ def _ids(value) -> list:
     return [int(v) for v in value] if isinstance(value, list) else [int(value)]
 
 
+def _token_text(value) -> str | None:
+    """tokenizer_config.json writes a special token as a string or {"content": ...}."""
+    return value.get("content") if isinstance(value, dict) else value
+
+
+def _context_length(dirs) -> int | None:
+    """genai_config.json's model.context_length, else config.json's max_position_embeddings
+    (or n_positions), from the first directory that has one."""
+    for d in dirs:
+        for name, keys in (("genai_config.json", ("context_length",)),
+                           ("config.json", ("max_position_embeddings", "n_positions"))):
+            path = os.path.join(d, name)
+            if not os.path.isfile(path):
+                continue
+            with open(path) as f:
+                data = json.load(f)
+            source = data.get("model", data) if name == "genai_config.json" else data
+            for key in keys:
+                if isinstance(source.get(key), int):
+                    return source[key]
+    return None
+
+
 def read_settings(*dirs: str) -> ModelSettings:
     """EOS/BOS from the first of genai_config.json, generation_config.json, config.json found
-    in `dirs` (in order); the chat template from the first tokenizer_config.json."""
-    settings = ModelSettings()
+    in `dirs` (in order); the chat template and special token strings from the first
+    tokenizer_config.json; the context length as _context_length finds it."""
+    settings = ModelSettings(context_length=_context_length(dirs))
     found = False
     for d in dirs:
         for name in ("genai_config.json", "generation_config.json", "config.json"):
@@ -86,7 +113,10 @@ def read_settings(*dirs: str) -> ModelSettings:
         path = os.path.join(d, "tokenizer_config.json")
         if settings.chat_template is None and os.path.isfile(path):
             with open(path) as f:
-                settings.chat_template = json.load(f).get("chat_template")
+                config = json.load(f)
+            settings.chat_template = config.get("chat_template")
+            settings.special_tokens = {k: _token_text(config[k]) for k in
+                                       ("bos_token", "eos_token") if config.get(k)}
     return settings
 
 
@@ -123,21 +153,102 @@ def _held_back(full: str, stop: tuple) -> int:
     return safe
 
 
+class TextDecoder:
+    """Turns tokens into text as they arrive: push(token) returns the text that may be shown
+    now (never a partial character nor the start of a stop string), finish() the rest.
+    Once a stop string appears, `stopped` is set and the text ends before it."""
+
+    def __init__(self, decode, stop: tuple = ()):
+        self.decode, self.stop = decode, tuple(s for s in stop if s)
+        self.tokens: list = []
+        self.text = ""        # shown so far
+        self._full = ""       # the decoding of every token (cut at a stop string)
+        self.stopped = False
+
+    def push(self, token: int) -> str:
+        # Decoding the whole completion each time lets the tokenizer join multi-token
+        # characters and apply its decoder's rules (e.g. Metaspace) exactly as at the end.
+        self.tokens.append(token)
+        full = self.decode(self.tokens)
+        hits = [i for i in (full.find(s) for s in self.stop) if i >= 0]
+        if hits:
+            self._full, self.stopped = full[:min(hits)], True
+            return self.finish()
+        self._full = full
+        safe = _held_back(full, self.stop)
+        if safe <= len(self.text):
+            return ""
+        piece, self.text = full[len(self.text):safe], full[:safe]
+        return piece
+
+    def finish(self) -> str:
+        """The text held back so far (the generation ended)."""
+        piece = self._full[len(self.text):]
+        self.text = self._full
+        return piece
+
+
+def render_chat(template: str, messages: list, special_tokens: dict | None = None) -> str:
+    """A Hugging Face chat template rendered as transformers does (sandboxed jinja2, trimmed
+    blocks, the generation prompt added)."""
+    try:
+        import jinja2
+        import jinja2.sandbox
+    except ImportError as exc:  # pragma: no cover - jinja2 ships with transformers
+        raise ImportError("chat templates need jinja2: pip install jinja2") from exc
+
+    def raise_exception(message):
+        raise ValueError(f"chat template: {message}")
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    try:
+        return env.from_string(template).render(messages=messages, add_generation_prompt=True,
+                                                **(special_tokens or {}))
+    except jinja2.TemplateError as exc:
+        raise ValueError(f"chat template: {exc}") from exc
+
+
+def generation_options(settings: ModelSettings, max_new_tokens: int, temperature: float = 0.0,
+                       top_k: int = 0, top_p: float = 1.0, seed: int | None = None):
+    """runtime.GenerationOptions with the model's EOS tokens (the first ends generation, the
+    others are stop tokens)."""
+    options = runtime.GenerationOptions(max_new_tokens=max_new_tokens, temperature=temperature,
+                                        top_k=top_k, top_p=top_p, seed=seed)
+    eos = settings.eos_token_ids
+    if eos:
+        options.eos_token_id = eos[0]
+        options.stop_token_ids = eos[1:]
+    return options
+
+
 class TextGenerator:
     """One model and tokenizer; stream() runs one generation and yields decoded text."""
 
     def __init__(self, model_path: str, tokenizer_path: str, threads: int | None = None):
-        self.model = ol_onnx.load_model(model_path)
-        if len(self.model.graph.persistent_bindings) == 0 and any(
-                i.name.startswith("past") for i in self.model.graph.input):
+        model = ol_onnx.load_model(model_path)
+        if len(model.graph.persistent_bindings) == 0 and any(
+                i.name.startswith("past") for i in model.graph.input):
             raise ValueError(f"'{model_path}' has cache inputs but no persistent_bindings: "
                              "run `python -m onnx_light prepare` on it first")
-        self.tokenizer = load_tokenizer(tokenizer_path)
+        tokenizer = load_tokenizer(tokenizer_path)
         tokenizer_dir = tokenizer_path if os.path.isdir(tokenizer_path) else \
             os.path.dirname(os.path.abspath(tokenizer_path))
-        self.settings = read_settings(os.path.dirname(os.path.abspath(model_path)),
-                                      tokenizer_dir)
-        opset = max([o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")]
+        settings = read_settings(os.path.dirname(os.path.abspath(model_path)), tokenizer_dir)
+        self._setup(model, tokenizer, settings, threads)
+
+    @classmethod
+    def from_objects(cls, model, tokenizer, settings: ModelSettings | None = None,
+                     threads: int | None = None) -> "TextGenerator":
+        """A generator on a model already in memory and any tokenizer with the `tokenizers`
+        interface: encode(text, add_special_tokens=...).ids and decode(ids)."""
+        generator = cls.__new__(cls)
+        generator._setup(model, tokenizer, settings or ModelSettings(), threads)
+        return generator
+
+    def _setup(self, model, tokenizer, settings: ModelSettings, threads: int | None) -> None:
+        self.model, self.tokenizer, self.settings = model, tokenizer, settings
+        opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
                     or [18])
         self.context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(opset)))
         self.session_options = runtime.RuntimeSessionOptions()
@@ -145,9 +256,12 @@ class TextGenerator:
             self.session_options.intra_op_threads = threads
         self.last_stats = TextStats()
 
-    def prompt_ids(self, prompt: str, chat: bool = False) -> list:
+    def prompt_ids(self, prompt, chat: bool = False) -> list:
+        """Token ids of a prompt (BOS added if the model has one), or with chat=True of the
+        chat template applied to `prompt`: a user message's text or a list of messages."""
         if chat:
-            prompt = self._apply_chat_template(prompt)
+            prompt = self.apply_chat_template(
+                [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt)
         ids = self.tokenizer.encode(prompt, add_special_tokens=not chat).ids
         bos = self.settings.bos_token_id
         if bos is not None and not chat and (not ids or ids[0] != bos):
@@ -156,17 +270,15 @@ class TextGenerator:
             raise ValueError("the prompt encodes to no tokens")
         return ids
 
-    def _apply_chat_template(self, prompt: str) -> str:
+    def apply_chat_template(self, messages: list) -> str:
         if not self.settings.chat_template:
             raise ValueError("chat=True but no tokenizer_config.json with a chat_template was "
                              "found beside the model or the tokenizer")
-        try:
-            import jinja2
-        except ImportError as exc:  # pragma: no cover - jinja2 ships with transformers
-            raise ImportError("chat templates need jinja2: pip install jinja2") from exc
-        template = jinja2.Environment().from_string(self.settings.chat_template)
-        return template.render(messages=[{"role": "user", "content": prompt}],
-                               add_generation_prompt=True)
+        return render_chat(self.settings.chat_template, messages, self.settings.special_tokens)
+
+    def feeds(self, ids: list) -> dict:
+        """input_ids [1, len(ids)] and empty caches: the feeds of one generation."""
+        return {"input_ids": np.asarray([ids], np.int64), **empty_caches(self.model)}
 
     def stream(self, prompt: str, max_new_tokens: int = 64, temperature: float = 0.0,
                top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
@@ -175,18 +287,13 @@ class TextGenerator:
         to the decoded text, so multi-token characters come out whole). Stops at EOS, at a
         stop string (not yielded) or after max_new_tokens; sets self.last_stats."""
         ids = self.prompt_ids(prompt, chat)
-        options = runtime.GenerationOptions(max_new_tokens=max_new_tokens,
-                                            temperature=temperature, top_k=top_k, top_p=top_p,
-                                            seed=seed)
+        options = generation_options(self.settings, max_new_tokens, temperature, top_k, top_p,
+                                     seed)
         eos = self.settings.eos_token_ids
-        if eos:
-            options.eos_token_id = eos[0]
-            options.stop_token_ids = eos[1:]
-        feeds = {"input_ids": np.asarray([ids], np.int64), **empty_caches(self.model)}
         stats = TextStats(prompt_tokens=len(ids), stopped_by="max_new_tokens")
-        new, text, start, first = [], "", time.perf_counter(), None
-        full = ""
-        for tokens in generate_stream(self.model, self.context, feeds, options,
+        decoder = TextDecoder(self.tokenizer.decode, stop)
+        start, first = time.perf_counter(), None
+        for tokens in generate_stream(self.model, self.context, self.feeds(ids), options,
                                       self.session_options):
             token = int(tokens[0])
             now = time.perf_counter()
@@ -196,19 +303,16 @@ class TextGenerator:
             if token in eos:
                 stats.stopped_by = "eos"
                 break
-            new.append(token)
-            full = self.tokenizer.decode(new)
-            hits = [i for i in (full.find(s) for s in stop) if i >= 0]
-            if hits:
-                full = full[:min(hits)]
+            piece = decoder.push(token)
+            if piece:
+                yield piece
+            if decoder.stopped:
                 stats.stopped_by = "stop string"
                 break
-            safe = _held_back(full, stop)
-            if safe > len(text):
-                yield full[len(text):safe]
-                text = full[:safe]
-        if len(full) > len(text):
-            yield full[len(text):]
+        rest = decoder.finish()
+        if rest:
+            yield rest
+        new = decoder.tokens
         stats.new_tokens = len(new)
         if first is not None and len(new) > 1:
             stats.decode_tokens_per_s = (len(new) - 1) / max(time.perf_counter() - first, 1e-9)
