@@ -53,13 +53,14 @@ class CharTokenizer:
 
 def text_generator(threads: int | None = None):
     """onnx_light.text.TextGenerator on the demo decoder and CharTokenizer. Its chat format
-    is plain Python ("role: content" lines, then "assistant: "), so --demo needs no jinja2;
+    is plain Python ("role: content " per message, then "assistant: "; the tokenizer has no
+    newline), so --demo needs no jinja2;
     no EOS (every printable character is a token), context of max_positions tokens."""
     from onnx_light.text import ModelSettings, TextGenerator
 
     class DemoGenerator(TextGenerator):
         def apply_chat_template(self, messages: list) -> str:
-            lines = [f"{m['role']}: {m['content']}\n" for m in messages]
+            lines = [f"{m['role']}: {m['content']} " for m in messages]
             return "".join(lines) + "assistant: "
 
     config = TinyDecoderConfig()

@@ -29,6 +29,7 @@ REASONS = {100: "Continue", 200: "OK", 400: "Bad Request", 404: "Not Found",
            500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable",
            505: "HTTP Version Not Supported"}
 log = logging.getLogger("onnx_light.serve")
+_LINGER_S, _LINGER_BYTES = 2.0, 1 << 20  # reading a refused request's rest before closing
 _TOKEN = set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
@@ -214,10 +215,25 @@ class Responder:
         self.finished = True
 
 
-async def _answer_error(writer, app, status: int, message: str) -> None:
+async def _answer_error(conn: Connection, writer, app, status: int, message: str) -> None:
+    """The error, then a lingering close: closing with unread input would reset the
+    connection, and the client could lose the answer before reading it."""
     responder = Responder(writer, keep_alive=False)
     with contextlib.suppress(ConnectionError):
         await responder.send(status, app.error_body(status, message))
+        if writer.can_write_eof():
+            writer.write_eof()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(_discard_input(conn), _LINGER_S)
+
+
+async def _discard_input(conn: Connection) -> None:
+    """Reads and drops the client's input until it closes (at most _LINGER_BYTES)."""
+    dropped = 0
+    while not conn.eof and dropped < _LINGER_BYTES:
+        dropped += len(conn.buffer)
+        conn.buffer.clear()
+        await conn._fill()
 
 
 async def _handle_one(conn: Connection, writer, app, request: Request) -> bool:
@@ -240,7 +256,7 @@ async def _handle_one(conn: Connection, writer, app, request: Request) -> bool:
         log.error("unhandled error answering %s %s", request.method, request.path,
                   exc_info=handler.exception())
         if not responder.started:
-            await _answer_error(writer, app, 500, "internal server error")
+            await _answer_error(conn, writer, app, 500, "internal server error")
         return False
     return responder.finished and responder.keep_alive and not conn.eof
 
@@ -254,11 +270,12 @@ async def handle_connection(reader, writer, app, limits: Limits) -> None:
                 request = await asyncio.wait_for(read_request(conn, writer),
                                                  limits.idle_timeout_s)
             except HttpError as exc:
-                await _answer_error(writer, app, exc.status, exc.message)
+                await _answer_error(conn, writer, app, exc.status, exc.message)
                 return
             except asyncio.TimeoutError:
                 if conn.buffer:
-                    await _answer_error(writer, app, 408, "the request was not received in time")
+                    await _answer_error(conn, writer, app, 408,
+                                        "the request was not received in time")
                 return
             if request is None or not await _handle_one(conn, writer, app, request):
                 return
@@ -291,6 +308,8 @@ class HttpServer:
         self._connections.add(task)
         try:
             await handle_connection(reader, writer, self.app, self.limits)
+        except asyncio.CancelledError:
+            pass  # close() stops it; asyncio would log a cancelled connection task as an error
         finally:
             self._connections.discard(task)
 
