@@ -28,7 +28,7 @@ from onnx_light import demo
 from onnx_light import onnx as ol_onnx
 from onnx_light.models.tiny_decoder import TinyDecoderConfig, build_tiny_decoder
 from onnx_light.onnx_py._onnxpykernels import runtime
-from onnx_light.serve import DEMO_NAME, OpenAIApp, ServerThread, demo_app
+from onnx_light.serve import DEMO_NAME, OpenAIApp, ServerThread, build_app, demo_app
 from onnx_light.serve.http import Limits
 from onnx_light.text import ModelSettings, TextGenerator, empty_caches
 from test_text import PROMPT, files  # noqa: F401 - `files`: the BPE tokenizer + tiny Llama
@@ -187,6 +187,15 @@ def test_a_chat_completion_applies_the_template_whole_and_streamed(bpe_server):
     assert chunks[-1].choices[0].finish_reason == "length"
 
 
+def test_build_app_names_the_model_after_its_file(model_dir):
+    app = build_app(str(model_dir / "model.onnx"), str(model_dir / "tokenizer.json"))
+    assert app.model_name == "model" and app.generator.settings.chat_template == TEMPLATE
+    with ServerThread(app) as server:
+        status, _, listing = request(server, "GET", "/v1/models")
+        assert status == 200 and [m["id"] for m in listing["data"]] == ["model"]
+        assert request(server, "GET", "/v1/models/model")[2]["object"] == "model"
+
+
 def test_the_demo_serves_the_tiny_decoder_with_characters(demo_server):
     api = client(demo_server)
     assert [m.id for m in api.models.list().data] == [DEMO_NAME]
@@ -237,6 +246,8 @@ def assert_error(reply, status, param=None, code=None, kind="invalid_request_err
     ({"prompt": "hi", "max_tokens": "ten"}, "max_tokens", "invalid_type", "an integer"),
     ({"prompt": "hi", "temperature": True}, "temperature", "invalid_type", "a number"),
     ({"prompt": "hi", "top_p": 0}, "top_p", "invalid_value", "(0, 1]"),
+    ({"prompt": "hi", "seed": 2**64}, "seed", "invalid_value", "seed"),
+    ({"prompt": "hi", "stream": "yes"}, "stream", "invalid_type", "a boolean"),
     ({"prompt": "hi", "stop": ["a", 3]}, "stop", "invalid_type", "strings"),
     ({"prompt": "hi", "stop": list("abcde")}, "stop", "invalid_value", "at most 4"),
     ({"prompt": "hi", "model": "gpt-9"}, "model", "model_not_found", "'gpt-9' does not"),

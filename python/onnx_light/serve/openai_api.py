@@ -82,6 +82,8 @@ def _get(body: dict, name: str, kind, default=None):
 
 def _in_range(body: dict, name: str, kind, default, low, high, low_open=False):
     value = _get(body, name, kind, default)
+    if value is None:
+        return None
     if value < low or value > high or (low_open and value == low):
         raise ApiError(400, f"'{name}' must be in {'(' if low_open else '['}{low}, {high}], "
                             f"not {value}", name, "invalid_value")
@@ -143,7 +145,7 @@ def parse_sampling(body: dict, max_tokens_names=("max_tokens",)) -> Sampling:
             raise ApiError(400, f"'{name}' must be at least 1, not {value}", name,
                            "invalid_value")
         max_tokens = value if value is not None else max_tokens
-    seed = _in_range(body, "seed", int, None, -2**63, 2**64 - 1) if "seed" in body else None
+    seed = _in_range(body, "seed", int, None, -2**63, 2**64 - 1)  # negative: as uint64
     top_k = _in_range(body, "top_k", int, 0, -1, 2**31 - 1)  # vLLM's extension; -1: off
     options = _get(body, "stream_options", dict, {})
     return Sampling(
