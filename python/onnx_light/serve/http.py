@@ -25,7 +25,8 @@ import logging
 
 REASONS = {100: "Continue", 200: "OK", 400: "Bad Request", 404: "Not Found",
            405: "Method Not Allowed", 408: "Request Timeout", 411: "Length Required",
-           413: "Content Too Large", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
+           413: "Content Too Large", 429: "Too Many Requests",
+           431: "Request Header Fields Too Large",
            500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable",
            505: "HTTP Version Not Supported"}
 log = logging.getLogger("onnx_light.serve")
@@ -250,8 +251,8 @@ async def _handle_one(conn: Connection, writer, app, request: Request) -> bool:
             handler.cancel()
         with contextlib.suppress(asyncio.CancelledError, ConnectionError):
             await handler
-    if handler.cancelled():
-        return False
+    if handler.cancelled() or isinstance(handler.exception(), ConnectionError):
+        return False  # the client went away
     if handler.exception() is not None:  # an application bug: log it, never show it
         log.error("unhandled error answering %s %s", request.method, request.path,
                   exc_info=handler.exception())

@@ -396,7 +396,7 @@ class OpenAIApp:
         except (asyncio.CancelledError, ConnectionError):  # the client went away
             self.stats.add(disconnected=1)
             raise
-        except (RuntimeError, ValueError, TypeError) as exc:  # the request's own error (a model or kernel error)
+        except (RuntimeError, ValueError, TypeError) as exc:  # the request's own (model) error
             log.error("generation failed: %s", exc)
             raise ApiError(500, f"generation failed: {exc}") from None
         finally:
