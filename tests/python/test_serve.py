@@ -13,6 +13,7 @@ so the test decides exactly how many tokens exist when it disconnects or fills t
 from __future__ import annotations
 
 import http.client
+import importlib
 import json
 import os
 import socket
@@ -498,3 +499,10 @@ def test_the_command_serves_the_demo_and_stops_on_sigterm():
     bad = subprocess.run([sys.executable, "-m", "onnx_light", "serve"], capture_output=True,
                          text=True, env=env, timeout=HANG_GUARD_S)
     assert bad.returncode == 1 and "give MODEL and --tokenizer, or --demo" in bad.stderr
+
+
+def test_the_ray_module_without_ray_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    monkeypatch.delitem(sys.modules, "onnx_light.serve.ray_app", raising=False)
+    with pytest.raises(ImportError, match='needs Ray Serve.*pip install "ray\\[serve\\]"'):
+        importlib.import_module("onnx_light.serve.ray_app")
