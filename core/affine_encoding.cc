@@ -58,23 +58,21 @@ void CheckScale(const std::string& where, const AffineLayoutProto& params, const
   const auto scale_type = static_cast<DataType>(scale.data_type());
   if (scale_type != DataType::kFloat && scale_type != DataType::kFloat16 &&
       scale_type != DataType::kBFloat16)
-    Fail(where, "affine scale must be FLOAT, FLOAT16 or BFLOAT16, got " +
-                    DataTypeName(scale_type));
+    Fail(where, "affine scale must be FLOAT, FLOAT16 or BFLOAT16, got " + DataTypeName(scale_type));
   const Shape scale_dims(scale.dims().begin(), scale.dims().end());
   const bool per_axis = axis >= 0;
   const bool scalar_scale =
       ProtoNumel(scale) == 1 &&
       std::all_of(scale_dims.begin(), scale_dims.end(), [](int64_t d) { return d == 1; });
   if (per_axis ? scale_dims != expected : !scalar_scale)
-    Fail(where,
-         "affine scale shape " + ShapeToString(scale_dims) + " does not fit " +
-             (per_axis ? "the expected " + ShapeToString(expected) + " for axis " +
-                             std::to_string(axis) +
-                             (params.block_size() > 0
-                                  ? " and block_size " + std::to_string(params.block_size())
-                                  : std::string())
-                       : std::string("a per-tensor (scalar) layout")) +
-             " of logical shape " + ShapeToString(dims));
+    Fail(where, "affine scale shape " + ShapeToString(scale_dims) + " does not fit " +
+                    (per_axis ? "the expected " + ShapeToString(expected) + " for axis " +
+                                    std::to_string(axis) +
+                                    (params.block_size() > 0
+                                         ? " and block_size " + std::to_string(params.block_size())
+                                         : std::string())
+                              : std::string("a per-tensor (scalar) layout")) +
+                    " of logical shape " + ShapeToString(dims));
   if (!ParameterExtentMatches(scale, ProtoNumel(scale)))
     Fail(where, "affine scale payload does not match its dims");
 }
@@ -116,9 +114,12 @@ std::string DimsString(const TensorShapeProto& shape) {
   for (int i = 0; i < shape.dim_size(); ++i) {
     if (i) out += ", ";
     const auto& d = shape.dim(i);
-    if (d.has_dim_value()) out += std::to_string(d.dim_value());
-    else if (!d.dim_param().empty()) out += d.dim_param();
-    else out += "?";
+    if (d.has_dim_value())
+      out += std::to_string(d.dim_value());
+    else if (!d.dim_param().empty())
+      out += d.dim_param();
+    else
+      out += "?";
   }
   return out + "]";
 }
@@ -149,12 +150,17 @@ bool ParameterExtentMatches(const TensorProto& t, int64_t numel) {
   const auto dtype = static_cast<DataType>(t.data_type());
   if (t.has_raw_data()) return t.raw_data().size() == StorageBytes(dtype, numel);
   switch (dtype) {
-    case DataType::kFloat: return t.float_data_size() == numel;
-    case DataType::kDouble: return t.double_data_size() == numel;
-    case DataType::kInt64: return t.int64_data_size() == numel;
+    case DataType::kFloat:
+      return t.float_data_size() == numel;
+    case DataType::kDouble:
+      return t.double_data_size() == numel;
+    case DataType::kInt64:
+      return t.int64_data_size() == numel;
     case DataType::kUint32:
-    case DataType::kUint64: return t.uint64_data_size() == numel;
-    default: break;
+    case DataType::kUint64:
+      return t.uint64_data_size() == numel;
+    default:
+      break;
   }
   // int32_data carries one element per entry, packed types two (4-bit) or four (2-bit).
   const int bits = ElementBits(dtype);
@@ -193,8 +199,7 @@ DataType ResolveAffineStorageType(const std::string& where, const AffineLayoutPr
     std::string names;
     for (DataType m : matches) names += (names.empty() ? "" : " or ") + DataTypeName(m);
     Fail(where, "ambiguous code width: " + std::to_string(payload_bytes) + " bytes for " +
-                    std::to_string(numel) + " elements could be " + names +
-                    "; set storage_type");
+                    std::to_string(numel) + " elements could be " + names + "; set storage_type");
   }
   return matches.front();
 }

@@ -18,9 +18,8 @@ const std::vector<DataType> kAttentionTypes = {DataType::kFloat, DataType::kFloa
                                                DataType::kBFloat16};
 // Affine code types, then the floating-point markers that request dense pages.
 const std::vector<DataType> kZeroPointTypes = {
-    DataType::kInt8,  DataType::kUint8,   DataType::kInt4,    DataType::kUint4,
-    DataType::kInt2,  DataType::kUint2,   DataType::kFloat,   DataType::kFloat16,
-    DataType::kBFloat16};
+    DataType::kInt8,  DataType::kUint8, DataType::kInt4,    DataType::kUint4,   DataType::kInt2,
+    DataType::kUint2, DataType::kFloat, DataType::kFloat16, DataType::kBFloat16};
 
 AttributeSpec IntAttr(const std::string& name, int64_t default_value,
                       std::string (*check)(int64_t)) {
@@ -75,8 +74,8 @@ void CheckSameDim(const InferenceContext& ctx, std::vector<int> inputs, int axis
   for (const Dim& d : dims)
     if (d.value != dims.front().value)
       ctx.Fail(InputLabel(ctx, dims.front().input) + " and " + InputLabel(ctx, d.input) +
-               " must have the same " + what + " (dimension " + std::to_string(axis) + "): " +
-               std::to_string(dims.front().value) + " vs " + std::to_string(d.value));
+               " must have the same " + what + " (dimension " + std::to_string(axis) +
+               "): " + std::to_string(dims.front().value) + " vs " + std::to_string(d.value));
 }
 
 void CheckGroupedHeads(const InferenceContext& ctx) {

@@ -74,8 +74,8 @@ struct HeapAllocator::LargeCache {
       : max_bytes(max_bytes), max_small_bytes(std::min(max_bytes / 8, kMaxSmallCachedBytes)) {}
   std::mutex mu;
   size_t max_bytes;
-  size_t bytes = 0;                               // guarded by mu
-  std::map<size_t, std::vector<void*>> free;      // rounded size -> dead blocks; guarded by mu
+  size_t bytes = 0;                           // guarded by mu
+  std::map<size_t, std::vector<void*>> free;  // rounded size -> dead blocks; guarded by mu
 
   // Guards a free list for a push or pop of a few instructions: cheaper than a std::mutex
   // (no syscall path, one exchange to lock and a store to unlock).

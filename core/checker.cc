@@ -50,9 +50,8 @@ int CountInBody(const GraphProto& graph, const std::string& name) {
   for (const auto& node : graph.node()) {
     for (const auto& in : node.input())
       if (in == name) ++uses;
-    ForEachSubgraph(node, [&](const AttributeProto&, const GraphProto& g) {
-      uses += CountCaptures(g, name);
-    });
+    ForEachSubgraph(
+        node, [&](const AttributeProto&, const GraphProto& g) { uses += CountCaptures(g, name); });
     // A redefinition (invalid SSA, rejected by CheckModel) hides the name from then on.
     for (const auto& out : node.output())
       if (out == name) return uses;
@@ -103,8 +102,7 @@ void CheckBoundType(const TypeProto& type, const ModelProto* model, const std::s
       Throw(ErrorCode::kInvalidModel,
             what + ": optional values cannot be persistent (unsupported)");
     case TypeProto::kSparseTensorType:
-      Throw(ErrorCode::kInvalidModel,
-            what + ": sparse tensors cannot be persistent (unsupported)");
+      Throw(ErrorCode::kInvalidModel, what + ": sparse tensors cannot be persistent (unsupported)");
     case TypeProto::kOpaqueType:
       Throw(ErrorCode::kInvalidModel, what + ": opaque values cannot be persistent (unsupported)");
     case TypeProto::VALUE_NOT_SET:
@@ -116,9 +114,8 @@ void RejectNestedBindings(const GraphProto& graph, const std::string& where) {
   for (int i = 0; i < graph.node_size(); ++i) {
     const NodeProto& node = graph.node(i);
     ForEachSubgraph(node, [&](const AttributeProto& attr, const GraphProto& g) {
-      const std::string sub =
-          where + " > " + NodeDesc(node, i) + " attribute " + Quote(attr.name()) + " > " +
-          GraphDesc(g);
+      const std::string sub = where + " > " + NodeDesc(node, i) + " attribute " +
+                              Quote(attr.name()) + " > " + GraphDesc(g);
       OL_CHECK(g.persistent_bindings_size() == 0, ErrorCode::kInvalidModel,
                sub + ": persistent bindings are only allowed in the root graph (binding " +
                    Quote(g.persistent_bindings(0).input_name()) + " <- " +
@@ -163,8 +160,7 @@ class ModelChecker {
     for (const auto& f : model_.functions()) {
       Check(!f.name().empty(), "a model-local function has no name");
       Check(functions_.emplace(FunctionKey(f.domain(), f.name(), f.overload()), &f).second,
-            "model-local function " + Quote(f.domain() + "::" + f.name()) +
-                " is defined twice");
+            "model-local function " + Quote(f.domain() + "::" + f.name()) + " is defined twice");
     }
     CheckFunctionRecursion();
     for (const auto& f : model_.functions()) CheckFunction(f);
@@ -197,8 +193,7 @@ class ModelChecker {
     return functions_.count(FunctionKey(node.domain(), node.op_type(), node.overload())) > 0;
   }
 
-  void CheckGraph(const GraphProto& graph, const OpsetMap& opsets,
-                  const FunctionProto* function) {
+  void CheckGraph(const GraphProto& graph, const OpsetMap& opsets, const FunctionProto* function) {
     auto& scope = scopes_.back();
     for (const auto& v : graph.input()) {
       Check(!v.name().empty(), "a graph input has no name");
@@ -239,8 +234,8 @@ class ModelChecker {
 
   void CheckNode(const NodeProto& node, int index, const OpsetMap& opsets,
                  const FunctionProto* function) {
-    const std::string desc = node.op_type().empty() ? "node " + std::to_string(index)
-                                                    : NodeDesc(node, index);
+    const std::string desc =
+        node.op_type().empty() ? "node " + std::to_string(index) : NodeDesc(node, index);
     Check(!node.op_type().empty(), desc + " has no op_type");
     Check(IsLocalFunction(node) || opsets.count(NormalizeDomain(node.domain())) > 0 ||
               (function != nullptr && opsets_.count(NormalizeDomain(node.domain())) > 0),
@@ -261,8 +256,8 @@ class ModelChecker {
     }
     for (const auto& out : node.output()) {
       if (out.empty()) continue;  // an omitted optional output
-      Check(!Visible(out), desc + ": output " + Quote(out) +
-                               " is already defined (graphs must be in SSA form)");
+      Check(!Visible(out),
+            desc + ": output " + Quote(out) + " is already defined (graphs must be in SSA form)");
       scopes_.back().insert(out);
     }
   }
@@ -273,12 +268,12 @@ class ModelChecker {
     const std::string what = desc + " attribute " + Quote(attr.name());
     Check(!attr.name().empty(), desc + ": an attribute has no name");
     if (!attr.ref_attr_name().empty()) {
-      Check(function != nullptr,
-            what + " refers to function attribute " + Quote(attr.ref_attr_name()) +
-                " outside a function body");
+      Check(function != nullptr, what + " refers to function attribute " +
+                                     Quote(attr.ref_attr_name()) + " outside a function body");
       bool declared = false;
       for (const auto& a : function->attribute()) declared |= a == attr.ref_attr_name();
-      for (const auto& a : function->attribute_proto()) declared |= a.name() == attr.ref_attr_name();
+      for (const auto& a : function->attribute_proto())
+        declared |= a.name() == attr.ref_attr_name();
       Check(declared, what + " refers to " + Quote(attr.ref_attr_name()) +
                           ", which the function does not declare");
     }
@@ -350,9 +345,9 @@ class ModelChecker {
       Check(type != TensorProto::STRING, what + ": STRING data cannot be stored in raw_data");
       if (IsKnownDataType(type)) {
         const size_t want = StorageBytes(static_cast<DataType>(type), numel);
-        Check(t.raw_data().size() == want,
-              what + ": raw_data has " + std::to_string(t.raw_data().size()) +
-                  " bytes, expected " + std::to_string(want));
+        Check(t.raw_data().size() == want, what + ": raw_data has " +
+                                               std::to_string(t.raw_data().size()) +
+                                               " bytes, expected " + std::to_string(want));
       }
     }
   }
@@ -394,8 +389,8 @@ class ModelChecker {
       if (s == 1) {
         std::string cycle;
         for (const auto& n : stack) cycle += n + " -> ";
-        Check(false, "model-local function " + Quote(name) + " is recursive (" + cycle + name +
-                         ")");
+        Check(false,
+              "model-local function " + Quote(name) + " is recursive (" + cycle + name + ")");
       }
       s = 1;
       stack.push_back(name);
@@ -440,8 +435,7 @@ void CheckPersistentBindings(const GraphProto& graph, const ModelProto* model) {
              what + ": unknown input name " + Quote(b.input_name()) + " (not a graph input)");
     auto out = outputs.find(b.output_name());
     OL_CHECK(out != outputs.end(), ErrorCode::kInvalidModel,
-             what + ": unknown output name " + Quote(b.output_name()) +
-                 " (not a graph output)");
+             what + ": unknown output name " + Quote(b.output_name()) + " (not a graph output)");
     OL_CHECK(bound_inputs.insert(b.input_name()).second, ErrorCode::kInvalidModel,
              what + ": duplicate binding input name " + Quote(b.input_name()));
     OL_CHECK(bound_outputs.insert(b.output_name()).second, ErrorCode::kInvalidModel,

@@ -85,19 +85,32 @@ DataType DataTypeFromDLPack(DLDataType type, const std::string& name) {
 DLDataType DataTypeToDLPack(DataType type, const std::string& name) {
   auto make = [](uint8_t code, uint8_t bits) { return DLDataType{code, bits, 1}; };
   switch (type) {
-    case DataType::kFloat16: return make(kDLFloat, 16);
-    case DataType::kFloat: return make(kDLFloat, 32);
-    case DataType::kDouble: return make(kDLFloat, 64);
-    case DataType::kBFloat16: return make(kDLBfloat, 16);
-    case DataType::kInt8: return make(kDLInt, 8);
-    case DataType::kInt16: return make(kDLInt, 16);
-    case DataType::kInt32: return make(kDLInt, 32);
-    case DataType::kInt64: return make(kDLInt, 64);
-    case DataType::kUint8: return make(kDLUInt, 8);
-    case DataType::kUint16: return make(kDLUInt, 16);
-    case DataType::kUint32: return make(kDLUInt, 32);
-    case DataType::kUint64: return make(kDLUInt, 64);
-    case DataType::kBool: return make(kDLPackBoolCode, 8);
+    case DataType::kFloat16:
+      return make(kDLFloat, 16);
+    case DataType::kFloat:
+      return make(kDLFloat, 32);
+    case DataType::kDouble:
+      return make(kDLFloat, 64);
+    case DataType::kBFloat16:
+      return make(kDLBfloat, 16);
+    case DataType::kInt8:
+      return make(kDLInt, 8);
+    case DataType::kInt16:
+      return make(kDLInt, 16);
+    case DataType::kInt32:
+      return make(kDLInt, 32);
+    case DataType::kInt64:
+      return make(kDLInt, 64);
+    case DataType::kUint8:
+      return make(kDLUInt, 8);
+    case DataType::kUint16:
+      return make(kDLUInt, 16);
+    case DataType::kUint32:
+      return make(kDLUInt, 32);
+    case DataType::kUint64:
+      return make(kDLUInt, 64);
+    case DataType::kBool:
+      return make(kDLPackBoolCode, 8);
     default:
       Throw(ErrorCode::kInvalidArgument, "tensor '" + name + "' of type " + DataTypeName(type) +
                                              " cannot be exported through DLPack");
@@ -112,12 +125,12 @@ Tensor TensorFromDLPack(DLManagedTensor* managed, std::string name) {
            "DLPack tensor '" + name + "' is not on the CPU (" + DeviceString(dl.device) +
                "); only CPU tensors are accepted");
   const DataType dtype = DataTypeFromDLPack(dl.dtype, name);
-  OL_CHECK(dl.ndim >= 0 && (dl.ndim == 0 || dl.shape != nullptr), ErrorCode::kInvalidArgument,
-           "DLPack tensor '" + name + "' has an invalid shape (ndim=" + std::to_string(dl.ndim) +
-               ")");
+  OL_CHECK(
+      dl.ndim >= 0 && (dl.ndim == 0 || dl.shape != nullptr), ErrorCode::kInvalidArgument,
+      "DLPack tensor '" + name + "' has an invalid shape (ndim=" + std::to_string(dl.ndim) + ")");
   Shape shape(dl.shape, dl.shape + dl.ndim);
   const int64_t numel = ShapeNumel(shape);  // throws on a negative dimension or overflow
-  StorageBytes(dtype, numel);  // the byte extent must fit too (throws)
+  StorageBytes(dtype, numel);               // the byte extent must fit too (throws)
 
   // Compact row-major: every dimension of size > 1 has the stride of the dimensions after
   // it. Size-1 dimensions are never stepped over, so their stride is irrelevant (PyTorch
@@ -145,9 +158,8 @@ Tensor TensorFromDLPack(DLManagedTensor* managed, std::string name) {
                " past the end of the address space");
   const uintptr_t start = base + static_cast<uintptr_t>(dl.byte_offset);
   OL_CHECK(start % element_bytes == 0, ErrorCode::kInvalidArgument,
-           "DLPack tensor '" + name + "' data (with byte_offset " +
-               std::to_string(dl.byte_offset) + ") is not aligned to its " +
-               std::to_string(element_bytes) + "-byte elements");
+           "DLPack tensor '" + name + "' data (with byte_offset " + std::to_string(dl.byte_offset) +
+               ") is not aligned to its " + std::to_string(element_bytes) + "-byte elements");
 
   // Allocated before taking ownership, so that a failure leaves `managed` with the caller.
   auto holder = std::make_shared<ImportedDLPack>();

@@ -6,18 +6,41 @@ namespace onnx_light::core {
 
 int ElementBits(DataType type) {
   switch (type) {
-    case DataType::kFloat: case DataType::kInt32: case DataType::kUint32: return 32;
-    case DataType::kUint8: case DataType::kInt8: case DataType::kBool:
-    case DataType::kFloat8E4M3FN: case DataType::kFloat8E4M3FNUZ: case DataType::kFloat8E5M2:
-    case DataType::kFloat8E5M2FNUZ: case DataType::kFloat8E8M0: return 8;
-    case DataType::kUint16: case DataType::kInt16: case DataType::kFloat16:
-    case DataType::kBFloat16: return 16;
-    case DataType::kInt64: case DataType::kUint64: case DataType::kDouble:
-    case DataType::kComplex64: return 64;
-    case DataType::kComplex128: return 128;
-    case DataType::kUint4: case DataType::kInt4: case DataType::kFloat4E2M1: return 4;
-    case DataType::kUint2: case DataType::kInt2: return 2;
-    case DataType::kString: case DataType::kUndefined: return 0;
+    case DataType::kFloat:
+    case DataType::kInt32:
+    case DataType::kUint32:
+      return 32;
+    case DataType::kUint8:
+    case DataType::kInt8:
+    case DataType::kBool:
+    case DataType::kFloat8E4M3FN:
+    case DataType::kFloat8E4M3FNUZ:
+    case DataType::kFloat8E5M2:
+    case DataType::kFloat8E5M2FNUZ:
+    case DataType::kFloat8E8M0:
+      return 8;
+    case DataType::kUint16:
+    case DataType::kInt16:
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 16;
+    case DataType::kInt64:
+    case DataType::kUint64:
+    case DataType::kDouble:
+    case DataType::kComplex64:
+      return 64;
+    case DataType::kComplex128:
+      return 128;
+    case DataType::kUint4:
+    case DataType::kInt4:
+    case DataType::kFloat4E2M1:
+      return 4;
+    case DataType::kUint2:
+    case DataType::kInt2:
+      return 2;
+    case DataType::kString:
+    case DataType::kUndefined:
+      return 0;
   }
   return 0;
 }
@@ -30,10 +53,12 @@ bool IsKnownDataType(int32_t value) { return value >= 1 && value <= 26; }
 
 std::string DataTypeName(DataType type) {
   static const char* const kNames[] = {
-      "UNDEFINED", "FLOAT", "UINT8", "INT8", "UINT16", "INT16", "INT32", "INT64", "STRING",
-      "BOOL", "FLOAT16", "DOUBLE", "UINT32", "UINT64", "COMPLEX64", "COMPLEX128", "BFLOAT16",
-      "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4", "INT4",
-      "FLOAT4E2M1", "FLOAT8E8M0", "UINT2", "INT2"};
+      "UNDEFINED",      "FLOAT",    "UINT8",        "INT8",           "UINT16",
+      "INT16",          "INT32",    "INT64",        "STRING",         "BOOL",
+      "FLOAT16",        "DOUBLE",   "UINT32",       "UINT64",         "COMPLEX64",
+      "COMPLEX128",     "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+      "FLOAT8E5M2FNUZ", "UINT4",    "INT4",         "FLOAT4E2M1",     "FLOAT8E8M0",
+      "UINT2",          "INT2"};
   const int v = static_cast<int>(type);
   if (v >= 0 && v <= 26) return kNames[v];
   return "DataType(" + std::to_string(v) + ")";
@@ -41,11 +66,19 @@ std::string DataTypeName(DataType type) {
 
 bool IsFloatingPoint(DataType type) {
   switch (type) {
-    case DataType::kFloat: case DataType::kDouble: case DataType::kFloat16:
-    case DataType::kBFloat16: case DataType::kFloat8E4M3FN: case DataType::kFloat8E4M3FNUZ:
-    case DataType::kFloat8E5M2: case DataType::kFloat8E5M2FNUZ: case DataType::kFloat4E2M1:
-    case DataType::kFloat8E8M0: return true;
-    default: return false;
+    case DataType::kFloat:
+    case DataType::kDouble:
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+    case DataType::kFloat8E4M3FN:
+    case DataType::kFloat8E4M3FNUZ:
+    case DataType::kFloat8E5M2:
+    case DataType::kFloat8E5M2FNUZ:
+    case DataType::kFloat4E2M1:
+    case DataType::kFloat8E8M0:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -83,10 +116,10 @@ uint16_t FloatToHalf(float f) {
   std::memcpy(&u, &f, 4);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;                 // NaN
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;                // overflow -> inf
-  if (abs < 0x38800000u) {                                      // subnormal or zero
-    if (abs < 0x33000000u) return sign;                         // underflow to zero
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // overflow -> inf
+  if (abs < 0x38800000u) {                        // subnormal or zero
+    if (abs < 0x33000000u) return sign;           // underflow to zero
     const uint32_t exp = abs >> 23;
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126 - exp;  // 14..24 bits shifted out
@@ -119,7 +152,8 @@ void PackedSet(DataType type, void* data, int64_t i, int32_t value) {
   if (ElementBits(type) == 4) {
     uint8_t& b = bytes[i >> 1];
     const uint8_t nib = static_cast<uint8_t>(value & 0xf);
-    b = (i & 1) ? static_cast<uint8_t>((b & 0x0f) | (nib << 4)) : static_cast<uint8_t>((b & 0xf0) | nib);
+    b = (i & 1) ? static_cast<uint8_t>((b & 0x0f) | (nib << 4))
+                : static_cast<uint8_t>((b & 0xf0) | nib);
     return;
   }
   uint8_t& b = bytes[i >> 2];

@@ -4,14 +4,22 @@ namespace onnx_light::core {
 
 const char* ErrorCodeName(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kInvalidArgument: return "invalid argument";
-    case ErrorCode::kTypeError: return "type error";
-    case ErrorCode::kInvalidModel: return "invalid model";
-    case ErrorCode::kNotImplemented: return "not implemented";
-    case ErrorCode::kFailedPrecondition: return "failed precondition";
-    case ErrorCode::kCancelled: return "cancelled";
-    case ErrorCode::kRuntime: return "runtime error";
-    case ErrorCode::kResourceExhausted: return "resource exhausted";
+    case ErrorCode::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCode::kTypeError:
+      return "type error";
+    case ErrorCode::kInvalidModel:
+      return "invalid model";
+    case ErrorCode::kNotImplemented:
+      return "not implemented";
+    case ErrorCode::kFailedPrecondition:
+      return "failed precondition";
+    case ErrorCode::kCancelled:
+      return "cancelled";
+    case ErrorCode::kRuntime:
+      return "runtime error";
+    case ErrorCode::kResourceExhausted:
+      return "resource exhausted";
   }
   return "unknown";
 }

@@ -41,7 +41,7 @@ class Error : public std::runtime_error {
 }  // namespace onnx_light::core
 
 // Checks a condition that depends on input; the message is built only on failure.
-#define OL_CHECK(cond, code, message)                                  \
-  do {                                                                 \
-    if (!(cond)) ::onnx_light::core::Throw((code), (message));         \
+#define OL_CHECK(cond, code, message)                          \
+  do {                                                         \
+    if (!(cond)) ::onnx_light::core::Throw((code), (message)); \
   } while (0)

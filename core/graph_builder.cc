@@ -109,8 +109,7 @@ void CheckPagedCacheInitializer(const PagedCacheProto& cache, const ModelProto& 
   auto check_reference = [&](const std::string& path, const RuntimeValue& page) {
     if (!page.is_encoded() || page.encoded().parameter_ref().empty()) return;
     OL_CHECK(catalogue->entries.count(page.encoded().parameter_ref()), code,
-             what + " " + Quote(path) + ": parameter_ref " +
-                 Quote(page.encoded().parameter_ref()) +
+             what + " " + Quote(path) + ": parameter_ref " + Quote(page.encoded().parameter_ref()) +
                  " names no ModelProto.shared_parameters entry");
   };
   try {
@@ -189,8 +188,8 @@ void GraphBuilder::AddNode(NodeProto node) {
              op + ": output " + Quote(out) + " is already defined in the graph");
   int position = g.node_size();  // before the first node reading one of its outputs
   for (int i = g.node_size() - 1; i >= 0; --i) {
-    OL_CHECK(node.name().empty() || g.node(i).name() != node.name(),
-             ErrorCode::kInvalidArgument, op + ": a node of that name already exists");
+    OL_CHECK(node.name().empty() || g.node(i).name() != node.name(), ErrorCode::kInvalidArgument,
+             op + ": a node of that name already exists");
     const auto reads = NodeReads(g.node(i));
     for (const auto& out : node.output())
       if (!out.empty() && reads.count(out)) position = i;
@@ -233,8 +232,7 @@ void GraphBuilder::RemoveInput(const std::string& name) {
   const int index = RequireValue(g.input(), "RemoveInput", name, "input");
   RefuseBound(g, "RemoveInput", name);
   const auto readers = Readers(g, name);
-  OL_CHECK(readers.empty() || InitializerCategory(g, name) != nullptr,
-           ErrorCode::kInvalidArgument,
+  OL_CHECK(readers.empty() || InitializerCategory(g, name) != nullptr, ErrorCode::kInvalidArgument,
            "RemoveInput " + Quote(name) + ": it is still used by " + Join(readers));
   g.mutable_input()->DeleteSubrange(index, 1);
 }
@@ -244,9 +242,9 @@ void GraphBuilder::AddOutput(ValueInfoProto output) {
   RequireName("AddOutput", output.name());
   OL_CHECK(FindValueInfo(g.output(), output.name()) < 0, ErrorCode::kInvalidArgument,
            "AddOutput: " + Quote(output.name()) + " is already a graph output");
-  OL_CHECK(DeclaredNames(g).count(output.name()), ErrorCode::kInvalidArgument,
-           "AddOutput: " + Quote(output.name()) +
-               " is not produced by any node, input or initializer");
+  OL_CHECK(
+      DeclaredNames(g).count(output.name()), ErrorCode::kInvalidArgument,
+      "AddOutput: " + Quote(output.name()) + " is not produced by any node, input or initializer");
   *g.add_output() = std::move(output);
 }
 

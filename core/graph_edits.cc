@@ -26,8 +26,8 @@ void RejectPersistence(const ModelProto& model, const std::string& op) {
   for (const auto& b : g.persistent_bindings())
     Throw(ErrorCode::kInvalidModel, op + " cannot preserve persistent binding " +
                                         Quote(b.input_name()) + " <- " + Quote(b.output_name()) +
-                                        " of graph " + Quote(g.name()) +
-                                        " and refuses to drop it" + advice);
+                                        " of graph " + Quote(g.name()) + " and refuses to drop it" +
+                                        advice);
 }
 
 // The model without its graph (copying it and clearing the graph would copy the weights).
@@ -125,9 +125,9 @@ void RejectCollisions(const GraphProto& first, const GraphProto& second, const N
   std::sort(shared.begin(), shared.end());
   std::string list;
   for (size_t i = 0; i < shared.size() && i < 8; ++i) list += (i ? ", " : "") + Quote(shared[i]);
-  Throw(ErrorCode::kInvalidArgument,
-        "MergeModels: both models use the value names " + list +
-            (shared.size() > 8 ? ", ..." : "") + " (AddPrefix one of them first)");
+  Throw(ErrorCode::kInvalidArgument, "MergeModels: both models use the value names " + list +
+                                         (shared.size() > 8 ? ", ..." : "") +
+                                         " (AddPrefix one of them first)");
 }
 
 void AppendGraph(GraphProto& into, GraphProto&& from) {

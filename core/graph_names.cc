@@ -35,7 +35,9 @@ bool VisitInitializers(GraphProto& graph, const std::string& name, Fn&& fn) {
   auto plain = [](auto& m) -> std::string& { return *m.mutable_name(); };
   return visit(graph.mutable_initializer(), plain) ||
          visit(graph.mutable_sparse_initializer(),
-               [](SparseTensorProto& s) -> std::string& { return *s.mutable_values()->mutable_name(); }) ||
+               [](SparseTensorProto& s) -> std::string& {
+                 return *s.mutable_values()->mutable_name();
+               }) ||
          visit(graph.mutable_encoded_initializer(), plain) ||
          visit(graph.mutable_paged_cache_initializer(), plain);
 }

@@ -51,8 +51,8 @@ struct IoArena::Pool {
         std::free(p);
         return;
       }
-    } while (!cached_bytes.compare_exchange_weak(cached, cached + bytes,
-                                                 std::memory_order_relaxed));
+    } while (
+        !cached_bytes.compare_exchange_weak(cached, cached + bytes, std::memory_order_relaxed));
     std::lock_guard<std::mutex> lock(lists[cls].mutex);
     lists[cls].blocks.push_back(p);
   }
@@ -103,8 +103,8 @@ std::shared_ptr<void> IoArena::Allocate(size_t bytes) {
     pool.system_allocations.fetch_add(1, std::memory_order_relaxed);
   }
 
-  const size_t live = pool.live_bytes.fetch_add(class_bytes, std::memory_order_relaxed) +
-                      class_bytes;
+  const size_t live =
+      pool.live_bytes.fetch_add(class_bytes, std::memory_order_relaxed) + class_bytes;
   size_t peak = pool.peak_bytes.load(std::memory_order_relaxed);
   while (live > peak &&
          !pool.peak_bytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {

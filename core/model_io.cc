@@ -1,7 +1,5 @@
 #include "core/model_io.h"
 
-#include "core/checked_math.h"
-
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -11,6 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "core/checked_math.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor_proto.h"
@@ -171,9 +170,7 @@ void SaveModel(const ModelProto& model, const std::string& path) {
            "writing model file '" + path + "' failed: " + std::strerror(errno));
 }
 
-uint64_t ModelSerializationCount() {
-  return serialization_count.load(std::memory_order_relaxed);
-}
+uint64_t ModelSerializationCount() { return serialization_count.load(std::memory_order_relaxed); }
 
 std::string ModelBaseDir(const ModelProto& model) {
   std::lock_guard<std::mutex> lock(base_dirs_mutex);

@@ -419,8 +419,7 @@ void CheckNode(const NodeProto& node, int64_t version, int depth) {
                label + ": has " + std::to_string(node.input_size()) + " inputs, but " +
                    node.op_type() + "-" + std::to_string(a->since) + " takes at most " +
                    std::to_string(a->max_inputs));
-      OL_CHECK(a->max_outputs < 0 || node.output_size() <= a->max_outputs,
-               ErrorCode::kInvalidModel,
+      OL_CHECK(a->max_outputs < 0 || node.output_size() <= a->max_outputs, ErrorCode::kInvalidModel,
                label + ": has " + std::to_string(node.output_size()) + " outputs, but " +
                    node.op_type() + "-" + std::to_string(a->since) + " produces at most " +
                    std::to_string(a->max_outputs));

@@ -18,14 +18,22 @@ std::string NormalDomain(const std::string& domain) {
 
 std::string KindName(const TypeProto& type) {
   switch (type.value_case()) {
-    case TypeProto::kTensorType: return "a tensor";
-    case TypeProto::kSequenceType: return "a sequence";
-    case TypeProto::kMapType: return "a map";
-    case TypeProto::kOptionalType: return "an optional";
-    case TypeProto::kSparseTensorType: return "a sparse tensor";
-    case TypeProto::kOpaqueType: return "an opaque value";
-    case TypeProto::kStructType: return "a struct";
-    case TypeProto::VALUE_NOT_SET: break;
+    case TypeProto::kTensorType:
+      return "a tensor";
+    case TypeProto::kSequenceType:
+      return "a sequence";
+    case TypeProto::kMapType:
+      return "a map";
+    case TypeProto::kOptionalType:
+      return "an optional";
+    case TypeProto::kSparseTensorType:
+      return "a sparse tensor";
+    case TypeProto::kOpaqueType:
+      return "an opaque value";
+    case TypeProto::kStructType:
+      return "a struct";
+    case TypeProto::VALUE_NOT_SET:
+      break;
   }
   return "no type";
 }
@@ -44,8 +52,8 @@ std::string AttributeTypeName(AttributeProto::AttributeType type) {
 // "input 3 'past_cache' (past)": the position, the node's value name and the schema's name.
 std::string ParamDesc(const char* what, int index, const std::string& value,
                       const FormalParameter& param) {
-  return std::string(what) + " " + std::to_string(index) + " " + Quote(value) + " (" +
-         param.name + ")";
+  return std::string(what) + " " + std::to_string(index) + " " + Quote(value) + " (" + param.name +
+         ")";
 }
 
 void VerifyCount(const InferenceContext& ctx, const char* what,
@@ -59,11 +67,11 @@ void VerifyCount(const InferenceContext& ctx, const char* what,
   for (int i = 0; i < static_cast<int>(params.size()); ++i) {
     if (params[i].optional) continue;
     if (i >= names.size())
-      ctx.Fail("required " + std::string(what) + " " + std::to_string(i) + " (" +
-               params[i].name + ") is missing (" + what + "s: " + list + ")");
+      ctx.Fail("required " + std::string(what) + " " + std::to_string(i) + " (" + params[i].name +
+               ") is missing (" + what + "s: " + list + ")");
     if (names[i].empty())
-      ctx.Fail("required " + std::string(what) + " " + std::to_string(i) + " (" +
-               params[i].name + ") has an empty name");
+      ctx.Fail("required " + std::string(what) + " " + std::to_string(i) + " (" + params[i].name +
+               ") has an empty name");
   }
 }
 
@@ -156,15 +164,14 @@ void LightOpSchema::VerifyInputTypes(InferenceContext& ctx) const {
 void LightOpSchema::VerifyOutputDeclaration(const InferenceContext& ctx, int k,
                                             const TypeProto& type) const {
   if (k >= static_cast<int>(outputs_.size())) return;
-  VerifyType(ctx, outputs_[k], type, ParamDesc("declared output", k, ctx.node().output(k),
-                                               outputs_[k]));
+  VerifyType(ctx, outputs_[k], type,
+             ParamDesc("declared output", k, ctx.node().output(k), outputs_[k]));
 }
 
 void LightOpSchema::VerifyType(const InferenceContext& ctx, const FormalParameter& param,
                                const TypeProto& type, const std::string& what) const {
   if (param.kind == FormalParameter::Kind::kPagedCache) {
-    const std::string why =
-        PagedCacheDeclarationError(type, ctx.model(), ctx.desc() + ": " + what);
+    const std::string why = PagedCacheDeclarationError(type, ctx.model(), ctx.desc() + ": " + what);
     if (!why.empty()) ctx.Fail(what + " must be declared as a paged cache struct: " + why);
     return;
   }
@@ -182,8 +189,7 @@ void LightOpSchema::VerifyType(const InferenceContext& ctx, const FormalParamete
 
 // ---- InferenceContext ------------------------------------------------------------------
 
-InferenceContext::InferenceContext(const NodeProto& node,
-                                   std::vector<const TypeProto*> input_types,
+InferenceContext::InferenceContext(const NodeProto& node, std::vector<const TypeProto*> input_types,
                                    const ModelProto* model, std::string desc)
     : node_(node), input_types_(std::move(input_types)), model_(model), desc_(std::move(desc)) {}
 
@@ -213,8 +219,7 @@ LightSchemaRegistry& LightSchemaRegistry::Instance() {
   return *registry;
 }
 
-const LightOpSchema* LightSchemaRegistry::Get(const std::string& domain,
-                                              const std::string& op_type,
+const LightOpSchema* LightSchemaRegistry::Get(const std::string& domain, const std::string& op_type,
                                               int64_t opset_version) {
   return Instance().Find(domain, op_type, opset_version);
 }

@@ -147,8 +147,7 @@ class LightSchemaRegistry {
 
   mutable std::shared_mutex mutex_;
   // (domain, op type) -> since_version -> schema.
-  std::map<std::pair<std::string, std::string>,
-           std::map<int, std::unique_ptr<const LightOpSchema>>>
+  std::map<std::pair<std::string, std::string>, std::map<int, std::unique_ptr<const LightOpSchema>>>
       schemas_;
 };
 

@@ -1,5 +1,7 @@
 // RuntimeValue <-> PagedCacheProto (spec "Serialized cache values"). The runtime form is a
 // struct {blocks: sequence of struct {start, length, key, value}}; pages are never decoded.
+#include "core/paged_cache.h"
+
 #include <memory>
 #include <string>
 #include <utility>
@@ -7,7 +9,6 @@
 
 #include "core/affine_encoding.h"
 #include "core/error.h"
-#include "core/paged_cache.h"
 #include "core/runtime_value.h"
 #include "core/tensor_proto.h"
 #include "onnx_light.pb.h"
@@ -27,12 +28,10 @@ RuntimeValue PageFromProto(const std::shared_ptr<const PagedCacheProto>& cache,
     // The cache proto owns raw_data; the tensor borrows it and keeps the proto alive.
     return RuntimeValue(TensorFromProto(*dense, cache));
   }
-  OL_CHECK(encoded->data_location() != TensorProto::EXTERNAL &&
-               encoded->external_data_size() == 0,
+  OL_CHECK(encoded->data_location() != TensorProto::EXTERNAL && encoded->external_data_size() == 0,
            ErrorCode::kInvalidArgument,
            path + ": external page data is not supported; load it before building the cache");
-  return RuntimeValue::Encoded(std::shared_ptr<const EncodedValueProto>(cache, encoded),
-                               catalogue);
+  return RuntimeValue::Encoded(std::shared_ptr<const EncodedValueProto>(cache, encoded), catalogue);
 }
 
 void PageToProto(const RuntimeValue& page, const std::string& path, TensorProto* dense,
@@ -70,10 +69,9 @@ const RuntimeValue& BlockField(const std::string& where, const RuntimeValue& blo
 
 int64_t BlockScalar(const std::string& where, const RuntimeValue& block, const char* name) {
   const RuntimeValue& v = BlockField(where, block, name);
-  OL_CHECK(v.is_tensor() && v.tensor().dtype() == DataType::kInt64 &&
-               v.tensor().numel() == 1 && v.tensor().rank() == 0,
-           ErrorCode::kInvalidArgument,
-           where + ": " + name + " must be an INT64 scalar tensor");
+  OL_CHECK(v.is_tensor() && v.tensor().dtype() == DataType::kInt64 && v.tensor().numel() == 1 &&
+               v.tensor().rank() == 0,
+           ErrorCode::kInvalidArgument, where + ": " + name + " must be an INT64 scalar tensor");
   return *v.tensor().data<int64_t>();
 }
 
@@ -120,8 +118,8 @@ PagedBlockGeometry CheckPagedCacheBlock(const std::string& where, const RuntimeV
   g.key = PageDims(where, "key", key);
   g.value = PageDims(where, "value", value);
   OL_CHECK(g.key[2] == g.value[2], ErrorCode::kInvalidArgument,
-           where + ": key capacity " + std::to_string(g.key[2]) +
-               " differs from value capacity " + std::to_string(g.value[2]));
+           where + ": key capacity " + std::to_string(g.key[2]) + " differs from value capacity " +
+               std::to_string(g.value[2]));
   OL_CHECK(g.length <= g.key[2], ErrorCode::kInvalidArgument,
            where + ": length " + std::to_string(g.length) + " exceeds the page capacity " +
                std::to_string(g.key[2]));

@@ -71,8 +71,7 @@ MutableNode SplitIfOverfull(Node& n, Editor& editor) {
   return right;
 }
 
-std::pair<MutableNode, MutableNode> InsertAt(const Node& n, size_t i, Item item,
-                                             Editor& editor) {
+std::pair<MutableNode, MutableNode> InsertAt(const Node& n, size_t i, Item item, Editor& editor) {
   MutableNode copy = editor.Copy(n);
   if (n.leaf) {
     copy->items.insert(copy->items.begin() + Offset(copy->items, i), std::move(item));
@@ -80,8 +79,9 @@ std::pair<MutableNode, MutableNode> InsertAt(const Node& n, size_t i, Item item,
     const size_t c = ChildFor(n, i);
     auto [child, extra] = InsertAt(*n.children[c], i, std::move(item), editor);
     copy->children[c] = std::move(child);
-    if (extra) copy->children.insert(copy->children.begin() + Offset(copy->children, c + 1),
-                                     std::move(extra));
+    if (extra)
+      copy->children.insert(copy->children.begin() + Offset(copy->children, c + 1),
+                            std::move(extra));
   }
   ++copy->size;
   MutableNode right = SplitIfOverfull(*copy, editor);
@@ -272,9 +272,9 @@ size_t RuntimeSequence::size() const { return size_; }
 const RuntimeValue& RuntimeSequence::operator[](size_t i) const { return Lookup(root_.get(), i); }
 
 const RuntimeValue& RuntimeSequence::at(size_t i) const {
-  OL_CHECK(i < size_, ErrorCode::kInvalidArgument,
-           "sequence index " + std::to_string(i) + " out of range for size " +
-               std::to_string(size_));
+  OL_CHECK(
+      i < size_, ErrorCode::kInvalidArgument,
+      "sequence index " + std::to_string(i) + " out of range for size " + std::to_string(size_));
   return Lookup(root_.get(), i);
 }
 
@@ -340,8 +340,7 @@ const void* RuntimeSequence::tree_id() const { return root_.get(); }
 
 size_t RuntimeSequence::height() const {
   size_t h = 0;
-  for (const Node* n = root_.get(); n != nullptr; n = n->leaf ? nullptr : n->children[0].get())
-    ++h;
+  for (const Node* n = root_.get(); n != nullptr; n = n->leaf ? nullptr : n->children[0].get()) ++h;
   return h;
 }
 

@@ -26,9 +26,9 @@ class RuntimeSequence {
   // below it, so validation may memoise per node (hold a weak_ptr to the node as key).
   struct Node {
     bool leaf = true;
-    size_t size = 0;                                            // elements in this subtree
-    std::vector<std::shared_ptr<const RuntimeValue>> items;     // leaf: the elements
-    std::vector<std::shared_ptr<const Node>> children;          // internal: the subtrees
+    size_t size = 0;                                         // elements in this subtree
+    std::vector<std::shared_ptr<const RuntimeValue>> items;  // leaf: the elements
+    std::vector<std::shared_ptr<const Node>> children;       // internal: the subtrees
   };
 
   RuntimeSequence();
@@ -44,7 +44,7 @@ class RuntimeSequence {
   size_t size() const;
   bool empty() const { return size() == 0; }
   const RuntimeValue& operator[](size_t i) const;  // O(log n); i < size() is the caller's job
-  const RuntimeValue& at(size_t i) const;  // throws kInvalidArgument when out of range
+  const RuntimeValue& at(size_t i) const;          // throws kInvalidArgument when out of range
   // The elements in order (copies share payload owners). O(n).
   std::vector<RuntimeValue> ToVector() const;
 

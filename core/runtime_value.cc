@@ -43,11 +43,16 @@ RuntimeValue RuntimeValue::Encoded(std::shared_ptr<const EncodedValueProto> enco
 
 const char* RuntimeValue::KindName(Kind kind) {
   switch (kind) {
-    case Kind::kEmpty: return "empty";
-    case Kind::kTensor: return "tensor";
-    case Kind::kStruct: return "struct";
-    case Kind::kSequence: return "sequence";
-    case Kind::kEncoded: return "encoded";
+    case Kind::kEmpty:
+      return "empty";
+    case Kind::kTensor:
+      return "tensor";
+    case Kind::kStruct:
+      return "struct";
+    case Kind::kSequence:
+      return "sequence";
+    case Kind::kEncoded:
+      return "encoded";
   }
   return "?";
 }

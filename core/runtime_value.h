@@ -78,7 +78,7 @@ class RuntimeValue {
   // How many values share this struct's field list (1 = this one alone; 0 for non-structs):
   // with the payloads' owner counts, whether a retained cache may be extended in place.
   long fields_use_count() const { return fields_.use_count(); }
-  const RuntimeValue& field(const std::string& name) const;      // throws when absent
+  const RuntimeValue& field(const std::string& name) const;  // throws when absent
 
   const RuntimeSequence& elements() const;
   RuntimeSequence& mutable_elements();

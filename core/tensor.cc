@@ -95,20 +95,49 @@ Tensor Tensor::Scalar(std::string name, DataType dtype, double value) {
   Tensor t(std::move(name), dtype, {});
   void* p = t.mutable_raw_data();
   switch (dtype) {
-    case DataType::kFloat: *static_cast<float*>(p) = static_cast<float>(value); break;
-    case DataType::kDouble: *static_cast<double*>(p) = value; break;
-    case DataType::kFloat16: *static_cast<uint16_t*>(p) = FloatToHalf(static_cast<float>(value)); break;
-    case DataType::kBFloat16: *static_cast<uint16_t*>(p) = FloatToBFloat16(static_cast<float>(value)); break;
-    case DataType::kInt64: *static_cast<int64_t*>(p) = static_cast<int64_t>(value); break;
-    case DataType::kInt32: *static_cast<int32_t*>(p) = static_cast<int32_t>(value); break;
-    case DataType::kInt16: *static_cast<int16_t*>(p) = static_cast<int16_t>(value); break;
-    case DataType::kInt8: *static_cast<int8_t*>(p) = static_cast<int8_t>(value); break;
-    case DataType::kUint8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(value); break;
-    case DataType::kUint16: *static_cast<uint16_t*>(p) = static_cast<uint16_t>(value); break;
-    case DataType::kUint32: *static_cast<uint32_t*>(p) = static_cast<uint32_t>(value); break;
-    case DataType::kUint64: *static_cast<uint64_t*>(p) = static_cast<uint64_t>(value); break;
-    case DataType::kBool: *static_cast<uint8_t*>(p) = value != 0; break;
-    case DataType::kInt4: case DataType::kUint4: case DataType::kInt2: case DataType::kUint2:
+    case DataType::kFloat:
+      *static_cast<float*>(p) = static_cast<float>(value);
+      break;
+    case DataType::kDouble:
+      *static_cast<double*>(p) = value;
+      break;
+    case DataType::kFloat16:
+      *static_cast<uint16_t*>(p) = FloatToHalf(static_cast<float>(value));
+      break;
+    case DataType::kBFloat16:
+      *static_cast<uint16_t*>(p) = FloatToBFloat16(static_cast<float>(value));
+      break;
+    case DataType::kInt64:
+      *static_cast<int64_t*>(p) = static_cast<int64_t>(value);
+      break;
+    case DataType::kInt32:
+      *static_cast<int32_t*>(p) = static_cast<int32_t>(value);
+      break;
+    case DataType::kInt16:
+      *static_cast<int16_t*>(p) = static_cast<int16_t>(value);
+      break;
+    case DataType::kInt8:
+      *static_cast<int8_t*>(p) = static_cast<int8_t>(value);
+      break;
+    case DataType::kUint8:
+      *static_cast<uint8_t*>(p) = static_cast<uint8_t>(value);
+      break;
+    case DataType::kUint16:
+      *static_cast<uint16_t*>(p) = static_cast<uint16_t>(value);
+      break;
+    case DataType::kUint32:
+      *static_cast<uint32_t*>(p) = static_cast<uint32_t>(value);
+      break;
+    case DataType::kUint64:
+      *static_cast<uint64_t*>(p) = static_cast<uint64_t>(value);
+      break;
+    case DataType::kBool:
+      *static_cast<uint8_t*>(p) = value != 0;
+      break;
+    case DataType::kInt4:
+    case DataType::kUint4:
+    case DataType::kInt2:
+    case DataType::kUint2:
       *static_cast<uint8_t*>(p) = 0;
       PackedSet(dtype, p, 0, static_cast<int32_t>(value));
       break;
@@ -326,14 +355,31 @@ std::vector<float> Tensor::ToFloatVector() const {
   for (int64_t i = 0; i < numel_; ++i) {
     float v = 0;
     switch (dtype_) {
-      case DataType::kFloat: v = data<float>()[i]; break;
-      case DataType::kDouble: v = static_cast<float>(data<double>()[i]); break;
-      case DataType::kFloat16: v = HalfToFloat(data<uint16_t>()[i]); break;
-      case DataType::kBFloat16: v = BFloat16ToFloat(data<uint16_t>()[i]); break;
-      case DataType::kInt64: v = static_cast<float>(data<int64_t>()[i]); break;
-      case DataType::kInt32: v = static_cast<float>(data<int32_t>()[i]); break;
-      case DataType::kInt8: v = data<int8_t>()[i]; break;
-      case DataType::kUint8: case DataType::kBool: v = data<uint8_t>()[i]; break;
+      case DataType::kFloat:
+        v = data<float>()[i];
+        break;
+      case DataType::kDouble:
+        v = static_cast<float>(data<double>()[i]);
+        break;
+      case DataType::kFloat16:
+        v = HalfToFloat(data<uint16_t>()[i]);
+        break;
+      case DataType::kBFloat16:
+        v = BFloat16ToFloat(data<uint16_t>()[i]);
+        break;
+      case DataType::kInt64:
+        v = static_cast<float>(data<int64_t>()[i]);
+        break;
+      case DataType::kInt32:
+        v = static_cast<float>(data<int32_t>()[i]);
+        break;
+      case DataType::kInt8:
+        v = data<int8_t>()[i];
+        break;
+      case DataType::kUint8:
+      case DataType::kBool:
+        v = data<uint8_t>()[i];
+        break;
       default:
         Throw(ErrorCode::kNotImplemented, "ToFloatVector: unsupported " + DataTypeName(dtype_));
     }
@@ -348,10 +394,19 @@ std::vector<int64_t> Tensor::ToInt64Vector() const {
   for (int64_t i = 0; i < numel_; ++i) {
     int64_t v = 0;
     switch (dtype_) {
-      case DataType::kInt64: v = data<int64_t>()[i]; break;
-      case DataType::kInt32: v = data<int32_t>()[i]; break;
-      case DataType::kInt8: v = data<int8_t>()[i]; break;
-      case DataType::kUint8: case DataType::kBool: v = data<uint8_t>()[i]; break;
+      case DataType::kInt64:
+        v = data<int64_t>()[i];
+        break;
+      case DataType::kInt32:
+        v = data<int32_t>()[i];
+        break;
+      case DataType::kInt8:
+        v = data<int8_t>()[i];
+        break;
+      case DataType::kUint8:
+      case DataType::kBool:
+        v = data<uint8_t>()[i];
+        break;
       default:
         Throw(ErrorCode::kNotImplemented, "ToInt64Vector: unsupported " + DataTypeName(dtype_));
     }

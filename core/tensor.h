@@ -37,8 +37,7 @@ class Tensor {
  public:
   Tensor() = default;
   // Allocates uninitialised storage from `allocator` (strings: n empty strings).
-  Tensor(std::string name, DataType dtype, Shape shape,
-         Allocator& allocator = DefaultAllocator());
+  Tensor(std::string name, DataType dtype, Shape shape, Allocator& allocator = DefaultAllocator());
 
   Tensor(const Tensor& other);
   Tensor& operator=(const Tensor& other);
@@ -76,7 +75,7 @@ class Tensor {
   int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
   int64_t dim(int64_t axis) const;  // negative axes count from the end
   int64_t numel() const { return numel_; }
-  size_t nbytes() const;            // packed for sub-byte types; 0 for strings
+  size_t nbytes() const;  // packed for sub-byte types; 0 for strings
 
   // The dense bytes; throws kFailedPrecondition for a strided view (see Layout above).
   const void* raw_data() const {
@@ -85,7 +84,9 @@ class Tensor {
   }
   void* mutable_raw_data();  // throws kFailedPrecondition unless writable()
   template <typename T>
-  const T* data() const { return static_cast<const T*>(raw_data()); }
+  const T* data() const {
+    return static_cast<const T*>(raw_data());
+  }
   // Layout queries for stride-aware readers. strides() are in elements, dense ones for an
   // ordinary tensor; strided_data() is the first element whatever the layout.
   bool contiguous() const { return strides_.empty(); }
@@ -98,7 +99,9 @@ class Tensor {
   // A dense tensor with the same values: this one (shared) when already dense, else a copy.
   Tensor Contiguous(Allocator& allocator = DefaultAllocator()) const;
   template <typename T>
-  T* mutable_data() { return static_cast<T*>(mutable_raw_data()); }
+  T* mutable_data() {
+    return static_cast<T*>(mutable_raw_data());
+  }
   std::span<const std::string> strings() const;
 
   bool writable() const { return writable_; }

@@ -59,9 +59,12 @@ Tensor FromInt32Field(const TensorProto& proto, DataType dtype, Shape shape) {
                " values for " + std::to_string(n) + " elements");
   for (int64_t i = 0; i < n; ++i) {
     const int32_t x = v[static_cast<int>(i)];
-    if (bits == 8) dst[i] = static_cast<uint8_t>(x);
-    else if (bits == 16) reinterpret_cast<uint16_t*>(dst)[i] = static_cast<uint16_t>(x);
-    else reinterpret_cast<int32_t*>(dst)[i] = x;
+    if (bits == 8)
+      dst[i] = static_cast<uint8_t>(x);
+    else if (bits == 16)
+      reinterpret_cast<uint16_t*>(dst)[i] = static_cast<uint16_t>(x);
+    else
+      reinterpret_cast<int32_t*>(dst)[i] = x;
   }
   return t;
 }
@@ -159,8 +162,7 @@ bool ReleaseMappedPages(const void* data, size_t bytes) {
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
   const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + bytes) / page * page;
-  if (last > first)
-    ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
   return true;
 }
 
@@ -172,9 +174,12 @@ ExternalDataRef ResolveExternalData(const TensorProto& proto, const std::string&
   ExternalDataRef ref;
   std::string location;
   for (const auto& e : proto.external_data()) {
-    if (e.key() == "location") location = e.value();
-    else if (e.key() == "offset") ref.offset = ParseExternalInt(proto, "offset", e.value());
-    else if (e.key() == "length") ref.length = ParseExternalInt(proto, "length", e.value());
+    if (e.key() == "location")
+      location = e.value();
+    else if (e.key() == "offset")
+      ref.offset = ParseExternalInt(proto, "offset", e.value());
+    else if (e.key() == "length")
+      ref.length = ParseExternalInt(proto, "length", e.value());
   }
   OL_CHECK(!location.empty(), ErrorCode::kInvalidModel,
            "tensor '" + proto.name() + "': external data has no location");
@@ -194,11 +199,11 @@ ExternalDataRef ResolveExternalData(const TensorProto& proto, const std::string&
   return ref;
 }
 
-
 Tensor TensorFromProto(const TensorProto& proto, std::shared_ptr<const void> owner,
                        const std::string& base_dir) {
-  OL_CHECK(IsKnownDataType(proto.data_type()), ErrorCode::kInvalidModel,
-           "tensor '" + proto.name() + "' has unknown data type " + std::to_string(proto.data_type()));
+  OL_CHECK(
+      IsKnownDataType(proto.data_type()), ErrorCode::kInvalidModel,
+      "tensor '" + proto.name() + "' has unknown data type " + std::to_string(proto.data_type()));
   const auto dtype = static_cast<DataType>(proto.data_type());
   Shape shape(proto.dims().begin(), proto.dims().end());
   const int64_t n = CheckedNumel(shape, "tensor '" + proto.name() + "'");
@@ -211,8 +216,8 @@ Tensor TensorFromProto(const TensorProto& proto, std::shared_ptr<const void> own
     const size_t want = StorageBytes(dtype, n);
     OL_CHECK(ref.length < 0 || static_cast<size_t>(ref.length) == want, ErrorCode::kInvalidModel,
              "tensor '" + name + "': external data length " + std::to_string(ref.length) +
-                 " does not match " + std::to_string(want) + " bytes for " +
-                 DataTypeName(dtype) + ShapeToString(shape));
+                 " does not match " + std::to_string(want) + " bytes for " + DataTypeName(dtype) +
+                 ShapeToString(shape));
     auto file = MappedFile::Open(ref.path);
     const auto offset = static_cast<size_t>(ref.offset);
     OL_CHECK(offset <= file->size() && want <= file->size() - offset, ErrorCode::kInvalidModel,
@@ -239,9 +244,9 @@ Tensor TensorFromProto(const TensorProto& proto, std::shared_ptr<const void> own
   if (proto.has_raw_data()) {
     const std::string& raw = proto.raw_data();
     OL_CHECK(raw.size() == StorageBytes(dtype, n), ErrorCode::kInvalidModel,
-             "tensor '" + name + "': raw_data has " + std::to_string(raw.size()) + " bytes, expected " +
-                 std::to_string(StorageBytes(dtype, n)) + " for " + DataTypeName(dtype) +
-                 ShapeToString(shape));
+             "tensor '" + name + "': raw_data has " + std::to_string(raw.size()) +
+                 " bytes, expected " + std::to_string(StorageBytes(dtype, n)) + " for " +
+                 DataTypeName(dtype) + ShapeToString(shape));
     if (owner != nullptr && reinterpret_cast<uintptr_t>(raw.data()) % 16 == 0)
       return Tensor::Borrow(name, dtype, shape, raw.data(), std::move(owner));
     Tensor t(name, dtype, shape);
@@ -263,11 +268,13 @@ Tensor TensorFromProto(const TensorProto& proto, std::shared_ptr<const void> own
       OL_CHECK(proto.int64_data_size() == n, ErrorCode::kInvalidModel,
                "tensor '" + name + "': int64_data size does not match its shape");
       return FromTyped<int64_t>(name, dtype, shape, proto.int64_data());
-    case DataType::kUint32: case DataType::kUint64:
+    case DataType::kUint32:
+    case DataType::kUint64:
       OL_CHECK(proto.uint64_data_size() == n, ErrorCode::kInvalidModel,
                "tensor '" + name + "': uint64_data size does not match its shape");
-      return dtype == DataType::kUint64 ? FromTyped<uint64_t>(name, dtype, shape, proto.uint64_data())
-                                        : FromTyped<uint32_t>(name, dtype, shape, proto.uint64_data());
+      return dtype == DataType::kUint64
+                 ? FromTyped<uint64_t>(name, dtype, shape, proto.uint64_data())
+                 : FromTyped<uint32_t>(name, dtype, shape, proto.uint64_data());
     case DataType::kComplex64:
       return FromTyped<float>(name, dtype, shape, proto.float_data());
     case DataType::kComplex128:

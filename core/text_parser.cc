@@ -1,13 +1,13 @@
 #include "core/text_parser.h"
 
-#include "core/checked_math.h"
-
 #include <charconv>
 #include <cstdint>
 #include <limits>
 #include <set>
 #include <string>
 #include <utility>
+
+#include "core/checked_math.h"
 
 namespace onnx_light::core {
 
@@ -93,8 +93,8 @@ const char* AttributeTypeName(int type) {
   return name != nullptr ? name : "undefined";
 }
 bool IsTypeKeyword(std::string_view word) {
-  return ElementTypeFromName(word) != 0 || word == "seq" || word == "map" ||
-         word == "optional" || word == "sparse_tensor" || word == "opaque";
+  return ElementTypeFromName(word) != 0 || word == "seq" || word == "map" || word == "optional" ||
+         word == "sparse_tensor" || word == "opaque";
 }
 
 }  // namespace text_syntax
@@ -125,14 +125,22 @@ using AttrType = AttributeProto::AttributeType;
 
 AttrType SingletonOf(AttrType type) {
   switch (type) {
-    case AttributeProto::FLOATS: return AttributeProto::FLOAT;
-    case AttributeProto::INTS: return AttributeProto::INT;
-    case AttributeProto::STRINGS: return AttributeProto::STRING;
-    case AttributeProto::TENSORS: return AttributeProto::TENSOR;
-    case AttributeProto::GRAPHS: return AttributeProto::GRAPH;
-    case AttributeProto::SPARSE_TENSORS: return AttributeProto::SPARSE_TENSOR;
-    case AttributeProto::TYPE_PROTOS: return AttributeProto::TYPE_PROTO;
-    default: return type;
+    case AttributeProto::FLOATS:
+      return AttributeProto::FLOAT;
+    case AttributeProto::INTS:
+      return AttributeProto::INT;
+    case AttributeProto::STRINGS:
+      return AttributeProto::STRING;
+    case AttributeProto::TENSORS:
+      return AttributeProto::TENSOR;
+    case AttributeProto::GRAPHS:
+      return AttributeProto::GRAPH;
+    case AttributeProto::SPARSE_TENSORS:
+      return AttributeProto::SPARSE_TENSOR;
+    case AttributeProto::TYPE_PROTOS:
+      return AttributeProto::TYPE_PROTO;
+    default:
+      return type;
   }
 }
 
@@ -778,8 +786,8 @@ class Parser {
     }
     if (Accept(']')) {
       if (attr->type() == AttributeProto::UNDEFINED) {
-        Fail(open, "empty list for attribute '" + name +
-                       "' needs a type annotation such as '" + name + ": ints = []'");
+        Fail(open, "empty list for attribute '" + name + "' needs a type annotation such as '" +
+                       name + ": ints = []'");
       }
       if (!IsListType(attr->type())) {
         Fail(open, "attribute '" + name + "' is declared " +
@@ -966,8 +974,7 @@ class Parser {
       std::set<std::string> seen;
       do {
         const size_t at = SkipSpace();
-        const std::string key =
-            Identifier("a function header keyword (domain, opset_import, ...)");
+        const std::string key = Identifier("a function header keyword (domain, opset_import, ...)");
         if (!seen.insert(key).second) Fail(at, "duplicate key '" + key + "' in a function header");
         Expect(':', "after '" + key + "'");
         if (key == "domain") {
@@ -1003,8 +1010,7 @@ class Parser {
       } while (Accept(','));
       Expect('>', "to close the attributes of " + owner);
     }
-    FunctionValues(function->mutable_input(), function->mutable_value_info(),
-                   "inputs of " + owner);
+    FunctionValues(function->mutable_input(), function->mutable_value_info(), "inputs of " + owner);
     ExpectArrow(owner);
     FunctionValues(function->mutable_output(), function->mutable_value_info(),
                    "outputs of " + owner);

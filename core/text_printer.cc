@@ -1,7 +1,5 @@
 #include "core/text_printer.h"
 
-#include "core/checked_math.h"
-
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
@@ -10,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "core/standard_onnx.h"
 #include "core/text_parser.h"
@@ -162,8 +161,12 @@ std::vector<std::string> RawValues(const TensorProto& tensor) {
     }
   };
   switch (tensor.data_type()) {
-    case TensorProto::FLOAT: fixed(float{}, [](float v) { return Floating(v); }); break;
-    case TensorProto::DOUBLE: fixed(double{}, [](double v) { return Floating(v); }); break;
+    case TensorProto::FLOAT:
+      fixed(float{}, [](float v) { return Floating(v); });
+      break;
+    case TensorProto::DOUBLE:
+      fixed(double{}, [](double v) { return Floating(v); });
+      break;
     case TensorProto::COMPLEX64:
       need(CheckedMul(count, 8, context));
       for (int64_t i = 0; i < 2 * count; ++i) out.push_back(Floating(ReadRaw<float>(raw, i)));
@@ -172,29 +175,51 @@ std::vector<std::string> RawValues(const TensorProto& tensor) {
       need(CheckedMul(count, 16, context));
       for (int64_t i = 0; i < 2 * count; ++i) out.push_back(Floating(ReadRaw<double>(raw, i)));
       break;
-    case TensorProto::INT8: fixed(int8_t{}, integer); break;
-    case TensorProto::INT16: fixed(int16_t{}, integer); break;
-    case TensorProto::INT32: fixed(int32_t{}, integer); break;
-    case TensorProto::INT64: fixed(int64_t{}, integer); break;
+    case TensorProto::INT8:
+      fixed(int8_t{}, integer);
+      break;
+    case TensorProto::INT16:
+      fixed(int16_t{}, integer);
+      break;
+    case TensorProto::INT32:
+      fixed(int32_t{}, integer);
+      break;
+    case TensorProto::INT64:
+      fixed(int64_t{}, integer);
+      break;
     case TensorProto::UINT8:
     case TensorProto::BOOL:
     case TensorProto::FLOAT8E4M3FN:
     case TensorProto::FLOAT8E4M3FNUZ:
     case TensorProto::FLOAT8E5M2:
     case TensorProto::FLOAT8E5M2FNUZ:
-    case TensorProto::FLOAT8E8M0: fixed(uint8_t{}, integer); break;
+    case TensorProto::FLOAT8E8M0:
+      fixed(uint8_t{}, integer);
+      break;
     case TensorProto::UINT16:
     case TensorProto::FLOAT16:
-    case TensorProto::BFLOAT16: fixed(uint16_t{}, integer); break;
-    case TensorProto::UINT32: fixed(uint32_t{}, integer); break;
+    case TensorProto::BFLOAT16:
+      fixed(uint16_t{}, integer);
+      break;
+    case TensorProto::UINT32:
+      fixed(uint32_t{}, integer);
+      break;
     case TensorProto::UINT64:
       fixed(uint64_t{}, [](uint64_t v) { return Number(v); });
       break;
-    case TensorProto::INT4: packed(4, true); break;
+    case TensorProto::INT4:
+      packed(4, true);
+      break;
     case TensorProto::UINT4:
-    case TensorProto::FLOAT4E2M1: packed(4, false); break;
-    case TensorProto::INT2: packed(2, true); break;
-    case TensorProto::UINT2: packed(2, false); break;
+    case TensorProto::FLOAT4E2M1:
+      packed(4, false);
+      break;
+    case TensorProto::INT2:
+      packed(2, true);
+      break;
+    case TensorProto::UINT2:
+      packed(2, false);
+      break;
     default:
       Throw(ErrorCode::kNotImplemented, "raw data of " + context + " (element type " +
                                             std::to_string(tensor.data_type()) +
@@ -279,13 +304,20 @@ std::string Graph(const GraphProto& graph, int level);
 bool NeedsAnnotation(const AttributeProto& attr) {
   if (attr.has_ref_attr_name()) return attr.has_type();
   switch (attr.type()) {
-    case AttributeProto::FLOATS: return attr.floats_size() == 0;
-    case AttributeProto::INTS: return attr.ints_size() == 0;
-    case AttributeProto::STRINGS: return attr.strings_size() == 0;
-    case AttributeProto::TENSORS: return attr.tensors_size() == 0;
-    case AttributeProto::GRAPHS: return attr.graphs_size() == 0;
-    case AttributeProto::TYPE_PROTOS: return attr.type_protos_size() == 0;
-    default: return false;
+    case AttributeProto::FLOATS:
+      return attr.floats_size() == 0;
+    case AttributeProto::INTS:
+      return attr.ints_size() == 0;
+    case AttributeProto::STRINGS:
+      return attr.strings_size() == 0;
+    case AttributeProto::TENSORS:
+      return attr.tensors_size() == 0;
+    case AttributeProto::GRAPHS:
+      return attr.graphs_size() == 0;
+    case AttributeProto::TYPE_PROTOS:
+      return attr.type_protos_size() == 0;
+    default:
+      return false;
   }
 }
 
@@ -307,20 +339,30 @@ std::string AttributeValue(const AttributeProto& attr, int level) {
   auto type_text = [&](const TypeProto& t) { return Type(t, context); };
   auto graph_text = [&](const GraphProto& g) { return Graph(g, level); };
   switch (attr.type()) {
-    case AttributeProto::FLOAT: return Floating(attr.f());
-    case AttributeProto::INT: return Number(attr.i());
-    case AttributeProto::STRING: return Quote(attr.s());
-    case AttributeProto::TENSOR: return TensorLiteral(attr.t());
-    case AttributeProto::GRAPH: return Graph(attr.g(), level);
-    case AttributeProto::TYPE_PROTO: return Type(attr.tp(), context);
+    case AttributeProto::FLOAT:
+      return Floating(attr.f());
+    case AttributeProto::INT:
+      return Number(attr.i());
+    case AttributeProto::STRING:
+      return Quote(attr.s());
+    case AttributeProto::TENSOR:
+      return TensorLiteral(attr.t());
+    case AttributeProto::GRAPH:
+      return Graph(attr.g(), level);
+    case AttributeProto::TYPE_PROTO:
+      return Type(attr.tp(), context);
     case AttributeProto::FLOATS:
       return ListText(attr.floats(), [](float v) { return Floating(v); });
     case AttributeProto::INTS:
       return ListText(attr.ints(), [](int64_t v) { return Number(v); });
-    case AttributeProto::STRINGS: return ListText(attr.strings(), Quote);
-    case AttributeProto::TENSORS: return ListText(attr.tensors(), TensorLiteral);
-    case AttributeProto::GRAPHS: return ListText(attr.graphs(), graph_text);
-    case AttributeProto::TYPE_PROTOS: return ListText(attr.type_protos(), type_text);
+    case AttributeProto::STRINGS:
+      return ListText(attr.strings(), Quote);
+    case AttributeProto::TENSORS:
+      return ListText(attr.tensors(), TensorLiteral);
+    case AttributeProto::GRAPHS:
+      return ListText(attr.graphs(), graph_text);
+    case AttributeProto::TYPE_PROTOS:
+      return ListText(attr.type_protos(), type_text);
     case AttributeProto::SPARSE_TENSOR:
     case AttributeProto::SPARSE_TENSORS:
       Throw(ErrorCode::kNotImplemented, "sparse tensor " + context + " has no text form");

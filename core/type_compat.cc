@@ -20,9 +20,8 @@ std::string TensorIncompatibility(const TypeProto::Tensor& ta, const TypeProto::
                                   const std::string& what) {
   // An unset element type (a partial inference) matches any.
   if (ta.elem_type() != 0 && tb.elem_type() != 0 && ta.elem_type() != tb.elem_type())
-    return what + ": element types differ (" +
-           DataTypeName(static_cast<DataType>(ta.elem_type())) + " vs " +
-           DataTypeName(static_cast<DataType>(tb.elem_type())) + ")";
+    return what + ": element types differ (" + DataTypeName(static_cast<DataType>(ta.elem_type())) +
+           " vs " + DataTypeName(static_cast<DataType>(tb.elem_type())) + ")";
   if (!ta.has_shape() || !tb.has_shape()) return "";
   if (ta.shape().dim_size() != tb.shape().dim_size())
     return what + ": ranks differ (" + std::to_string(ta.shape().dim_size()) + " vs " +
@@ -41,8 +40,7 @@ std::string Incompatibility(const TypeProto& a, const TypeProto& b, const ModelP
                             const std::string& what, int depth);
 
 std::string StructIncompatibility(const StructTypeProto& ra, const StructTypeProto& rb,
-                                  const ModelProto* model, const std::string& what,
-                                  int depth) {
+                                  const ModelProto* model, const std::string& what, int depth) {
   if (model == nullptr && (!ra.type_ref().empty() || !rb.type_ref().empty())) {
     return ra.type_ref() == rb.type_ref()
                ? ""
@@ -108,8 +106,8 @@ std::string BlockError(const TypeProto& elem, const ModelProto* model, const std
     return "a block must have exactly the fields start, length, key and value";
   for (const auto& f : block.field()) {
     const bool range = f.name() == "start" || f.name() == "length";
-    std::string why = BlockFieldError(f, range ? TensorProto::INT64 : TensorProto::FLOAT,
-                                      range ? 0 : -1);
+    std::string why =
+        BlockFieldError(f, range ? TensorProto::INT64 : TensorProto::FLOAT, range ? 0 : -1);
     if (!why.empty()) return why;
   }
   return "";
@@ -122,8 +120,7 @@ const StructTypeProto& ResolveStruct(const StructTypeProto& s, const ModelProto*
   const StructTypeProto* cur = &s;
   for (int hops = 0; !cur->type_ref().empty(); ++hops) {
     OL_CHECK(hops < kMaxTypeDepth, ErrorCode::kInvalidModel,
-             what + ": struct type references are cyclic (through " + Quote(cur->type_ref()) +
-                 ")");
+             what + ": struct type references are cyclic (through " + Quote(cur->type_ref()) + ")");
     OL_CHECK(model != nullptr, ErrorCode::kInvalidModel,
              what + ": struct type_ref " + Quote(cur->type_ref()) +
                  " cannot be resolved without the model's struct_types");

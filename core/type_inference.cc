@@ -106,8 +106,8 @@ class SchemaWalker {
                 const TypeMap& declared, const std::string& path) {
     const std::string desc = path + ": " + NodeDesc(node, index);
     for (const auto& attr : node.attribute()) {
-      const std::string sub = path + " > " + NodeDesc(node, index) + " attribute " +
-                              Quote(attr.name()) + " > ";
+      const std::string sub =
+          path + " > " + NodeDesc(node, index) + " attribute " + Quote(attr.name()) + " > ";
       if (attr.has_g()) WalkGraph(attr.g(), opsets, sub + GraphDesc(attr.g()));
       for (const auto& g : attr.graphs()) WalkGraph(g, opsets, sub + GraphDesc(g));
     }

@@ -27,11 +27,12 @@ const AttributeProto* Typed(const NodeProto& node, const std::string& name,
   if (a == nullptr) return nullptr;
   if (!a->ref_attr_name().empty())
     Throw(ErrorCode::kInvalidModel, NodeLabel(node) + ": attribute '" + name +
-                                        "' is an unresolved reference to '" + a->ref_attr_name() + "'");
+                                        "' is an unresolved reference to '" + a->ref_attr_name() +
+                                        "'");
   if (a->type() != type && a->type() != AttributeProto::UNDEFINED)
     Throw(ErrorCode::kInvalidModel, NodeLabel(node) + ": attribute '" + name + "' has type " +
-                                        AttributeProto::AttributeType_Name(a->type()) + ", expected " +
-                                        AttributeProto::AttributeType_Name(type));
+                                        AttributeProto::AttributeType_Name(a->type()) +
+                                        ", expected " + AttributeProto::AttributeType_Name(type));
   return a;
 }
 }  // namespace

@@ -34,8 +34,7 @@ void FlowGraphExecutor::Body(size_t index) {
   }
 }
 
-void FlowGraphExecutor::Run(RunFrame& frame, RuntimeContext& context,
-                            const RunOptions& options) {
+void FlowGraphExecutor::Run(RunFrame& frame, RuntimeContext& context, const RunOptions& options) {
   frame_ = &frame;
   context_ = &context;
   options_ = &options;

@@ -4,12 +4,12 @@
 // session's tbb::task_arena (a flow graph attaches to the arena current at construction).
 #pragma once
 
+#include <tbb/flow_graph.h>
+
 #include <atomic>
 #include <exception>
 #include <memory>
 #include <vector>
-
-#include <tbb/flow_graph.h>
 
 #include "executor/graph_plan.h"
 

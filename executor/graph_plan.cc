@@ -1,14 +1,13 @@
 #include "executor/graph_plan.h"
 
-#include "core/checker.h"
-#include "core/model_io.h"
-
 #include <algorithm>
 #include <chrono>
 #include <queue>
 #include <unordered_set>
 
+#include "core/checker.h"
 #include "core/fault_injection.h"
+#include "core/model_io.h"
 #include "core/tensor_proto.h"
 #include "executor/attributes.h"
 #include "executor/function_kernel.h"
@@ -72,15 +71,13 @@ constexpr const char* kFusedDomain = "ai.onnx_light.fused";
 // The kernel of `proto`: the context's custom kernels, then model-local functions, then
 // built-ins. `builtin_only`: null unless a built-in kernel serves it.
 std::unique_ptr<KernelBase> MakeNodeKernel(const NodeProto& proto, RuntimeContext& context,
-                                           const PlanBuildScope& scope,
-                                           bool builtin_only = false) {
+                                           const PlanBuildScope& scope, bool builtin_only = false) {
   const std::string domain = NormalDomain(proto.domain());
   // Fused nodes (executor/fusion.h) come from the plan, not the model's imports.
   const int64_t opset = domain == kFusedDomain ? 1 : scope.opsets.opset(domain);
   int64_t since_version = 0;
-  const KernelFactory* factory =
-      context.custom_kernels().Find(domain, proto.op_type(), opset, symbolic::Device::kCPU,
-                                    &since_version);
+  const KernelFactory* factory = context.custom_kernels().Find(
+      domain, proto.op_type(), opset, symbolic::Device::kCPU, &since_version);
   const FunctionProto* function =
       factory ? nullptr : FindModelFunction(scope.model, domain, proto.op_type());
   if (builtin_only && (factory != nullptr || function != nullptr)) return nullptr;
@@ -142,8 +139,8 @@ std::vector<std::string> ImplicitInputs(const NodeProto& node) {
 // Build
 
 std::unique_ptr<GraphPlan> GraphPlan::BuildModel(std::shared_ptr<const ModelProto> model,
-                                                 RuntimeContext& context,
-                                                 bool fold_constants, bool fuse_subgraphs) {
+                                                 RuntimeContext& context, bool fold_constants,
+                                                 bool fuse_subgraphs) {
   OL_CHECK(model != nullptr, ErrorCode::kInvalidArgument, "null model");
   PlanBuildScope scope;
   scope.fold_constants = fold_constants;
@@ -169,8 +166,8 @@ std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeCont
   GraphPlan& p = *plan;
   p.graph_ = &graph;
   p.scope_ = scope;
-  const std::string where = graph.name().empty() ? std::string("graph")
-                                                 : "graph '" + graph.name() + "'";
+  const std::string where =
+      graph.name().empty() ? std::string("graph") : "graph '" + graph.name() + "'";
 
   auto new_slot = [&](const std::string& name, const char* what) {
     auto [it, inserted] = p.slot_of_.emplace(name, static_cast<int>(p.slot_names_.size()));
@@ -209,8 +206,8 @@ std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeCont
   for (const auto& t : graph.initializer())
     add_initializer(t.name(), RuntimeValue(TensorFromProto(t, scope.owner, scope.base_dir)));
   for (const auto& e : graph.encoded_initializer())
-    add_initializer(e.name(), RuntimeValue::Encoded(std::shared_ptr<const EncodedValueProto>(
-                                  scope.owner, &e)));
+    add_initializer(
+        e.name(), RuntimeValue::Encoded(std::shared_ptr<const EncodedValueProto>(scope.owner, &e)));
   for (const auto& c : graph.paged_cache_initializer())
     add_initializer(c.name(), RuntimeValue::FromPagedCache(
                                   std::shared_ptr<const PagedCacheProto>(scope.owner, &c)));
@@ -247,8 +244,9 @@ std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeCont
   }
   for (const auto& o : graph.output()) {
     auto it = p.slot_of_.find(o.name());
-    OL_CHECK(it != p.slot_of_.end(), ErrorCode::kInvalidModel,
-             where + ": output '" + o.name() + "' is not defined by any node, input or initializer");
+    OL_CHECK(
+        it != p.slot_of_.end(), ErrorCode::kInvalidModel,
+        where + ": output '" + o.name() + "' is not defined by any node, input or initializer");
     p.outputs_.push_back({o.name(), it->second, false});
   }
   for (size_t a = 0; a < p.outputs_.size(); ++a)
@@ -457,8 +455,8 @@ std::vector<RuntimeValue> GraphPlan::FoldNode(
     t.Seal();
     bool shares_input = false;
     for (const RuntimeValue* v : in)
-      shares_input = shares_input || (v != nullptr && t.has_owner() &&
-                                      v->tensor().owner() == t.owner());
+      shares_input =
+          shares_input || (v != nullptr && t.has_owner() && v->tensor().owner() == t.owner());
     if (!shares_input) bytes += t.nbytes();
   }
   if (folded_bytes_ + bytes > kFoldBudgetBytes) return {};
@@ -490,8 +488,8 @@ bool GraphPlan::KeepsQuantizedWeight(
 bool GraphPlan::FoldTransposedView(const NodeProto& proto, const std::vector<int>& ins,
                                    const std::vector<std::vector<std::pair<int, int>>>& uses,
                                    std::vector<RuntimeValue>& results) const {
-  if (proto.op_type() != "Transpose" || !NormalDomain(proto.domain()).empty() ||
-      ins.size() != 1 || proto.output_size() != 1 || proto.output(0).empty())
+  if (proto.op_type() != "Transpose" || !NormalDomain(proto.domain()).empty() || ins.size() != 1 ||
+      proto.output_size() != 1 || proto.output(0).empty())
     return false;
   const Tensor& x = constant(ins[0])->tensor();
   if (x.rank() != 2 || x.dtype() != DataType::kFloat || !x.contiguous() || !x.has_owner())
@@ -504,9 +502,8 @@ bool GraphPlan::FoldTransposedView(const NodeProto& proto, const std::vector<int
     if (reader.op_type() != "MatMul" || !NormalDomain(reader.domain()).empty() || index != 1)
       return false;
   }
-  results[0] = RuntimeValue(Tensor::StridedView(proto.output(0), x.dtype(),
-                                                {x.dim(1), x.dim(0)}, {1, x.dim(1)},
-                                                x.raw_data(), x.owner()));
+  results[0] = RuntimeValue(Tensor::StridedView(proto.output(0), x.dtype(), {x.dim(1), x.dim(0)},
+                                                {1, x.dim(1)}, x.raw_data(), x.owner()));
   return true;
 }
 
@@ -545,8 +542,10 @@ void GraphPlan::ApplyFusions(std::vector<int>& order, std::vector<std::vector<in
       if (removed.count(order[k]) && (at == order.size() || !f.run_at_first)) at = k;
     std::vector<int> next;
     for (size_t k = 0; k < order.size(); ++k) {
-      if (k == at) next.push_back(index);
-      else if (!removed.count(order[k])) next.push_back(order[k]);
+      if (k == at)
+        next.push_back(index);
+      else if (!removed.count(order[k]))
+        next.push_back(order[k]);
     }
     order = std::move(next);
   }
@@ -630,14 +629,22 @@ RuntimeValue* RunFrame::FindValue(const std::string& name) {
 namespace {
 const char* KindOfType(const TypeProto& type) {
   switch (type.value_case()) {
-    case TypeProto::kTensorType: return "tensor";
-    case TypeProto::kSequenceType: return "sequence";
-    case TypeProto::kMapType: return "map";
-    case TypeProto::kOptionalType: return "optional";
-    case TypeProto::kSparseTensorType: return "sparse tensor";
-    case TypeProto::kOpaqueType: return "opaque";
-    case TypeProto::kStructType: return "struct";
-    default: return "untyped";
+    case TypeProto::kTensorType:
+      return "tensor";
+    case TypeProto::kSequenceType:
+      return "sequence";
+    case TypeProto::kMapType:
+      return "map";
+    case TypeProto::kOptionalType:
+      return "optional";
+    case TypeProto::kSparseTensorType:
+      return "sparse tensor";
+    case TypeProto::kOpaqueType:
+      return "opaque";
+    case TypeProto::kStructType:
+      return "struct";
+    default:
+      return "untyped";
   }
 }
 }  // namespace
@@ -671,8 +678,7 @@ void CheckValueType(const RuntimeValue& value, const TypeProto* type, const std:
     }
     case TypeProto::kSequenceType:
       if (!value.is_sequence())
-        mismatch(std::string("expected a sequence, got a ") +
-                 RuntimeValue::KindName(value.kind()));
+        mismatch(std::string("expected a sequence, got a ") + RuntimeValue::KindName(value.kind()));
       return;
     case TypeProto::kStructType:
       if (!value.is_struct() && !value.is_encoded())
@@ -736,7 +742,8 @@ void RunPlanNode(const GraphPlan& plan, size_t index, RunFrame& frame, RuntimeCo
       dense_copies.emplace_back(in[i]->tensor().Contiguous(context.allocator()));
       in[i] = &dense_copies.back();
     }
-    KernelCall call(&context, *node.proto, std::span<const RuntimeValue* const>(in, node.inputs.size()),
+    KernelCall call(&context, *node.proto,
+                    std::span<const RuntimeValue* const>(in, node.inputs.size()),
                     std::span<RuntimeValue*>(out, node.outputs.size()), context.allocator());
     if (node.may_trim_to_last_row && options.last_position_outputs != nullptr) {
       const auto& names = *options.last_position_outputs;
@@ -747,10 +754,10 @@ void RunPlanNode(const GraphPlan& plan, size_t index, RunFrame& frame, RuntimeCo
   } catch (...) {
     RethrowWithNode(*node.proto);
   }
-  const int64_t duration_ns =
-      timed ? std::chrono::duration_cast<std::chrono::nanoseconds>(
-                  std::chrono::steady_clock::now() - start).count()
-            : 0;
+  const int64_t duration_ns = timed ? std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now() - start)
+                                          .count()
+                                    : 0;
   if (options.profile != nullptr)
     options.profile->AddNode(*node.proto, static_cast<uint64_t>(duration_ns));
   if (context.events_enabled()) {

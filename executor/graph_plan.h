@@ -115,8 +115,7 @@ class GraphPlan {
                                           const std::vector<std::string>& captures = {});
   // A root plan for `model`'s main graph.
   static std::unique_ptr<GraphPlan> BuildModel(std::shared_ptr<const ModelProto> model,
-                                               RuntimeContext& context,
-                                               bool fold_constants = true,
+                                               RuntimeContext& context, bool fold_constants = true,
                                                bool fuse_subgraphs = true);
 
   const GraphProto& graph() const { return *graph_; }

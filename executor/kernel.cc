@@ -15,7 +15,7 @@ const RuntimeValue& KernelCall::input_value(size_t i) const {
   if (!has_input(i))
     Fail("required input " + std::to_string(i) +
          (static_cast<int>(i) < node_.input_size() ? " ('" + node_.input(static_cast<int>(i)) + "')"
-                                                    : std::string()) +
+                                                   : std::string()) +
          " is missing");
   return *inputs_[i];
 }

@@ -81,8 +81,7 @@ class KernelCall {
   KernelCall(RuntimeContext* context, const NodeProto& node,
              std::span<const RuntimeValue* const> inputs, std::span<RuntimeValue*> outputs,
              Allocator& allocator = DefaultAllocator())
-      : context_(context), node_(node), inputs_(inputs), outputs_(outputs),
-        allocator_(allocator) {}
+      : context_(context), node_(node), inputs_(inputs), outputs_(outputs), allocator_(allocator) {}
 
   const NodeProto& node() const { return node_; }
   size_t input_count() const { return inputs_.size(); }

@@ -19,8 +19,8 @@ class KernelRegistry {
                 KernelFactory factory, int64_t since_version = 1);
   // The factory with the greatest since_version <= opset (the newest when opset <= 0); null
   // when none applies. Stores that since_version in `*since_version` when given.
-  const KernelFactory* Find(const std::string& domain, const std::string& op_type,
-                            int64_t opset, symbolic::Device device = symbolic::Device::kCPU,
+  const KernelFactory* Find(const std::string& domain, const std::string& op_type, int64_t opset,
+                            symbolic::Device device = symbolic::Device::kCPU,
                             int64_t* since_version = nullptr) const;
   bool Contains(const std::string& domain, const std::string& op_type) const;
   bool empty() const { return kernels_.empty(); }

@@ -23,7 +23,10 @@ class NodeProfile {
     uint64_t total_ns = 0;
   };
   void AddNode(const NodeProto& node, uint64_t ns);
-  void AddRun() { std::lock_guard<std::mutex> lock(mu_); ++runs_; }
+  void AddRun() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++runs_;
+  }
   // One row per node, in the order nodes first ran.
   std::vector<Row> Rows() const;
   uint64_t runs() const;

@@ -42,9 +42,7 @@ class AppendReservation {
   size_t blocks() const { return blocks_; }
   size_t block_bytes() const { return block_bytes_; }
   // The new rows of block `b` (row-major over the dimensions before the append axis).
-  std::span<std::byte> block(size_t b) const {
-    return {first_ + b * block_stride_, block_bytes_};
-  }
+  std::span<std::byte> block(size_t b) const { return {first_ + b * block_stride_, block_bytes_}; }
   // The new rows of a single-block reservation (throws when there are several blocks).
   std::span<std::byte> writable_bytes() const;
   size_t writable_size() const { return blocks_ * block_bytes_; }
@@ -77,8 +75,8 @@ class PersistentAppendHook {
   virtual std::optional<AppendReservation> Reserve(const RuntimeContext& context,
                                                    const KernelCall& call,
                                                    const RuntimeValue* input,
-                                                   const RuntimeValue* output,
-                                                   const Shape& desired, int64_t axis) = 0;
+                                                   const RuntimeValue* output, const Shape& desired,
+                                                   int64_t axis) = 0;
   // Checks that `initialized_bytes` covers writable_size() exactly and returns the sealed
   // view; the state publishes capacity only if that view is the one the run returns.
   virtual Tensor Commit(const KernelCall& call, AppendReservation reservation,

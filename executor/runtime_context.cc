@@ -7,22 +7,29 @@ namespace onnx_light::core::runtime {
 
 const char* RuntimeEventActionName(RuntimeEventAction action) {
   switch (action) {
-    case RuntimeEventAction::kKernel: return "kernel";
-    case RuntimeEventAction::kPersistentStorage: return "persistent_storage";
-    case RuntimeEventAction::kSubgraph: return "subgraph";
-    case RuntimeEventAction::kFunction: return "function";
+    case RuntimeEventAction::kKernel:
+      return "kernel";
+    case RuntimeEventAction::kPersistentStorage:
+      return "persistent_storage";
+    case RuntimeEventAction::kSubgraph:
+      return "subgraph";
+    case RuntimeEventAction::kFunction:
+      return "function";
   }
   return "unknown";
 }
 
 RuntimeContext::RuntimeContext(KernelContext kernel_ctx, RuntimeContextOptions options)
-    : config_(std::make_shared<Config>(Config{std::move(kernel_ctx), options,
-                                              &DefaultAllocator(), KernelRegistry()})),
+    : config_(std::make_shared<Config>(
+          Config{std::move(kernel_ctx), options, &DefaultAllocator(), KernelRegistry()})),
       log_(std::make_shared<EventLog>()) {}
 
 RuntimeContext::RuntimeContext(std::shared_ptr<Config> config, std::shared_ptr<EventLog> log,
                                ValueScope* scope, const std::atomic<bool>* cancel)
-    : config_(std::move(config)), log_(std::move(log)), scope_(scope), cancel_(cancel),
+    : config_(std::move(config)),
+      log_(std::move(log)),
+      scope_(scope),
+      cancel_(cancel),
       is_child_(true) {}
 
 void RuntimeContext::RegisterKernelFn(const std::string& domain, const std::string& op_type,
@@ -41,8 +48,7 @@ void RuntimeContext::RegisterKernelFn(const std::string& domain, const std::stri
                    since_version);
 }
 
-RuntimeContext RuntimeContext::MakeChild(ValueScope* scope,
-                                         const std::atomic<bool>* cancel) const {
+RuntimeContext RuntimeContext::MakeChild(ValueScope* scope, const std::atomic<bool>* cancel) const {
   return RuntimeContext(config_, log_, scope, cancel != nullptr ? cancel : cancel_);
 }
 
@@ -77,22 +83,22 @@ void RuntimeContext::put_value(const std::string& name, RuntimeValue value) {
 
 std::span<std::byte> AppendReservation::writable_bytes() const {
   OL_CHECK(blocks_ == 1, ErrorCode::kFailedPrecondition,
-           "the append reservation of '" + candidate_.name() + "' has " +
-               std::to_string(blocks_) + " blocks: write each block(b)");
+           "the append reservation of '" + candidate_.name() + "' has " + std::to_string(blocks_) +
+               " blocks: write each block(b)");
   return block(0);
 }
 
-std::optional<AppendReservation> RuntimeContext::ReservePersistentAppend(
-    const KernelCall& call, const Shape& desired, int64_t axis, size_t input,
-    size_t output) const {
+std::optional<AppendReservation> RuntimeContext::ReservePersistentAppend(const KernelCall& call,
+                                                                         const Shape& desired,
+                                                                         int64_t axis, size_t input,
+                                                                         size_t output) const {
   if (append_hook_ == nullptr || !call.has_input(input) || !call.output_wanted(output))
     return std::nullopt;
   return append_hook_->Reserve(*this, call, &call.input_value(input), call.output_slot(output),
                                desired, axis);
 }
 
-Tensor RuntimeContext::CommitPersistentAppend(const KernelCall& call,
-                                              AppendReservation reservation,
+Tensor RuntimeContext::CommitPersistentAppend(const KernelCall& call, AppendReservation reservation,
                                               size_t initialized_bytes) const {
   OL_CHECK(append_hook_ != nullptr, ErrorCode::kFailedPrecondition,
            NodeLabel(call.node()) + ": CommitPersistentAppend without a reservation hook");

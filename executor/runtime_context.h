@@ -84,8 +84,7 @@ class RuntimeContext {
 
   // Custom kernels, looked up before the built-ins. Shared with child contexts.
   void RegisterKernelFn(const std::string& domain, const std::string& op_type,
-                        symbolic::Device device, KernelFactory factory,
-                        int64_t since_version = 1);
+                        symbolic::Device device, KernelFactory factory, int64_t since_version = 1);
   // The same for a factory that needs only the node and the context (the spec's form):
   // [](const NodeProto& node, RuntimeContext& rt) -> std::unique_ptr<KernelBase> {...}.
   using NodeKernelFactory =
@@ -155,8 +154,8 @@ class RuntimeContext {
     std::mutex mu;
     std::vector<RuntimeEvent> events;
   };
-  RuntimeContext(std::shared_ptr<Config> config, std::shared_ptr<EventLog> log,
-                 ValueScope* scope, const std::atomic<bool>* cancel);
+  RuntimeContext(std::shared_ptr<Config> config, std::shared_ptr<EventLog> log, ValueScope* scope,
+                 const std::atomic<bool>* cancel);
 
   std::shared_ptr<Config> config_;
   std::shared_ptr<EventLog> log_;

@@ -1,13 +1,13 @@
 #include "executor/runtime_session.h"
 
+#include <tbb/task_arena.h>
+
 #include <algorithm>
 #include <atomic>
 #include <limits>
 #include <mutex>
 #include <utility>
 #include <vector>
-
-#include <tbb/task_arena.h>
 
 #include "core/onnx_arity.h"
 #include "executor/flow_executor.h"
@@ -41,8 +41,8 @@ struct RuntimeSession::CachedPlan {
   }
   // Whether the kernels `context` would build are the ones this plan holds.
   bool EquivalentTo(const RuntimeContext& context) const {
-    return shareable && context.custom_kernels().empty() &&
-           &context.allocator() == allocator && context.kernel_ctx().opsets() == opsets;
+    return shareable && context.custom_kernels().empty() && &context.allocator() == allocator &&
+           context.kernel_ctx().opsets() == opsets;
   }
   // True when no context of this plan is alive (only the session holds their configuration)
   // and no run uses it: no one can reach the plan again.
@@ -109,7 +109,8 @@ RuntimeSession::CachedPlan& RuntimeSession::Cached(RuntimeContext& context) cons
     }
   // A new plan: first drop the ones no one can reach any more, and forget configurations
   // that are gone (their plans stay while another of their contexts lives).
-  std::erase_if(impl_->plans, [](const std::unique_ptr<CachedPlan>& c) { return c->Unreachable(); });
+  std::erase_if(impl_->plans,
+                [](const std::unique_ptr<CachedPlan>& c) { return c->Unreachable(); });
   for (auto& c : impl_->plans) {
     auto& users = c->contexts;  // users[0] built the plan: kept with it
     for (size_t u = users.size(); u-- > 1;)
@@ -120,8 +121,8 @@ RuntimeSession::CachedPlan& RuntimeSession::Cached(RuntimeContext& context) cons
   cached->opsets = context.kernel_ctx().opsets();
   cached->allocator = &context.allocator();
   cached->shareable = context.custom_kernels().empty();
-  cached->plan = GraphPlan::BuildModel(model_, context, options_.fold_constants,
-                                      options_.fuse_subgraphs);
+  cached->plan =
+      GraphPlan::BuildModel(model_, context, options_.fold_constants, options_.fuse_subgraphs);
   impl_->plans.push_back(std::move(cached));
   return *impl_->plans.back();
 }
@@ -133,8 +134,9 @@ RuntimeSession::CachedPlan& RuntimeSession::CachedFor(const GraphPlan& plan) con
       c->running.fetch_add(1, std::memory_order_acq_rel);
       return *c;
     }
-  Throw(ErrorCode::kInvalidArgument, "RuntimeSession::Execute: the frame's plan is not a plan "
-                                     "of this session");
+  Throw(ErrorCode::kInvalidArgument,
+        "RuntimeSession::Execute: the frame's plan is not a plan "
+        "of this session");
 }
 
 const GraphPlan& RuntimeSession::plan(RuntimeContext& context) const {
@@ -161,8 +163,7 @@ RuntimeSessionOptions::ExecutorMode RuntimeSession::executor_for(const GraphPlan
   if (options_.executor != Mode::kAuto) return options_.executor;
   // Task overhead (~µs per node) only pays off with real parallel width and enough nodes.
   constexpr size_t kMinFlowNodes = 8;
-  if (impl_->arena.max_concurrency() < 2 || plan.width() < 2 ||
-      plan.nodes().size() < kMinFlowNodes)
+  if (impl_->arena.max_concurrency() < 2 || plan.width() < 2 || plan.nodes().size() < kMinFlowNodes)
     return Mode::kInline;
   return Mode::kFlowGraph;
 }
@@ -291,8 +292,7 @@ RuntimeValueMap RuntimeSession::RunSelected(RuntimeContext& context, RuntimeValu
     std::vector<std::string> declared;
     for (const auto& in : plan.inputs()) declared.push_back(in.name);
     Throw(ErrorCode::kInvalidArgument, "unknown feed name(s) " + QuotedList(unknown, true) +
-                                           "; the graph inputs are " +
-                                           QuotedList(declared, false));
+                                           "; the graph inputs are " + QuotedList(declared, false));
   }
   Execute(context, frame, options);
   RuntimeValueMap outputs;

@@ -99,10 +99,9 @@ size_t SessionCache::SweepLocked(std::vector<std::unique_ptr<Entry>>& dropped) {
 
 void SessionCache::TrimLocked(std::vector<std::unique_ptr<Entry>>& dropped) {
   while (entries_.size() > capacity_) {
-    auto oldest = std::min_element(entries_.begin(), entries_.end(),
-                                   [](const auto& a, const auto& b) {
-                                     return a->last_use < b->last_use;
-                                   });
+    auto oldest =
+        std::min_element(entries_.begin(), entries_.end(),
+                         [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
     dropped.push_back(std::move(*oldest));
     entries_.erase(oldest);
   }

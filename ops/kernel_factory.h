@@ -5,9 +5,9 @@
 #include "executor/runtime_context.h"
 #include "onnx_light.pb.h"
 
-#define OL_KERNEL_FACTORY(Class)                                                          \
-  std::unique_ptr<::onnx_light::core::runtime::KernelBase> Make##Class(                   \
+#define OL_KERNEL_FACTORY(Class)                                                             \
+  std::unique_ptr<::onnx_light::core::runtime::KernelBase> Make##Class(                      \
       const ::onnx_light::NodeProto& node, ::onnx_light::core::runtime::RuntimeContext& ctx, \
-      const ::onnx_light::core::runtime::KernelInfo& info) {                              \
-    return ::onnx_light::core::runtime::MakeKernel<Class>(node, ctx, info);               \
+      const ::onnx_light::core::runtime::KernelInfo& info) {                                 \
+    return ::onnx_light::core::runtime::MakeKernel<Class>(node, ctx, info);                  \
   }

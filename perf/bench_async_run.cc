@@ -32,10 +32,10 @@ namespace {
 constexpr int64_t kBatch = 256;  // calls per coroutine loop
 
 std::shared_ptr<const ModelProto> Accumulate() {
-  auto model = std::make_shared<ModelProto>(core::ParseModel(
-      "<ir_version: 10, opset_import: [\"\" : 18]>"
-      "accumulate (float[2] delta, float[2] past) => (float[2] present)"
-      "{ present = Add(delta, past) }"));
+  auto model = std::make_shared<ModelProto>(
+      core::ParseModel("<ir_version: 10, opset_import: [\"\" : 18]>"
+                       "accumulate (float[2] delta, float[2] past) => (float[2] present)"
+                       "{ present = Add(delta, past) }"));
   auto* binding = model->mutable_graph()->add_persistent_bindings();
   binding->set_input_name("past");
   binding->set_output_name("present");
@@ -44,8 +44,7 @@ std::shared_ptr<const ModelProto> Accumulate() {
 
 struct Fixture {
   Fixture()
-      : state(Accumulate(),
-              {{"past", RuntimeValue(Tensor::FromFloat("past", {2}, {0.f, 0.f}))}}),
+      : state(Accumulate(), {{"past", RuntimeValue(Tensor::FromFloat("past", {2}, {0.f, 0.f}))}}),
         delta(Tensor::FromFloat("delta", {2}, {1.f, 1.f})) {}
 
   RuntimeValueMap Feeds() const {

@@ -5,7 +5,6 @@
 // from memory, not from the cache the previous iteration warmed; GB/s counts K and V read.
 //   ./build/perf/bench_attention [--benchmark_filter=Layers]
 #include <benchmark/benchmark.h>
-
 #include <sys/mman.h>
 
 #include <cstdlib>
@@ -66,23 +65,22 @@ struct DecodeAttention {
                                        std::vector<float>(qs.get(), qs.get() + heads * kDims)));
       for (auto* out : {&k, &v}) {
         auto store = RandomStore(kv_heads * capacity * kDims, 100 + l + (out == &v ? 50 : 0));
-        out->emplace_back(Tensor::StridedView("cache", DataType::kFloat, {1, kv_heads, keys, kDims},
-                                              {kv_heads * capacity * kDims, capacity * kDims,
-                                               kDims, 1},
-                                              store.get(), store));
+        out->emplace_back(Tensor::StridedView(
+            "cache", DataType::kFloat, {1, kv_heads, keys, kDims},
+            {kv_heads * capacity * kDims, capacity * kDims, kDims, 1}, store.get(), store));
       }
     }
     mask = RuntimeValue(Tensor::FromFloat("m", {1, 1, 1, keys},
                                           std::vector<float>(static_cast<size_t>(keys), 0.0f)));
     const std::vector<int64_t> expand = {1, kv_heads, rep, keys, kDims},
                                merged = {1, heads, keys, kDims};
-    layout = {RuntimeValue(Ints(expand)), RuntimeValue(Ints(merged)),
-              RuntimeValue(Ints(expand)), RuntimeValue(Ints(merged))};
+    layout = {RuntimeValue(Ints(expand)), RuntimeValue(Ints(merged)), RuntimeValue(Ints(expand)),
+              RuntimeValue(Ints(merged))};
   }
 
   void Run(size_t l) {
-    const RuntimeValue* in[10] = {&q[l], &k[l], &v[l], &mask, &layout[0], &layout[1],
-                                  nullptr, nullptr, &layout[2], &layout[3]};
+    const RuntimeValue* in[10] = {&q[l],      &k[l],   &v[l],   &mask,      &layout[0],
+                                  &layout[1], nullptr, nullptr, &layout[2], &layout[3]};
     RuntimeValue out;
     RuntimeValue* outs[] = {&out};
     KernelCall call(&context, node, in, outs);
@@ -115,7 +113,11 @@ void BM_DecodeQwenLayers(benchmark::State& state) { Decode(state, 14, 2, 24); }
 }  // namespace
 
 BENCHMARK(BM_DecodeSmolLM2)->Arg(128)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK(BM_DecodeSmolLM2Layers)->Arg(128)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_DecodeSmolLM2Layers)
+    ->Arg(128)
+    ->Arg(1024)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK(BM_DecodeSmolLM2LayersHuge)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_DecodeQwen)->Arg(128)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_DecodeQwenLayers)->Arg(128)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();

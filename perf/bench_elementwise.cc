@@ -7,6 +7,7 @@
 // the kernels ran before, so it gives a same-run before/after ratio.
 //   ./build/perf/bench_elementwise [--benchmark_filter=Sigmoid]
 #include <benchmark/benchmark.h>
+#include <tbb/task_arena.h>
 
 #include <chrono>
 #include <memory>
@@ -14,14 +15,12 @@
 #include <string>
 #include <vector>
 
-#include <tbb/task_arena.h>
-
 #include "core/tensor.h"
 #include "executor/kernel.h"
 #include "executor/kernel_registry.h"
 #include "executor/runtime_context.h"
-#include "ops/math/vexp.h"
 #include "onnx_light.pb.h"
+#include "ops/math/vexp.h"
 
 using namespace onnx_light;
 using namespace onnx_light::core::runtime;

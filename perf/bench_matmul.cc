@@ -4,14 +4,13 @@
 // memcpy of the same bytes for comparison.
 //   ./build/perf/bench_matmul [--benchmark_filter=Prefill]
 #include <benchmark/benchmark.h>
+#include <tbb/task_arena.h>
 
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "ops/math/gemm.h"
-
-#include <tbb/task_arena.h>
 
 namespace math = onnx_light::ops::math;
 
@@ -34,8 +33,8 @@ void Sgemm(benchmark::State& state, math::GemmPath path) {
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n / 1e9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * n * n * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_Sgemm(benchmark::State& state) { Sgemm(state, math::GemmPath::kAuto); }
@@ -44,8 +43,7 @@ void BM_SgemmPortable(benchmark::State& state) { Sgemm(state, math::GemmPath::kP
 
 // M x K times a K x N weight, B packed per call or once beforehand (PackedB), in an arena
 // of `threads` threads (0: the default arena).
-void Prefill(benchmark::State& state, int64_t m, int64_t k, int64_t n, bool cached,
-             int threads) {
+void Prefill(benchmark::State& state, int64_t m, int64_t k, int64_t n, bool cached, int threads) {
   const std::vector<float> a = RandomVector(m * k), b = RandomVector(k * n);
   std::vector<float> c(static_cast<size_t>(m * n));
   const math::PackedB packed(false, k, n, b.data(), n);
@@ -65,8 +63,8 @@ void Prefill(benchmark::State& state, int64_t m, int64_t k, int64_t n, bool cach
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k / 1e9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * m * n * k / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // range(0..2) = M, K, N; range(3) = 1: B packed once beforehand.
@@ -91,8 +89,8 @@ void BM_Gemv(benchmark::State& state) {
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
-  state.counters["GB/s"] = benchmark::Counter(4.0 * k * n / 1e9,
-                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(4.0 * k * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // memcpy of the weight's bytes: reads + writes them (twice the traffic of a GEMV read).
@@ -105,19 +103,27 @@ void BM_Memcpy(benchmark::State& state) {
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
   }
-  state.counters["GB/s"] = benchmark::Counter(4.0 * k * n / 1e9,
-                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(4.0 * k * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 }  // namespace
 
-BENCHMARK(BM_Sgemm)->RangeMultiplier(2)->Range(64, 1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Sgemm)
+    ->RangeMultiplier(2)
+    ->Range(64, 1024)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK(BM_SgemmAvx2)
     ->RangeMultiplier(2)
     ->Range(64, 1024)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
-BENCHMARK(BM_SgemmPortable)->RangeMultiplier(2)->Range(64, 1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_SgemmPortable)
+    ->RangeMultiplier(2)
+    ->Range(64, 1024)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 // The Llama bench model's projections at a 16-token prompt: q/o, gate/up, down, lm_head.
 BENCHMARK(BM_Prefill)
     ->ArgsProduct({{16}, {256}, {256}, {0, 1}})
@@ -145,6 +151,10 @@ BENCHMARK(BM_Gemv)
     ->Args({2048, 8192, 1})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
-BENCHMARK(BM_Memcpy)->Args({4096, 4096})->Args({2048, 8192})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Memcpy)
+    ->Args({4096, 4096})
+    ->Args({2048, 8192})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 BENCHMARK_MAIN();

@@ -15,9 +15,9 @@
 
 #include "executor/kernel_registry.h"
 #include "executor/runtime_context.h"
+#include "onnx_light.pb.h"
 #include "ops/ai_rt/page_writer.h"
 #include "ops/ai_rt/paged_attention.h"
-#include "onnx_light.pb.h"
 
 using namespace onnx_light;
 using namespace onnx_light::core::runtime;
@@ -68,7 +68,8 @@ const PagedCache& CacheFor(int64_t tokens, int format_index) {
     blocks.push_back(RuntimeValue::Struct("", std::move(f)));
   }
   std::vector<RuntimeValue::Field> cache;
-  cache.emplace_back("blocks", RuntimeValue::Sequence(RuntimeSequence::FromValues(std::move(blocks))));
+  cache.emplace_back("blocks",
+                     RuntimeValue::Sequence(RuntimeSequence::FromValues(std::move(blocks))));
   entry.cache = RuntimeValue::Struct("", std::move(cache));
   return entry;
 }
@@ -95,7 +96,8 @@ void BM_PagedDecode(benchmark::State& state) {
   KernelContext ctx;
   PagedAttention kernel(ctx);
   kernel.set_node(PagedNode());
-  const Tensor q = Tensor::FromFloat("q", {1, kKvHeads * kGroup, 1, kHead}, Random(kKvHeads * kGroup * kHead, 1));
+  const Tensor q = Tensor::FromFloat("q", {1, kKvHeads * kGroup, 1, kHead},
+                                     Random(kKvHeads * kGroup * kHead, 1));
   const Tensor k = Tensor::FromFloat("k", {1, kKvHeads, 1, kHead}, Random(kKvHeads * kHead, 2));
   const Tensor v = Tensor::FromFloat("v", {1, kKvHeads, 1, kHead}, Random(kKvHeads * kHead, 3));
   for (auto _ : state)
@@ -118,8 +120,10 @@ void BM_ContiguousDecode(benchmark::State& state) {
       node, context, KernelInfo(node, context.kernel_ctx()));
   kernel->set_node(node);
   const RuntimeValue q(Tensor::FromFloat("q", {1, heads, 1, kHead}, Random(heads * kHead, 1)));
-  const RuntimeValue k(Tensor::FromFloat("k", {1, kKvHeads, tokens, kHead}, Random(kKvHeads * tokens * kHead, 2)));
-  const RuntimeValue v(Tensor::FromFloat("v", {1, kKvHeads, tokens, kHead}, Random(kKvHeads * tokens * kHead, 3)));
+  const RuntimeValue k(
+      Tensor::FromFloat("k", {1, kKvHeads, tokens, kHead}, Random(kKvHeads * tokens * kHead, 2)));
+  const RuntimeValue v(
+      Tensor::FromFloat("v", {1, kKvHeads, tokens, kHead}, Random(kKvHeads * tokens * kHead, 3)));
   // The layout operands of the repeat-KV subgraph the fused kernel replaces.
   auto ints = [](std::vector<int64_t> d) {
     const auto n = static_cast<int64_t>(d.size());
@@ -127,8 +131,8 @@ void BM_ContiguousDecode(benchmark::State& state) {
   };
   const RuntimeValue expand = ints({1, kKvHeads, kGroup, tokens, kHead});
   const RuntimeValue merged = ints({1, heads, tokens, kHead});
-  const std::vector<const RuntimeValue*> inputs = {&q, &k, &v, nullptr, &expand, &merged,
-                                                   nullptr, nullptr, &expand, &merged};
+  const std::vector<const RuntimeValue*> inputs = {&q,      &k,      &v,      nullptr, &expand,
+                                                   &merged, nullptr, nullptr, &expand, &merged};
   for (auto _ : state) {
     RuntimeValue y;
     RuntimeValue* outputs[1] = {&y};

@@ -30,10 +30,10 @@ std::shared_ptr<const ModelProto> Bind(ModelProto model) {
 }
 
 std::shared_ptr<const ModelProto> AddModel() {
-  return Bind(core::ParseModel(
-      "<ir_version: 10, opset_import: [\"\" : 18]>"
-      "accumulate (float[2] delta, float[2] past) => (float[2] present)"
-      "{ present = Add(delta, past) }"));
+  return Bind(
+      core::ParseModel("<ir_version: 10, opset_import: [\"\" : 18]>"
+                       "accumulate (float[2] delta, float[2] past) => (float[2] present)"
+                       "{ present = Add(delta, past) }"));
 }
 
 // t0 = Add(delta, past); t_i = Mul or Add(t_{i-1}, delta); present = Identity(t_{n-2}).
@@ -43,9 +43,10 @@ std::shared_ptr<const ModelProto> ChainModel(int nodes) {
     body += "t" + std::to_string(i) + " = " + (i % 2 ? "Mul" : "Add") + "(t" +
             std::to_string(i - 1) + ", delta) ";
   body += "present = Identity(t" + std::to_string(nodes - 2) + ")";
-  return Bind(core::ParseModel(
-      "<ir_version: 10, opset_import: [\"\" : 18]>"
-      "chain (float[2] delta, float[2] past) => (float[2] present) {" + body + "}"));
+  return Bind(
+      core::ParseModel("<ir_version: 10, opset_import: [\"\" : 18]>"
+                       "chain (float[2] delta, float[2] past) => (float[2] present) {" +
+                       body + "}"));
 }
 
 std::shared_ptr<const ModelProto> ModelFor(int64_t nodes) {
@@ -93,8 +94,7 @@ void BM_StatelessRunWithFeedback(benchmark::State& bench) {
     benchmark::DoNotOptimize(out);
   }
   const bool exact = bench.range(0) == 1 && bench.iterations() < (int64_t{1} << 24);
-  if (exact && fed.at("past").tensor().ToFloatVector()[0] !=
-                   static_cast<float>(bench.iterations()))
+  if (exact && fed.at("past").tensor().ToFloatVector()[0] != static_cast<float>(bench.iterations()))
     bench.SkipWithError("the hand feedback did not accumulate one delta per step");
 }
 

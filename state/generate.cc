@@ -23,8 +23,10 @@ bool Declares(const GraphProto& graph, const std::string& name) {
 // Row `b`'s logits for the last position, as floats.
 std::vector<float> LastLogits(const Tensor& logits, int64_t b, const std::string& name) {
   OL_CHECK(logits.rank() == 2 || logits.rank() == 3, ErrorCode::kInvalidArgument,
-           "logits output '" + name + "' must be [batch, sequence, vocabulary] or "
-           "[batch, vocabulary], got " + ShapeToString(logits.shape()));
+           "logits output '" + name +
+               "' must be [batch, sequence, vocabulary] or "
+               "[batch, vocabulary], got " +
+               ShapeToString(logits.shape()));
   const int64_t vocab = logits.dim(-1);
   const int64_t seq = logits.rank() == 3 ? logits.dim(1) : 1;
   OL_CHECK(seq > 0 && vocab > 0, ErrorCode::kInvalidArgument,
@@ -34,18 +36,22 @@ std::vector<float> LastLogits(const Tensor& logits, int64_t b, const std::string
   for (int64_t v = 0; v < vocab; ++v) {
     const int64_t i = start + v;
     switch (logits.dtype()) {
-      case DataType::kFloat: row[static_cast<size_t>(v)] = logits.data<float>()[i]; break;
+      case DataType::kFloat:
+        row[static_cast<size_t>(v)] = logits.data<float>()[i];
+        break;
       case DataType::kDouble:
         row[static_cast<size_t>(v)] = static_cast<float>(logits.data<double>()[i]);
         break;
-      case DataType::kFloat16: row[static_cast<size_t>(v)] = HalfToFloat(logits.data<uint16_t>()[i]); break;
+      case DataType::kFloat16:
+        row[static_cast<size_t>(v)] = HalfToFloat(logits.data<uint16_t>()[i]);
+        break;
       case DataType::kBFloat16:
         row[static_cast<size_t>(v)] = BFloat16ToFloat(logits.data<uint16_t>()[i]);
         break;
       default:
-        Throw(ErrorCode::kInvalidArgument, "logits output '" + name +
-                                               "' must be FLOAT, DOUBLE, FLOAT16 or BFLOAT16, got " +
-                                               DataTypeName(logits.dtype()));
+        Throw(ErrorCode::kInvalidArgument,
+              "logits output '" + name + "' must be FLOAT, DOUBLE, FLOAT16 or BFLOAT16, got " +
+                  DataTypeName(logits.dtype()));
     }
   }
   return row;
@@ -126,8 +132,8 @@ PositionLimit FindPositionLimit(const GraphProto& graph, const std::string& posi
     if (axis != 0) continue;
     if (const TensorProto* table = FindInitializer(graph, node.input(0)))
       return {table->dims(0), "'" + position_name + "' indexes the " +
-                                  std::to_string(table->dims(0)) + " rows of '" +
-                                  table->name() + "'"};
+                                  std::to_string(table->dims(0)) + " rows of '" + table->name() +
+                                  "'"};
   }
   for (const auto& node : graph.node()) {
     if (node.domain() != "com.microsoft") continue;
@@ -161,14 +167,13 @@ Task<Tensor> GenerateTask(std::shared_ptr<const ModelProto> model, RuntimeContex
   std::shared_ptr<const RuntimeSession> session =
       SessionCache::Default().Get(model, session_options);
   model.reset();  // the session holds it
-  co_return co_await GenerateTask(std::move(session), context, std::move(feeds),
-                                  std::move(options), std::move(on_token), cancel, stats);
+  co_return co_await GenerateTask(std::move(session), context, std::move(feeds), std::move(options),
+                                  std::move(on_token), cancel, stats);
 }
 
 Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, RuntimeContext& context,
-                          RuntimeValueMap feeds, GenerationOptions options,
-                          TokenCallback on_token, const TaskCompletion* cancel,
-                          GenerationStats* stats) {
+                          RuntimeValueMap feeds, GenerationOptions options, TokenCallback on_token,
+                          const TaskCompletion* cancel, GenerationStats* stats) {
   OL_CHECK(session != nullptr, ErrorCode::kInvalidArgument, "generate: session is null");
   OL_CHECK(options.max_new_tokens >= 0, ErrorCode::kInvalidArgument,
            "max_new_tokens must be >= 0, got " + std::to_string(options.max_new_tokens));
@@ -189,7 +194,8 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
   OL_CHECK(ids_it->second.is_tensor() && ids_it->second.tensor().dtype() == DataType::kInt64 &&
                ids_it->second.tensor().rank() == 2 && ids_it->second.tensor().dim(1) > 0,
            ErrorCode::kInvalidArgument,
-           "generate: '" + options.input_ids_name + "' must be a non-empty INT64 [batch, prompt] tensor");
+           "generate: '" + options.input_ids_name +
+               "' must be a non-empty INT64 [batch, prompt] tensor");
   const Tensor prompt = ids_it->second.tensor();
   const int64_t batch = prompt.dim(0), prompt_len = prompt.dim(1);
   feeds.erase(ids_it);
@@ -257,7 +263,8 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
       OL_CHECK(empty, ErrorCode::kInvalidArgument,
                "generate: initial cache '" + it->first +
                    "' must represent an empty prefix (a zero-length dimension), got " +
-                   (v.is_tensor() ? ShapeToString(v.tensor().shape()) : std::string("a non-empty value")));
+                   (v.is_tensor() ? ShapeToString(v.tensor().shape())
+                                  : std::string("a non-empty value")));
       initial.emplace(it->first, it->second);
       it = feeds.erase(it);
     } else {
@@ -275,8 +282,8 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
   if (!bound.empty()) state = std::make_unique<PersistentValueState>(session, std::move(initial));
   if (stats) stats->used_persistent_state = state != nullptr;
 
-  const int64_t pad = options.pad_token_id ? *options.pad_token_id
-                                           : options.eos_token_id.value_or(0);
+  const int64_t pad =
+      options.pad_token_id ? *options.pad_token_id : options.eos_token_id.value_or(0);
   std::vector<std::vector<int64_t>> rows(static_cast<size_t>(batch));
   for (int64_t b = 0; b < batch; ++b)
     rows[static_cast<size_t>(b)].assign(prompt.data<int64_t>() + b * prompt_len,
@@ -294,20 +301,21 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     if (step > 0 && options.step_gate) co_await options.step_gate(step);
     if (cancel != nullptr && cancel->cancelled()) break;
-    const int64_t length = prompt_len + step;       // tokens known so far
+    const int64_t length = prompt_len + step;  // tokens known so far
     const bool incremental = state != nullptr && step > 0;
-    const int64_t fed = incremental ? 1 : length;   // tokens fed this call
-    RuntimeValueMap call = fixed;                   // shares owners; no payload copy
-    call.emplace(options.input_ids_name,
-                 RuntimeValue(Int64Tensor(options.input_ids_name, batch, fed, [&](int64_t b, int64_t t) {
-                   return rows[static_cast<size_t>(b)][static_cast<size_t>(length - fed + t)];
-                 })));
+    const int64_t fed = incremental ? 1 : length;  // tokens fed this call
+    RuntimeValueMap call = fixed;                  // shares owners; no payload copy
+    call.emplace(
+        options.input_ids_name,
+        RuntimeValue(Int64Tensor(options.input_ids_name, batch, fed, [&](int64_t b, int64_t t) {
+          return rows[static_cast<size_t>(b)][static_cast<size_t>(length - fed + t)];
+        })));
     if (declares_mask)
       call.emplace(options.attention_mask_name,
-                   RuntimeValue(Int64Tensor(options.attention_mask_name, batch, length,
-                                            [&](int64_t b, int64_t t) {
-                                              return mask[static_cast<size_t>(b)][static_cast<size_t>(t)];
-                                            })));
+                   RuntimeValue(Int64Tensor(
+                       options.attention_mask_name, batch, length, [&](int64_t b, int64_t t) {
+                         return mask[static_cast<size_t>(b)][static_cast<size_t>(t)];
+                       })));
     // Refused here rather than as an index error deep inside the graph. Without a position
     // input the positions are the token indices.
     if (!declares_positions) CheckPosition(limit, length - 1);
@@ -315,10 +323,12 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
       for (const auto& row : positions)
         for (int64_t t = length - fed; t < length; ++t)
           CheckPosition(limit, row[static_cast<size_t>(t)]);
-      call.emplace(options.position_ids_name,
-                   RuntimeValue(Int64Tensor(options.position_ids_name, batch, fed, [&](int64_t b, int64_t t) {
-                     return positions[static_cast<size_t>(b)][static_cast<size_t>(length - fed + t)];
-                   })));
+      call.emplace(
+          options.position_ids_name,
+          RuntimeValue(
+              Int64Tensor(options.position_ids_name, batch, fed, [&](int64_t b, int64_t t) {
+                return positions[static_cast<size_t>(b)][static_cast<size_t>(length - fed + t)];
+              })));
     }
 
     const auto start = std::chrono::steady_clock::now();
@@ -327,15 +337,17 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
     if (stats) {
       stats->steps = step + 1;
       stats->step_ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now() - start).count());
+                                   std::chrono::steady_clock::now() - start)
+                                   .count());
     }
     auto logits_it = outputs.find(options.logits_name);
     OL_CHECK(logits_it != outputs.end() && logits_it->second.is_tensor(),
              ErrorCode::kInvalidArgument,
              "generate: the model has no tensor output '" + options.logits_name + "'");
     const Tensor& logits = logits_it->second.tensor();
-    OL_CHECK(logits.dim(0) == batch, ErrorCode::kInvalidArgument,
-             "generate: logits batch " + std::to_string(logits.dim(0)) + " != " + std::to_string(batch));
+    OL_CHECK(
+        logits.dim(0) == batch, ErrorCode::kInvalidArgument,
+        "generate: logits batch " + std::to_string(logits.dim(0)) + " != " + std::to_string(batch));
 
     std::vector<int64_t> chosen(static_cast<size_t>(batch), pad);
     for (int64_t b = 0; b < batch; ++b) {
@@ -354,13 +366,14 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
     if (std::all_of(finished.begin(), finished.end(), [](bool f) { return f; })) break;
   }
 
-  co_return Int64Tensor(options.input_ids_name, batch, prompt_len + generated,
-                        [&](int64_t b, int64_t t) { return rows[static_cast<size_t>(b)][static_cast<size_t>(t)]; });
+  co_return Int64Tensor(
+      options.input_ids_name, batch, prompt_len + generated,
+      [&](int64_t b, int64_t t) { return rows[static_cast<size_t>(b)][static_cast<size_t>(t)]; });
 }
 
 Tensor Generate(std::shared_ptr<const RuntimeSession> session, RuntimeContext& context,
-                RuntimeValueMap feeds, const GenerationOptions& options,
-                TokenCallback on_token, const TaskCompletion* cancel, GenerationStats* stats) {
+                RuntimeValueMap feeds, const GenerationOptions& options, TokenCallback on_token,
+                const TaskCompletion* cancel, GenerationStats* stats) {
   return SyncWait(GenerateTask(std::move(session), context, std::move(feeds), options,
                                std::move(on_token), cancel, stats));
 }

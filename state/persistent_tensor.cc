@@ -154,12 +154,11 @@ std::optional<AppendReservation> PersistentTensor::AppendLease::Reserve(
   Tensor candidate =
       CapacityView(input.name(), dtype, desired, axis, capacity, layout, base, std::move(owner));
   return AppendReservation(std::move(candidate), base + prefix_rows * row_bytes,
-                           (rows - prefix_rows) * row_bytes, layout.blocks,
-                           capacity * row_bytes, lease_index);
+                           (rows - prefix_rows) * row_bytes, layout.blocks, capacity * row_bytes,
+                           lease_index);
 }
 
-Tensor PersistentTensor::AppendLease::Commit(const KernelCall& call,
-                                             AppendReservation reservation,
+Tensor PersistentTensor::AppendLease::Commit(const KernelCall& call, AppendReservation reservation,
                                              size_t initialized_bytes) {
   OL_CHECK(pending_.has_value() && !committed_.has_value(), ErrorCode::kFailedPrecondition,
            NodeLabel(call.node()) + ": no open append reservation for persistent binding '" +
@@ -167,8 +166,8 @@ Tensor PersistentTensor::AppendLease::Commit(const KernelCall& call,
   const size_t reserved = reservation.writable_size();
   OL_CHECK(initialized_bytes == reserved, ErrorCode::kInvalidArgument,
            NodeLabel(call.node()) + ": initialized " + std::to_string(initialized_bytes) +
-               " bytes of the " + std::to_string(reserved) +
-               " reserved for persistent binding '" + binding_ + "'");
+               " bytes of the " + std::to_string(reserved) + " reserved for persistent binding '" +
+               binding_ + "'");
   Tensor view = reservation.candidate();
   view.Seal();
   committed_.emplace(view, *pending_);

@@ -42,15 +42,14 @@ class PersistentTensor {
     size_t capacity = 0;         // rows along the append axis
     size_t row_bytes = 0;        // bytes of one row (product of the dims after the axis)
     DataType dtype = DataType::kUndefined;
-    size_t blocks = 1;           // runs of rows: the product of the dims before the axis
+    size_t blocks = 1;  // runs of rows: the product of the dims before the axis
     bool valid() const { return base != nullptr && capacity > 0; }
   };
 
   PersistentTensor() = default;
   // An imported tensor: retained bytes, no certified capacity.
   explicit PersistentTensor(Tensor view) : view_(std::move(view)) {}
-  PersistentTensor(Tensor view, Capacity capacity)
-      : view_(std::move(view)), capacity_(capacity) {}
+  PersistentTensor(Tensor view, Capacity capacity) : view_(std::move(view)), capacity_(capacity) {}
 
   const Tensor& view() const { return view_; }
   const Capacity& capacity() const { return capacity_; }
@@ -70,8 +69,8 @@ class PersistentTensor::AppendLease {
   // `retained` (owned by the caller for the whole run) is the bound input's retained
   // value; `capacity` its certificate; `exclusive` whether the state was its only holder
   // when the run started. `initial_capacity` 0 declines every reservation.
-  AppendLease(std::string binding, const RuntimeValue* retained, Capacity capacity,
-              bool exclusive, size_t initial_capacity);
+  AppendLease(std::string binding, const RuntimeValue* retained, Capacity capacity, bool exclusive,
+              size_t initial_capacity);
   AppendLease(AppendLease&& other) noexcept;
   AppendLease& operator=(AppendLease&&) = delete;
   AppendLease(const AppendLease&) = delete;
@@ -82,13 +81,11 @@ class PersistentTensor::AppendLease {
   // disabled capacity or an unsupported layout; throws kFailedPrecondition on a second
   // attempt. Records a kPersistentStorage event (allocation, prefix copy or reuse) when
   // the context's events are enabled. `lease_index` is echoed in the reservation.
-  std::optional<AppendReservation> Reserve(const RuntimeContext& context,
-                                           const KernelCall& call, const Tensor& input,
-                                           const Shape& desired, int64_t axis,
+  std::optional<AppendReservation> Reserve(const RuntimeContext& context, const KernelCall& call,
+                                           const Tensor& input, const Shape& desired, int64_t axis,
                                            size_t lease_index);
   // Checks the initialized byte count and records the sealed candidate.
-  Tensor Commit(const KernelCall& call, AppendReservation reservation,
-                size_t initialized_bytes);
+  Tensor Commit(const KernelCall& call, AppendReservation reservation, size_t initialized_bytes);
 
   bool attempted() const { return attempted_.load(std::memory_order_acquire); }
   // The committed candidate, when the kernel committed one.

@@ -8,8 +8,8 @@
 #include "core/error.h"
 #include "executor/attributes.h"
 #include "executor/graph_plan.h"
-#include "state/persistent_tensor.h"
 #include "onnx_light.pb.h"
+#include "state/persistent_tensor.h"
 
 namespace onnx_light::core::runtime {
 
@@ -73,10 +73,9 @@ class StateAppendHook final : public PersistentAppendHook {
   };
   std::vector<Entry> entries;
 
-  std::optional<AppendReservation> Reserve(const RuntimeContext& context,
-                                           const KernelCall& call, const RuntimeValue* input,
-                                           const RuntimeValue* output, const Shape& desired,
-                                           int64_t axis) override {
+  std::optional<AppendReservation> Reserve(const RuntimeContext& context, const KernelCall& call,
+                                           const RuntimeValue* input, const RuntimeValue* output,
+                                           const Shape& desired, int64_t axis) override {
     for (size_t i = 0; i < entries.size(); ++i) {
       Entry& e = entries[i];
       if (e.input != input || e.output != output) continue;
@@ -123,8 +122,8 @@ std::string Quoted(const std::vector<std::string>& names) {
   return out;
 }
 
-const ValueInfoProto* FindValueInfo(
-    const google::protobuf::RepeatedPtrField<ValueInfoProto>& infos, const std::string& name) {
+const ValueInfoProto* FindValueInfo(const google::protobuf::RepeatedPtrField<ValueInfoProto>& infos,
+                                    const std::string& name) {
   for (const auto& vi : infos)
     if (vi.name() == name) return &vi;
   return nullptr;
@@ -155,9 +154,8 @@ void CheckBindingTypes(const std::string& where, const TypeProto& in, const Type
     const auto& b = out.tensor_type();
     if (a.elem_type() != 0 && b.elem_type() != 0 && a.elem_type() != b.elem_type())
       Throw(ErrorCode::kInvalidModel,
-            where + ": input element type " +
-                DataTypeName(static_cast<DataType>(a.elem_type())) + " differs from output " +
-                DataTypeName(static_cast<DataType>(b.elem_type())));
+            where + ": input element type " + DataTypeName(static_cast<DataType>(a.elem_type())) +
+                " differs from output " + DataTypeName(static_cast<DataType>(b.elem_type())));
     if (a.has_shape() && b.has_shape()) {
       if (a.shape().dim_size() != b.shape().dim_size())
         Throw(ErrorCode::kInvalidModel, where + ": input and output ranks differ");
@@ -181,9 +179,9 @@ void CheckBindingTypes(const std::string& where, const TypeProto& in, const Type
       Throw(ErrorCode::kInvalidModel, where + ": input and output structs differ in fields");
     for (int i = 0; i < a.field_size(); ++i) {
       if (a.field(i).name() != b.field(i).name())
-        Throw(ErrorCode::kInvalidModel,
-              where + ": input field '" + a.field(i).name() + "' differs from output field '" +
-                  b.field(i).name() + "'");
+        Throw(ErrorCode::kInvalidModel, where + ": input field '" + a.field(i).name() +
+                                            "' differs from output field '" + b.field(i).name() +
+                                            "'");
       CheckBindingTypes(where + "." + a.field(i).name(), a.field(i).type(), b.field(i).type(),
                         validator);
     }
@@ -211,15 +209,13 @@ PersistentValueState::PersistentValueState(const ModelProto& model, RuntimeValue
                            std::move(initial), std::move(options)) {}
 
 PersistentValueState::PersistentValueState(std::shared_ptr<const ModelProto> model,
-                                           RuntimeValueMap initial,
-                                           RuntimeSessionOptions options)
+                                           RuntimeValueMap initial, RuntimeSessionOptions options)
     : PersistentValueState(PrivateSession(std::move(model), options), std::move(initial)) {}
 
 PersistentValueState::PersistentValueState(std::shared_ptr<const RuntimeSession> session,
                                            RuntimeValueMap initial)
     : session_(std::move(session)) {
-  OL_CHECK(session_ != nullptr, ErrorCode::kInvalidArgument,
-           "PersistentValueState: null session");
+  OL_CHECK(session_ != nullptr, ErrorCode::kInvalidArgument, "PersistentValueState: null session");
   model_ = session_->model_ptr();
   options_ = session_->options();
   declarations_ = Resolve(*session_);
@@ -290,10 +286,10 @@ std::shared_ptr<const PersistentValueState::Retained> PersistentValueState::Buil
         Throw(ErrorCode::kInvalidArgument,
               "initial value '" + name +
                   "' names a graph input that is not persistent; pass it in each call's feeds "
-                  "(persistent inputs: " + Quoted(*names) + ")");
-      Throw(ErrorCode::kInvalidArgument,
-            "unknown initial value name '" + name + "'; the persistent inputs are " +
-                Quoted(*names));
+                  "(persistent inputs: " +
+                  Quoted(*names) + ")");
+      Throw(ErrorCode::kInvalidArgument, "unknown initial value name '" + name +
+                                             "'; the persistent inputs are " + Quoted(*names));
     }
     next->values[static_cast<size_t>(it - names->begin())] = std::move(value);
   }
@@ -317,9 +313,8 @@ RuntimeValue PersistentValueState::PagedCacheDefault(const std::string& input_na
   for (const auto& cache : model_->graph().paged_cache_initializer())
     if (cache.name() == input_name)
       // Aliases the model's proto: dense raw pages are borrowed, nothing is copied.
-      return RuntimeValue::FromPagedCache(
-          std::shared_ptr<const PagedCacheProto>(model_, &cache),
-          ParameterCatalogue::FromModel(model_));
+      return RuntimeValue::FromPagedCache(std::shared_ptr<const PagedCacheProto>(model_, &cache),
+                                          ParameterCatalogue::FromModel(model_));
   return {};
 }
 
@@ -352,8 +347,8 @@ PersistentValueState::PlanState& PersistentValueState::PlanFor(RuntimeContext& c
     for (size_t o = 0; o < plan.outputs().size(); ++o)
       if (plan.outputs()[o].name == bindings[b].output_name) out = static_cast<int>(o);
     OL_CHECK(in >= 0 && out >= 0, ErrorCode::kInvalidModel,
-             "persistent binding '" + bindings[b].input_name + "' <- '" +
-                 bindings[b].output_name + "' does not match the compiled plan");
+             "persistent binding '" + bindings[b].input_name + "' <- '" + bindings[b].output_name +
+                 "' does not match the compiled plan");
     ps->slots.input_index.push_back(in);
     ps->slots.output_index.push_back(out);
     ps->binding_of_input[static_cast<size_t>(in)] = static_cast<int>(b);
@@ -435,8 +430,7 @@ RuntimeValueMap PersistentValueState::RunSelected(RuntimeContext& context, Runti
   if (!unknown.empty()) {
     std::sort(unknown.begin(), unknown.end());
     Throw(ErrorCode::kInvalidArgument,
-          "unknown feed name(s) " + Quoted(unknown) + "; the feeds are " +
-              Quoted(decl.feed_names));
+          "unknown feed name(s) " + Quoted(unknown) + "; the feeds are " + Quoted(decl.feed_names));
   }
 
   std::shared_ptr<const Retained> current;
@@ -472,8 +466,7 @@ RuntimeValueMap PersistentValueState::RunSelected(RuntimeContext& context, Runti
 
   // Forwarding: the frame gets owner handles of the retained values (no payload copy).
   for (size_t b = 0; b < bindings.size(); ++b)
-    frame.Set(plan.inputs()[static_cast<size_t>(ps.slots.input_index[b])].slot,
-              current->values[b]);
+    frame.Set(plan.inputs()[static_cast<size_t>(ps.slots.input_index[b])].slot, current->values[b]);
 
   // Trimmed to the last position: returned outputs only, never a bound (retained) one.
   std::vector<std::string> last_position;
@@ -524,9 +517,8 @@ RuntimeValueMap PersistentValueState::RunSelected(RuntimeContext& context, Runti
   taken.clear();  // outputs not asked for (bound ones stay in `next` only)
 
   if (completion != nullptr && !completion->TryBeginPublication())
-    Throw(ErrorCode::kCancelled,
-          "call cancelled before publication (" + completion->reason() +
-              "); the previous state is unchanged");
+    Throw(ErrorCode::kCancelled, "call cancelled before publication (" + completion->reason() +
+                                     "); the previous state is unchanged");
   Publish(std::move(next));
   return outputs;
 }

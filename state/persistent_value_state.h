@@ -144,8 +144,8 @@ class PersistentValueState {
   void EnsureOpen(const char* operation) const;
 
   std::shared_ptr<const RuntimeSession> session_;
-  std::shared_ptr<const ModelProto> model_;  // the session's
-  RuntimeSessionOptions options_;            // the session's
+  std::shared_ptr<const ModelProto> model_;           // the session's
+  RuntimeSessionOptions options_;                     // the session's
   std::shared_ptr<const Declarations> declarations_;  // shared by every state of the session
 
   mutable std::mutex retained_mutex_;  // guards only the retained_ handle swap/read
@@ -153,8 +153,8 @@ class PersistentValueState {
 
   std::atomic<bool> busy_{false};
   std::atomic<bool> closed_{false};
-  std::vector<std::unique_ptr<PlanState>> plans_;          // guarded by busy_
-  std::vector<std::shared_ptr<const void>> contexts_;      // caller configurations kept alive
+  std::vector<std::unique_ptr<PlanState>> plans_;      // guarded by busy_
+  std::vector<std::shared_ptr<const void>> contexts_;  // caller configurations kept alive
   std::vector<const void*> context_ids_;
 };
 

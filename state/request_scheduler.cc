@@ -245,8 +245,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
       if (r->request.session != nullptr)
         tokens = co_await GenerateTask(std::move(r->request.session), core->context(),
                                        std::move(r->request.feeds), std::move(options),
-                                       std::move(on_token), r->cancel.get(),
-                                       &r->stats.generation);
+                                       std::move(on_token), r->cancel.get(), &r->stats.generation);
       else
         tokens = co_await GenerateTask(std::move(r->request.model), core->context(),
                                        std::move(r->request.feeds), std::move(options),
@@ -296,9 +295,7 @@ void RequestHandle::Cancel(std::string reason) const {
   if (auto core = record_->scheduler.lock()) core->CancelQueued(record_);
 }
 
-const std::shared_ptr<TaskCompletion>& RequestHandle::completion() const {
-  return record_->cancel;
-}
+const std::shared_ptr<TaskCompletion>& RequestHandle::completion() const { return record_->cancel; }
 
 RequestScheduler::RequestScheduler(RuntimeContext& context, SchedulerOptions options)
     : core_(std::make_shared<detail::SchedulerCore>(context, options)) {}

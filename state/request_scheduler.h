@@ -54,7 +54,7 @@ struct GenerationRequest {
   RuntimeValueMap feeds;  // as for Generate: input_ids, empty initial caches, fixed inputs
   GenerationOptions options;
   RuntimeSessionOptions session_options;
-  TokenCallback on_token;  // streaming: called after each of this request's tokens
+  TokenCallback on_token;                  // streaming: called after each of this request's tokens
   std::shared_ptr<TaskCompletion> cancel;  // optional; the scheduler creates one when null
 };
 
@@ -67,7 +67,7 @@ struct RequestStats {
                                           // the request started running)
   int64_t total_ns = 0;                   // submission -> completion
   bool cancelled = false;
-  GenerationStats generation;             // wall time of each model call
+  GenerationStats generation;  // wall time of each model call
 };
 
 struct GenerationResult {

@@ -43,9 +43,12 @@ std::string TaskCompletion::reason() const {
 
 const char* TaskCompletionStateName(TaskCompletion::State state) {
   switch (state) {
-    case TaskCompletion::State::kPending: return "pending";
-    case TaskCompletion::State::kCancelled: return "cancelled";
-    case TaskCompletion::State::kCompleted: return "completed";
+    case TaskCompletion::State::kPending:
+      return "pending";
+    case TaskCompletion::State::kCancelled:
+      return "cancelled";
+    case TaskCompletion::State::kCompleted:
+      return "completed";
   }
   return "?";
 }

@@ -1,12 +1,11 @@
 #include "state/value_validation.h"
 
-#include "core/affine_encoding.h"
-#include "core/checked_math.h"
-
 #include <algorithm>
 #include <set>
 #include <utility>
 
+#include "core/affine_encoding.h"
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "core/paged_cache.h"
 #include "onnx_light.pb.h"
@@ -25,14 +24,22 @@ std::string Where(const std::string& path) { return "persistent value '" + path 
 
 std::string DeclaredKind(const TypeProto& type) {
   switch (type.value_case()) {
-    case TypeProto::kTensorType: return "tensor";
-    case TypeProto::kSequenceType: return "sequence";
-    case TypeProto::kMapType: return "map";
-    case TypeProto::kOptionalType: return "optional";
-    case TypeProto::kSparseTensorType: return "sparse tensor";
-    case TypeProto::kOpaqueType: return "opaque";
-    case TypeProto::kStructType: return "struct";
-    case TypeProto::VALUE_NOT_SET: break;
+    case TypeProto::kTensorType:
+      return "tensor";
+    case TypeProto::kSequenceType:
+      return "sequence";
+    case TypeProto::kMapType:
+      return "map";
+    case TypeProto::kOptionalType:
+      return "optional";
+    case TypeProto::kSparseTensorType:
+      return "sparse tensor";
+    case TypeProto::kOpaqueType:
+      return "opaque";
+    case TypeProto::kStructType:
+      return "struct";
+    case TypeProto::VALUE_NOT_SET:
+      break;
   }
   return "untyped";
 }
@@ -66,7 +73,8 @@ void CheckShape(const std::string& path, const Shape& dims, const TypeProto::Ten
       Fail(ErrorCode::kInvalidArgument, path,
            "shape " + ShapeToString(dims) + " does not match the declared shape " +
                DimsString(shape) + " at axis " + std::to_string(i));
-    if (!d.has_dim_value() && !d.dim_param().empty()) BindSymbol(path, symbols, d.dim_param(), actual);
+    if (!d.has_dim_value() && !d.dim_param().empty())
+      BindSymbol(path, symbols, d.dim_param(), actual);
   }
 }
 
@@ -172,8 +180,9 @@ void ValueValidator::CheckDeclaration(const std::string& path, const TypeProto& 
     case TypeProto::kSparseTensorType:
     case TypeProto::kOpaqueType:
       Fail(ErrorCode::kNotImplemented, path,
-           DeclaredKind(declared) + " state is not supported (only tensors, named structs, "
-                                    "typed sequences and encoded values can be persistent)");
+           DeclaredKind(declared) +
+               " state is not supported (only tensors, named structs, "
+               "typed sequences and encoded values can be persistent)");
     case TypeProto::VALUE_NOT_SET:
       break;
   }
@@ -192,7 +201,8 @@ void ValueValidator::CheckValue(const std::string& path, const RuntimeValue& val
   if (value.empty()) Fail(ErrorCode::kInvalidArgument, path, "has no value");
   switch (declared.value_case()) {
     case TypeProto::kTensorType:
-      if (value.is_tensor()) return CheckTensor(path, value.tensor(), declared, symbols, paged_field);
+      if (value.is_tensor())
+        return CheckTensor(path, value.tensor(), declared, symbols, paged_field);
       if (value.is_encoded()) return CheckEncoded(path, value, declared, symbols);
       break;
     case TypeProto::kStructType:
@@ -227,9 +237,9 @@ void ValueValidator::CheckTensor(const std::string& path, const Tensor& tensor,
   const auto& t = declared.tensor_type();
   const auto want = static_cast<DataType>(t.elem_type());
   // Paged pages declared FLOAT may be stored as FLOAT16/BFLOAT16 (physical alternatives).
-  const bool half_page = paged_field && want == DataType::kFloat &&
-                         (tensor.dtype() == DataType::kFloat16 ||
-                          tensor.dtype() == DataType::kBFloat16);
+  const bool half_page =
+      paged_field && want == DataType::kFloat &&
+      (tensor.dtype() == DataType::kFloat16 || tensor.dtype() == DataType::kBFloat16);
   if (t.elem_type() != 0 && want != tensor.dtype() && !half_page)
     Fail(ErrorCode::kInvalidArgument, path,
          "element type " + DataTypeName(tensor.dtype()) + " does not match the declared " +
@@ -237,8 +247,7 @@ void ValueValidator::CheckTensor(const std::string& path, const Tensor& tensor,
   CheckShape(path, tensor.shape(), t, symbols);
 }
 
-void ValueValidator::CheckEncodedPayload(const std::string& path,
-                                         const RuntimeValue& value) const {
+void ValueValidator::CheckEncodedPayload(const std::string& path, const RuntimeValue& value) const {
   const EncodedValueProto& e = value.encoded();
   if (e.external_data_size() > 0 || e.data_location() == TensorProto::EXTERNAL)
     Fail(ErrorCode::kInvalidArgument, path,
@@ -267,8 +276,7 @@ void ValueValidator::CheckEncodedPayload(const std::string& path,
         for (const auto& d : t.shape().dim()) {
           if (!d.has_dim_value())
             Fail(ErrorCode::kInvalidArgument, field_path,
-                 "structured encoding field shape " + DimsString(t.shape()) +
-                     " is not concrete");
+                 "structured encoding field shape " + DimsString(t.shape()) + " is not concrete");
           n = CheckedMul(n, d.dim_value(), "structured encoding field");
         }
         bytes = static_cast<size_t>(CheckedAdd(static_cast<int64_t>(bytes),
@@ -348,13 +356,12 @@ void ValueValidator::CheckStruct(const std::string& path, const RuntimeValue& va
 }
 
 void ValueValidator::CheckPagedCache(const std::string& path, const RuntimeValue& value) const {
-  CheckPagedCachePages("persistent value", path, value,
-                       [this](const std::string& p, const RuntimeValue& payload) {
-                         if (payload.is_encoded()) CheckEncodedPayload(p, payload);
-                         if (payload.is_tensor() && !payload.tensor().has_owner())
-                           Fail(ErrorCode::kInvalidArgument, p,
-                                "page storage has no owner and cannot be retained");
-                       });
+  CheckPagedCachePages(
+      "persistent value", path, value, [this](const std::string& p, const RuntimeValue& payload) {
+        if (payload.is_encoded()) CheckEncodedPayload(p, payload);
+        if (payload.is_tensor() && !payload.tensor().has_owner())
+          Fail(ErrorCode::kInvalidArgument, p, "page storage has no owner and cannot be retained");
+      });
 }
 
 void ValueValidator::CheckSequence(const std::string& path, const RuntimeValue& value,
@@ -367,8 +374,7 @@ void ValueValidator::CheckSequence(const std::string& path, const RuntimeValue& 
                     symbols);
 }
 
-void ValueValidator::CheckSequenceNode(const std::string& path,
-                                       const RuntimeSequence::Node& node,
+void ValueValidator::CheckSequenceNode(const std::string& path, const RuntimeSequence::Node& node,
                                        const std::shared_ptr<const RuntimeSequence::Node>& handle,
                                        size_t offset, const TypeProto* elem_type,
                                        SymbolBindings& symbols) const {
@@ -422,7 +428,8 @@ void ValueValidator::CheckEncodedReferences(const std::string& key,
       CheckEncodedPayload(key, value);
       return;
     case RuntimeValue::Kind::kStruct:
-      for (const auto& [name, field] : value.fields()) CheckEncodedReferences(key + "." + name, field);
+      for (const auto& [name, field] : value.fields())
+        CheckEncodedReferences(key + "." + name, field);
       return;
     case RuntimeValue::Kind::kSequence: {
       const RuntimeSequence& seq = value.elements();

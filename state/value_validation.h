@@ -54,8 +54,7 @@ class ValueValidator {
   void CheckEncodedReferences(const std::string& key, const RuntimeValue& value) const;
 
   // The struct a declaration denotes, following type_ref through ModelProto.struct_types.
-  const StructTypeProto& ResolveStruct(const std::string& path,
-                                       const StructTypeProto& type) const;
+  const StructTypeProto& ResolveStruct(const std::string& path, const StructTypeProto& type) const;
 
   // Test counters: sequence elements actually walked, tree nodes (whole subtrees) answered
   // by the memo, and live memo entries.
@@ -67,25 +66,24 @@ class ValueValidator {
   struct MemoEntry {
     std::weak_ptr<const RuntimeSequence::Node> tree;  // weak: never keeps pages alive
     const TypeProto* elem_type;
-    SymbolBindings symbols;          // the concrete sizes the subtree bound
+    SymbolBindings symbols;  // the concrete sizes the subtree bound
   };
 
   void CheckValue(const std::string& path, const RuntimeValue& value, const TypeProto& declared,
                   SymbolBindings& symbols, bool paged_field) const;
-  void CheckTensor(const std::string& path, const Tensor& tensor,
-                   const TypeProto& declared, SymbolBindings& symbols, bool paged_field) const;
-  void CheckEncoded(const std::string& path, const RuntimeValue& value,
-                    const TypeProto& declared, SymbolBindings& symbols) const;
+  void CheckTensor(const std::string& path, const Tensor& tensor, const TypeProto& declared,
+                   SymbolBindings& symbols, bool paged_field) const;
+  void CheckEncoded(const std::string& path, const RuntimeValue& value, const TypeProto& declared,
+                    SymbolBindings& symbols) const;
   void CheckEncodedPayload(const std::string& path, const RuntimeValue& value) const;
-  void CheckStruct(const std::string& path, const RuntimeValue& value,
-                   const TypeProto& declared, SymbolBindings& symbols) const;
-  void CheckSequence(const std::string& path, const RuntimeValue& value,
-                     const TypeProto& declared, SymbolBindings& symbols) const;
+  void CheckStruct(const std::string& path, const RuntimeValue& value, const TypeProto& declared,
+                   SymbolBindings& symbols) const;
+  void CheckSequence(const std::string& path, const RuntimeValue& value, const TypeProto& declared,
+                     SymbolBindings& symbols) const;
   // Validates one tree node (elements from `offset` on); unchanged nodes come from the memo.
   void CheckSequenceNode(const std::string& path, const RuntimeSequence::Node& node,
-                         const std::shared_ptr<const RuntimeSequence::Node>& handle,
-                         size_t offset, const TypeProto* elem_type,
-                         SymbolBindings& symbols) const;
+                         const std::shared_ptr<const RuntimeSequence::Node>& handle, size_t offset,
+                         const TypeProto* elem_type, SymbolBindings& symbols) const;
   void CheckPagedCache(const std::string& path, const RuntimeValue& value) const;
   void CheckDeclaration(const std::string& path, const TypeProto& declared, int depth) const;
 

@@ -42,10 +42,11 @@ std::shared_ptr<ModelProto> DecodeModel(int64_t q_heads, int64_t kv_heads, int64
   };
   auto model = std::make_shared<ModelProto>(core::ParseModel(
       "<ir_version: 10, opset_import: [\"\" : 23]>\n"
-      "decode (" + dims(q_heads, "1") + " q, " + dims(kv_heads, "1") + " k, " +
-      dims(kv_heads, "1") + " v, " + dims(kv_heads, "P") + " past_key, " +
-      dims(kv_heads, "P") + " past_value) => (" + dims(q_heads, "1") + " y, " +
-      dims(kv_heads, "T") + " present_key, " + dims(kv_heads, "T") + " present_value)\n"
+      "decode (" +
+      dims(q_heads, "1") + " q, " + dims(kv_heads, "1") + " k, " + dims(kv_heads, "1") + " v, " +
+      dims(kv_heads, "P") + " past_key, " + dims(kv_heads, "P") + " past_value) => (" +
+      dims(q_heads, "1") + " y, " + dims(kv_heads, "T") + " present_key, " + dims(kv_heads, "T") +
+      " present_value)\n"
       "{ y, present_key, present_value = Attention(q, k, v, , past_key, past_value) }"));
   for (const char* name : {"key", "value"}) {
     auto* binding = model->mutable_graph()->add_persistent_bindings();
@@ -83,18 +84,17 @@ bool Decode(int64_t kv_heads, int64_t d, int tokens, size_t capacity) {
   for (int t = 1; t <= tokens; ++t) {
     {
       // Keep only what the loop needs: a live present_* view would force a fresh buffer.
-      const Tensor y =
-          state
-              .Run(context, {{"q", RuntimeValue(Rows("q", 4 * kv_heads, 1, d, 0.5f))},
-                             {"k", RuntimeValue(Rows("k", kv_heads, 1, d, 0.1f * t))},
-                             {"v", RuntimeValue(Rows("v", kv_heads, 1, d, 1.0f * t))}})
-              .at("y")
-              .tensor();
+      const Tensor y = state
+                           .Run(context, {{"q", RuntimeValue(Rows("q", 4 * kv_heads, 1, d, 0.5f))},
+                                          {"k", RuntimeValue(Rows("k", kv_heads, 1, d, 0.1f * t))},
+                                          {"v", RuntimeValue(Rows("v", kv_heads, 1, d, 1.0f * t))}})
+                           .at("y")
+                           .tensor();
       (void)y;
     }
     const Report r = TakeReport(context);
-    std::printf("%5d  %11zu  %15zu  %13zu  %13zu  %5zu\n", t, r.allocations, r.allocated,
-                r.prefix, r.append, r.reuse);
+    std::printf("%5d  %11zu  %15zu  %13zu  %13zu  %5zu\n", t, r.allocations, r.allocated, r.prefix,
+                r.append, r.reuse);
     ok &= r.append == row;
     // In place within capacity; the first token and each growth allocate and copy once.
     // Several KV heads keep `cap` rows per head (head-major), so the formulas are the same.
@@ -102,8 +102,8 @@ bool Decode(int64_t kv_heads, int64_t d, int tokens, size_t capacity) {
     if (len + 1 > cap) {
       size_t next = std::max(capacity, cap);
       while (next < len + 1) next *= 2;
-      ok &= r.allocations == 2 && r.allocated == next * row && r.prefix == len * row &&
-            r.reuse == 0;
+      ok &=
+          r.allocations == 2 && r.allocated == next * row && r.prefix == len * row && r.reuse == 0;
       cap = next;
     } else {
       ok &= r.allocations == 0 && r.allocated == 0 && r.prefix == 0 && r.reuse == 2;

@@ -1,11 +1,12 @@
 // The C++ GraphBuilder of docs/foundation.md ("Editing graphs"), run by CTest. Exits non-zero
 // when a result differs from the documented one.
+#include "core/graph_builder.h"
+
 #include <cstdio>
 #include <string>
 #include <utility>
 
 #include "core/error.h"
-#include "core/graph_builder.h"
 #include "core/text_parser.h"
 
 namespace {

@@ -54,9 +54,13 @@ std::shared_ptr<const ModelProto> BuildModel() {
   const std::string v = std::to_string(kVocab);
   auto model = std::make_shared<ModelProto>(onnx_light::core::ParseModel(
       "<ir_version: 10, opset_import: [\"\" : 18]>"
-      "chars (int64[B, S] input_ids, float[B, P] past) => (float[B, S, " + v + "] logits,"
+      "chars (int64[B, S] input_ids, float[B, P] past) => (float[B, S, " +
+      v +
+      "] logits,"
       " float[B, Q] present)"
-      "<float[" + v + ", " + v + "] table = {" + table + "}, float[" + v + "] w = {" + w + "},"
+      "<float[" +
+      v + ", " + v + "] table = {" + table + "}, float[" + v + "] w = {" + w +
+      "},"
       " int64[1] axis1 = {1}, int64[1] axis2 = {2}>"
       "{ f = Cast<to = 1>(input_ids)  present = Concat<axis = 1>(past, f)"
       "  s = ReduceSum<keepdims = 1>(present, axis1)  s3 = Unsqueeze(s, axis2)"
@@ -120,7 +124,7 @@ asio::awaitable<void> Serve(tcp::socket socket, RequestScheduler& scheduler,
       std::move(request),
       asio::bind_cancellation_slot(
           cancel->slot(), asio::bind_executor(executor, [lines, cancel](std::exception_ptr error,
-                                                                       GenerationResult result) {
+                                                                        GenerationResult result) {
             std::string last = "done " + std::to_string(result.stats.tokens);
             if (error) {
               try {
@@ -201,9 +205,8 @@ int main() {
   asio::co_spawn(io, Accept(acceptor, scheduler, model, static_cast<int>(prompts.size())),
                  [&](std::exception_ptr e) { failed |= e != nullptr; });
   for (size_t i = 0; i < prompts.size(); ++i) {
-    asio::co_spawn(io, Client(port, prompts[i], results[i]), [&](std::exception_ptr e) {
-      failed |= e != nullptr;
-    });
+    asio::co_spawn(io, Client(port, prompts[i], results[i]),
+                   [&](std::exception_ptr e) { failed |= e != nullptr; });
   }
   io.run();  // returns once every client got its "done" line
 

@@ -1,12 +1,13 @@
 // Paged KV decode with ai.rt::PagedAttention (docs/paged-cache.md): a one-node model whose
 // past <- present binding keeps the cache, the kernel registered as the spec writes it with
 // a format selector, and the statistics of a direct call. Exits 1 if anything disagrees.
+#include "ops/ai_rt/paged_attention.h"
+
 #include <cstdio>
 #include <memory>
 #include <vector>
 
 #include "executor/runtime_context.h"
-#include "ops/ai_rt/paged_attention.h"
 #include "state/persistent_value_state.h"
 
 using namespace onnx_light;
@@ -63,7 +64,7 @@ Tensor Filled(const char* name, Shape shape, float base) {
 
 int main() {
   // INT8 keys and UINT4 values once 4 tokens are retained; dense FLOAT before.
-  auto select_formats = [](const Tensor &, const Tensor &, int64_t past_length) {
+  auto select_formats = [](const Tensor&, const Tensor&, int64_t past_length) {
     if (past_length < 4) return onnx_kernels::kernel::PagedAttention::Formats{};
     return onnx_kernels::kernel::PagedAttention::Formats{{TensorProto::INT8, 0.01f, 0},
                                                          {TensorProto::UINT4, 0.25f, 8}};
@@ -71,9 +72,9 @@ int main() {
   RuntimeContext context;
   context.RegisterKernelFn(
       "ai.rt", "PagedAttention", core::symbolic::Device::kCPU,
-      [select_formats](const NodeProto &node, RuntimeContext &rt) -> std::unique_ptr<KernelBase> {
-        auto kernel = std::make_unique<onnx_kernels::kernel::PagedAttention>(rt.kernel_ctx(),
-                                                                             select_formats);
+      [select_formats](const NodeProto& node, RuntimeContext& rt) -> std::unique_ptr<KernelBase> {
+        auto kernel =
+            std::make_unique<onnx_kernels::kernel::PagedAttention>(rt.kernel_ctx(), select_formats);
         kernel->set_node(node);
         return kernel;
       });
@@ -104,9 +105,10 @@ int main() {
   auto r = kernel.Run(Filled("q", {1, 8, 1, 64}, 0.5f), Filled("k", {1, 2, 1, 64}, 0.1f),
                       Filled("v", {1, 2, 1, 64}, 0.2f), cache);
   const auto& s = r.statistics;
-  std::printf("direct call: copied %zu bytes, dequantized %zu bytes, %zu bytes of scratch, "
-              "%zu pages validated\n",
-              s.copied_bytes, s.dequantized_bytes, s.peak_workspace_bytes, s.validated_pages);
+  std::printf(
+      "direct call: copied %zu bytes, dequantized %zu bytes, %zu bytes of scratch, "
+      "%zu pages validated\n",
+      s.copied_bytes, s.dequantized_bytes, s.peak_workspace_bytes, s.validated_pages);
   // One token: 2 KV heads x 64 INT8 key codes + 2 x 64 UINT4 value codes.
   const bool ok = tokens == 8 && s.copied_bytes == 2 * 64 + 64 && r.y.shape() == Shape{1, 8, 1, 64};
   return ok ? 0 : 1;

@@ -32,9 +32,8 @@ class LoopKernel final : public KernelBase {
   }
 
   void Compute(KernelCall& call) const override {
-    const int64_t trip_count = call.has_input(0)
-                                   ? ScalarInt64(call, call.input(0), "M")
-                                   : std::numeric_limits<int64_t>::max();
+    const int64_t trip_count = call.has_input(0) ? ScalarInt64(call, call.input(0), "M")
+                                                 : std::numeric_limits<int64_t>::max();
     bool cond = call.has_input(1) ? ScalarBool(call, call.input(1), "cond") : true;
     std::vector<RuntimeValue> carried(carried_);
     for (size_t j = 0; j < carried_; ++j)

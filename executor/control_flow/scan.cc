@@ -27,8 +27,7 @@ class ScanKernel final : public KernelBase {
     input_axes_ = AttrInts(node, "scan_input_axes", std::vector<int64_t>(scan_inputs_, 0));
     input_dirs_ = AttrInts(node, "scan_input_directions", std::vector<int64_t>(scan_inputs_, 0));
     output_axes_ = AttrInts(node, "scan_output_axes", std::vector<int64_t>(scan_outputs_, 0));
-    output_dirs_ =
-        AttrInts(node, "scan_output_directions", std::vector<int64_t>(scan_outputs_, 0));
+    output_dirs_ = AttrInts(node, "scan_output_directions", std::vector<int64_t>(scan_outputs_, 0));
     OL_CHECK(input_axes_.size() == scan_inputs_ && input_dirs_.size() == scan_inputs_ &&
                  output_axes_.size() == scan_outputs_ && output_dirs_.size() == scan_outputs_,
              core::ErrorCode::kInvalidModel,
@@ -86,8 +85,8 @@ class ScanKernel final : public KernelBase {
       if (output_dirs_[k]) std::reverse(parts.begin(), parts.end());
       int64_t axis = output_axes_[k];
       if (parts.empty()) {
-        call.SetOutput(state_ + k, EmptyStack(call, body_.body(), state_ + k,
-                                              axis < 0 ? 0 : axis, call.allocator()));
+        call.SetOutput(state_ + k, EmptyStack(call, body_.body(), state_ + k, axis < 0 ? 0 : axis,
+                                              call.allocator()));
         continue;
       }
       const int64_t rank = parts.front().rank() + 1;
@@ -95,9 +94,8 @@ class ScanKernel final : public KernelBase {
       if (axis < 0 || axis >= rank)
         call.Fail("scan_output_axes[" + std::to_string(k) + "] is out of range for rank " +
                   std::to_string(rank));
-      call.SetOutput(state_ + k,
-                     StackAlongAxis(parts, axis, call.allocator(),
-                                    call.node().output(static_cast<int>(state_ + k))));
+      call.SetOutput(state_ + k, StackAlongAxis(parts, axis, call.allocator(),
+                                                call.node().output(static_cast<int>(state_ + k))));
     }
   }
 

@@ -101,8 +101,8 @@ Tensor SliceAlongAxis(const Tensor& t, int64_t axis, int64_t index, Allocator& a
   Tensor out(t.name(), t.dtype(), std::move(shape), allocator);
   auto* dst = static_cast<uint8_t*>(out.mutable_raw_data());
   for (size_t o = 0; o < outer; ++o)
-    std::memcpy(dst + o * inner, src + (o * static_cast<size_t>(n) + static_cast<size_t>(index)) * inner,
-                inner);
+    std::memcpy(dst + o * inner,
+                src + (o * static_cast<size_t>(n) + static_cast<size_t>(index)) * inner, inner);
   return out;
 }
 
@@ -125,13 +125,14 @@ Tensor StackAlongAxis(const std::vector<Tensor>& parts, int64_t axis, Allocator&
   const size_t count = parts.size();
   for (size_t t = 0; t < count; ++t) {
     const auto* src = static_cast<const uint8_t*>(parts[t].raw_data());
-    for (size_t o = 0; o < outer; ++o) std::memcpy(dst + (o * count + t) * inner, src + o * inner, inner);
+    for (size_t o = 0; o < outer; ++o)
+      std::memcpy(dst + (o * count + t) * inner, src + o * inner, inner);
   }
   return out;
 }
 
-Tensor EmptyStack(const KernelCall& call, const GraphProto& body, size_t output_index,
-                  int64_t axis, Allocator& allocator) {
+Tensor EmptyStack(const KernelCall& call, const GraphProto& body, size_t output_index, int64_t axis,
+                  Allocator& allocator) {
   const auto& decl = body.output(static_cast<int>(output_index));
   if (!decl.type().has_tensor_type() || decl.type().tensor_type().elem_type() == 0)
     call.Fail("no iteration ran and the body output '" + decl.name() +

@@ -45,7 +45,7 @@ Tensor StackAlongAxis(const std::vector<Tensor>& parts, int64_t axis, Allocator&
 
 // The result of stacking zero iterations: dtype and per-iteration dims from the body's
 // declared output `output_index` (unknown dims become 0), with 0 along `axis`.
-Tensor EmptyStack(const KernelCall& call, const GraphProto& body, size_t output_index,
-                  int64_t axis, Allocator& allocator);
+Tensor EmptyStack(const KernelCall& call, const GraphProto& body, size_t output_index, int64_t axis,
+                  Allocator& allocator);
 
 }  // namespace onnx_light::core::runtime

@@ -40,8 +40,10 @@ CachePage ReadCachePage(const RuntimeValue& block, const std::string& where) {
 std::vector<std::shared_ptr<const RuntimeValue>> CacheBlocks(const RuntimeValue& cache,
                                                              const std::string& where) {
   OL_CHECK(core::runtime::IsPagedCacheStructure(cache), ErrorCode::kInvalidArgument,
-           where + " must be a paged cache {\"blocks\": [{start, length, key, value}, ...]}, "
-                   "got a " + RuntimeValue::KindName(cache.kind()));
+           where +
+               " must be a paged cache {\"blocks\": [{start, length, key, value}, ...]}, "
+               "got a " +
+               RuntimeValue::KindName(cache.kind()));
   const RuntimeSequence& seq = cache.fields().front().second.elements();
   std::vector<std::shared_ptr<const RuntimeValue>> items;
   items.reserve(seq.size());
@@ -52,7 +54,8 @@ std::vector<std::shared_ptr<const RuntimeValue>> CacheBlocks(const RuntimeValue&
 RuntimeValue WithBlocks(const RuntimeValue& cache, RuntimeSequence blocks) {
   const RuntimeValue& old = cache.fields().front().second;
   std::vector<RuntimeValue::Field> fields;
-  fields.emplace_back("blocks", RuntimeValue::Sequence(std::move(blocks), old.sequence_elem_type()));
+  fields.emplace_back("blocks",
+                      RuntimeValue::Sequence(std::move(blocks), old.sequence_elem_type()));
   return RuntimeValue::Struct(cache.struct_name(), std::move(fields));
 }
 

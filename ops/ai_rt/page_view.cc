@@ -5,8 +5,8 @@
 #include "core/affine_encoding.h"
 #include "core/error.h"
 #include "core/tensor_proto.h"
-#include "ops/math/quantize.h"
 #include "onnx_light.pb.h"
+#include "ops/math/quantize.h"
 
 namespace onnx_light::ops::ai_rt {
 
@@ -24,11 +24,15 @@ std::vector<float> FloatsOf(const TensorProto& proto) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
   for (int64_t i = 0; i < t.numel(); ++i) {
     switch (t.dtype()) {
-      case DataType::kFloat16: out[static_cast<size_t>(i)] = core::HalfToFloat(t.data<uint16_t>()[i]); break;
+      case DataType::kFloat16:
+        out[static_cast<size_t>(i)] = core::HalfToFloat(t.data<uint16_t>()[i]);
+        break;
       case DataType::kBFloat16:
         out[static_cast<size_t>(i)] = core::BFloat16ToFloat(t.data<uint16_t>()[i]);
         break;
-      default: out[static_cast<size_t>(i)] = t.data<float>()[i]; break;
+      default:
+        out[static_cast<size_t>(i)] = t.data<float>()[i];
+        break;
     }
   }
   return out;
@@ -58,8 +62,9 @@ PageView PageView::Of(const RuntimeValue& payload, const std::string& where) {
     view.data_ = t.raw_data();
   } else if (payload.is_encoded()) {
     if (payload.encoded().layout_case() != EncodedValueProto::kAffine)
-      Fail(where, "only affine encoded pages are supported; structured encodings need another "
-                  "consumer");
+      Fail(where,
+           "only affine encoded pages are supported; structured encodings need another "
+           "consumer");
     const core::runtime::AffineEncoding enc = core::runtime::ResolveAffineEncoding(where, payload);
     if (enc.storage == DataType::kInt16 || enc.storage == DataType::kUint16)
       Fail(where, "16-bit affine pages are not supported (INT8, UINT8, INT4, UINT4, INT2, UINT2)");
@@ -88,8 +93,8 @@ PageView PageView::Of(const RuntimeValue& payload, const std::string& where) {
     Fail(where, "page payload must have rank 4 [batch, heads, capacity, width], got " +
                     core::runtime::ShapeToString(view.dims_));
   for (int64_t d : view.dims_)
-    if (d <= 0) Fail(where, "page dims " + core::runtime::ShapeToString(view.dims_) +
-                                " must be positive");
+    if (d <= 0)
+      Fail(where, "page dims " + core::runtime::ShapeToString(view.dims_) + " must be positive");
   return view;
 }
 
@@ -135,8 +140,8 @@ void Affine8(const Code* c, int64_t n, float zero, float scale, float* out) {
 }
 
 // Packed codes (`bits` 4 or 2, low bits first), sign-extended when `is_signed`.
-void AffinePacked(const uint8_t* bytes, int64_t e0, int64_t n, int bits, bool is_signed,
-                  float zero, float scale, float* out) {
+void AffinePacked(const uint8_t* bytes, int64_t e0, int64_t n, int bits, bool is_signed, float zero,
+                  float scale, float* out) {
   const int per_byte = 8 / bits, mask = (1 << bits) - 1, sign = 1 << (bits - 1);
   int64_t t = 0;
   auto one = [&](int64_t e) {
@@ -167,13 +172,20 @@ void PageView::DecodeAffine(int64_t e0, int64_t n, const int64_t coord[4], float
     const float scale = scales_[0], zero = static_cast<float>(zero_points_[0]);
     const auto* bytes = static_cast<const uint8_t*>(data_);
     switch (format_) {
-      case DataType::kInt8: return Affine8(static_cast<const int8_t*>(data_) + e0, n, zero, scale, out);
-      case DataType::kUint8: return Affine8(bytes + e0, n, zero, scale, out);
-      case DataType::kInt4: return AffinePacked(bytes, e0, n, 4, true, zero, scale, out);
-      case DataType::kUint4: return AffinePacked(bytes, e0, n, 4, false, zero, scale, out);
-      case DataType::kInt2: return AffinePacked(bytes, e0, n, 2, true, zero, scale, out);
-      case DataType::kUint2: return AffinePacked(bytes, e0, n, 2, false, zero, scale, out);
-      default: break;
+      case DataType::kInt8:
+        return Affine8(static_cast<const int8_t*>(data_) + e0, n, zero, scale, out);
+      case DataType::kUint8:
+        return Affine8(bytes + e0, n, zero, scale, out);
+      case DataType::kInt4:
+        return AffinePacked(bytes, e0, n, 4, true, zero, scale, out);
+      case DataType::kUint4:
+        return AffinePacked(bytes, e0, n, 4, false, zero, scale, out);
+      case DataType::kInt2:
+        return AffinePacked(bytes, e0, n, 2, true, zero, scale, out);
+      case DataType::kUint2:
+        return AffinePacked(bytes, e0, n, 2, false, zero, scale, out);
+      default:
+        break;
     }
   }
   auto code = [&](int64_t e) { return static_cast<float>(math::QuantGet(format_, data_, e)); };

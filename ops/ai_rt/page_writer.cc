@@ -6,8 +6,8 @@
 
 #include "core/affine_encoding.h"
 #include "core/error.h"
-#include "ops/math/quantize.h"
 #include "onnx_light.pb.h"
+#include "ops/math/quantize.h"
 
 namespace onnx_light::ops::ai_rt {
 
@@ -20,29 +20,42 @@ namespace {
 // The code of x: round half to even (nearbyint under the default rounding mode), saturated.
 int32_t Quantize(float x, const PageFormat& f, int32_t lo, int32_t hi) {
   const float q = std::nearbyint(x / f.scale) + static_cast<float>(f.zero_point);
-  return static_cast<int32_t>(std::min(std::max(q, static_cast<float>(lo)), static_cast<float>(hi)));
+  return static_cast<int32_t>(
+      std::min(std::max(q, static_cast<float>(lo)), static_cast<float>(hi)));
 }
 
 void PutCode(DataType t, void* data, int64_t i, int32_t code) {
   switch (t) {
-    case DataType::kInt8: static_cast<int8_t*>(data)[i] = static_cast<int8_t>(code); return;
-    case DataType::kUint8: static_cast<uint8_t*>(data)[i] = static_cast<uint8_t>(code); return;
-    default: core::PackedSet(t, data, i, code); return;
+    case DataType::kInt8:
+      static_cast<int8_t*>(data)[i] = static_cast<int8_t>(code);
+      return;
+    case DataType::kUint8:
+      static_cast<uint8_t*>(data)[i] = static_cast<uint8_t>(code);
+      return;
+    default:
+      core::PackedSet(t, data, i, code);
+      return;
   }
 }
 
 void PutFloat(DataType t, void* data, int64_t i, float x) {
   switch (t) {
-    case DataType::kFloat16: static_cast<uint16_t*>(data)[i] = core::FloatToHalf(x); return;
-    case DataType::kBFloat16: static_cast<uint16_t*>(data)[i] = core::FloatToBFloat16(x); return;
-    default: static_cast<float*>(data)[i] = x; return;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(data)[i] = core::FloatToHalf(x);
+      return;
+    case DataType::kBFloat16:
+      static_cast<uint16_t*>(data)[i] = core::FloatToBFloat16(x);
+      return;
+    default:
+      static_cast<float*>(data)[i] = x;
+      return;
   }
 }
 
 // Writes every element of the [batch, heads, capacity, width] payload at `data`.
 template <class Put>
-void FillRows(const RowSource& src, int64_t batch, int64_t heads, int64_t capacity,
-              int64_t width, int64_t rows, float zero, Put put) {
+void FillRows(const RowSource& src, int64_t batch, int64_t heads, int64_t capacity, int64_t width,
+              int64_t rows, float zero, Put put) {
   int64_t e = 0;
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t h = 0; h < heads; ++h) {
@@ -56,8 +69,10 @@ TensorProto ScalarProto(DataType t, float value, int32_t code) {
   TensorProto p;
   p.set_data_type(static_cast<int32_t>(t));
   std::string bytes(core::StorageBytes(t, 1), '\0');
-  if (t == DataType::kFloat) std::memcpy(bytes.data(), &value, sizeof value);
-  else PutCode(t, bytes.data(), 0, code);
+  if (t == DataType::kFloat)
+    std::memcpy(bytes.data(), &value, sizeof value);
+  else
+    PutCode(t, bytes.data(), 0, code);
   p.set_raw_data(std::move(bytes));
   return p;
 }
@@ -166,8 +181,10 @@ void WriteRows(const RuntimeValue& payload, const RowSource& src, int64_t row0, 
     const Tensor& t = payload.tensor();
     // The certificate says these bytes are ours; the caller says no alias can see the rows.
     void* data = const_cast<void*>(t.raw_data());
-    PutRows(src, t.shape(), row0, rows, [&](int64_t e, float x) { PutFloat(format->storage, data, e, x); });
-    *written += core::StorageBytes(format->storage, t.shape()[0] * t.shape()[1] * rows * t.shape()[3]);
+    PutRows(src, t.shape(), row0, rows,
+            [&](int64_t e, float x) { PutFloat(format->storage, data, e, x); });
+    *written +=
+        core::StorageBytes(format->storage, t.shape()[0] * t.shape()[1] * rows * t.shape()[3]);
     return;
   }
   // An EncodedValueProto made by EncodePage is never const underneath (see EncodedPageOwner).

@@ -90,7 +90,7 @@ struct PagedAttention::Call {
   FloatInput q, k, v;
   std::vector<std::shared_ptr<const Page>> pages;
   std::vector<std::shared_ptr<const RuntimeValue>> blocks;  // past's, in order
-  int64_t past = 0;  // retained tokens
+  int64_t past = 0;                                         // retained tokens
   PageFormat key_format, value_format;
   float scale = 1;
   Statistics stats;
@@ -100,9 +100,8 @@ struct PagedAttention::Call {
   std::pair<int64_t, int64_t> Visible(int64_t i) const {
     const int64_t p = past + i;
     const int64_t hi = kernel->is_causal() ? p + 1 : past + len;
-    const int64_t lo = kernel->left_window_size() >= 0
-                           ? std::max<int64_t>(0, p - kernel->left_window_size())
-                           : 0;
+    const int64_t lo =
+        kernel->left_window_size() >= 0 ? std::max<int64_t>(0, p - kernel->left_window_size()) : 0;
     return {std::min(lo, hi), hi};
   }
   // The first page holding a token at or after `t` (binary search over the starts).
@@ -233,7 +232,8 @@ class BlockedAttention {
     const float* q0 = c_.Query(b, kh * g, i);  // head kh * g + j at q0 + j * len * dk
     // Scores, and rows decoded from non-FLOAT pages (uninitialised: every row is written
     // before it is read).
-    std::unique_ptr<float[]> scratch(new float[static_cast<size_t>(kKeyBlock * (g + c_.dk + c_.dv))]);
+    std::unique_ptr<float[]> scratch(
+        new float[static_cast<size_t>(kKeyBlock * (g + c_.dk + c_.dv))]);
     float* scores = scratch.get();
     float* kbuf = scores + kKeyBlock * g;
     float* vbuf = kbuf + kKeyBlock * c_.dk;
@@ -329,7 +329,8 @@ size_t SmallAttention(const Call& c, float* y, size_t* decoded) {
           const int64_t r = t - pg.start;
           if (pg.key.quantized()) *decoded += static_cast<size_t>(c.dk) * sizeof(float);
           if (pg.value.quantized()) *decoded += static_cast<size_t>(c.dv) * sizeof(float);
-          add(0, [&](int64_t d) { return pg.key.At(b, kh, r, d); },
+          add(
+              0, [&](int64_t d) { return pg.key.At(b, kh, r, d); },
               [&](int64_t d) { return pg.value.At(b, kh, r, d); });
         }
         for (int64_t t = std::max(lo, c.past); t < hi; ++t) {
@@ -337,7 +338,8 @@ size_t SmallAttention(const Call& c, float* y, size_t* decoded) {
           const float* vr = c.CurrentValue(b, kh, t - c.past);
           if (c.key_format.affine()) *decoded += static_cast<size_t>(c.dk) * sizeof(float);
           if (c.value_format.affine()) *decoded += static_cast<size_t>(c.dv) * sizeof(float);
-          add(1, [&](int64_t d) { return kr[d]; }, [&](int64_t d) { return vr[d]; });
+          add(
+              1, [&](int64_t d) { return kr[d]; }, [&](int64_t d) { return vr[d]; });
         }
         float* dst = y + ((b * c.heads + h) * c.len + i) * c.dv;
         const float m = std::max(state[0].max, state[1].max);
@@ -382,9 +384,9 @@ void PagedAttention::Configure(const NodeProto& node) {
                  "' (PagedAttention takes block_size, max_tokens, is_causal, left_window_size)");
   OL_CHECK(node.input_size() <= 4, ErrorCode::kInvalidModel,
            where_ + ": takes Q, K, V, past; a fifth input (an attention mask) is not supported");
-  OL_CHECK(node.output_size() <= 2, ErrorCode::kInvalidModel,
-           where_ + ": produces Y and present, not " + std::to_string(node.output_size()) +
-               " outputs");
+  OL_CHECK(
+      node.output_size() <= 2, ErrorCode::kInvalidModel,
+      where_ + ": produces Y and present, not " + std::to_string(node.output_size()) + " outputs");
   block_size_ = core::runtime::AttrInt(node, "block_size", 16);
   max_tokens_ = core::runtime::AttrInt(node, "max_tokens", 4096);
   const int64_t causal = core::runtime::AttrInt(node, "is_causal", 1);
@@ -425,8 +427,8 @@ void PagedAttention::AnalysePages(const RuntimeValue& past, Call& c) const {
                  std::to_string(c.past) + ")");
     const Shape& kd = page.key.dims();
     const Shape& vd = page.value.dims();
-    OL_CHECK(kd[0] == c.batch && vd[0] == c.batch && kd[1] == c.kv_heads &&
-                 vd[1] == c.kv_heads && kd[3] == c.dk && vd[3] == c.dv,
+    OL_CHECK(kd[0] == c.batch && vd[0] == c.batch && kd[1] == c.kv_heads && vd[1] == c.kv_heads &&
+                 kd[3] == c.dk && vd[3] == c.dv,
              ErrorCode::kInvalidArgument,
              where() + ": key " + ShapeToString(kd) + " and value " + ShapeToString(vd) +
                  " pages do not fit K/V of [" + std::to_string(c.batch) + ", " +
@@ -447,8 +449,7 @@ PagedAttention::Result PagedAttention::Run(const Tensor& q, const Tensor& k, con
 }
 
 PagedAttention::Result PagedAttention::Run(const Tensor& q, const Tensor& k, const Tensor& v,
-                                           const RuntimeValue& past,
-                                           Allocator& allocator) const {
+                                           const RuntimeValue& past, Allocator& allocator) const {
   return Run(q, k, v, past, allocator, core::runtime::PagedTail::kNone);
 }
 
@@ -477,12 +478,12 @@ PagedAttention::Result PagedAttention::Run(const Tensor& q, const Tensor& k, con
   c.kernel = this;
   c.batch = q.dim(0), c.heads = q.dim(1), c.len = q.dim(2), c.dk = q.dim(3);
   c.kv_heads = k.dim(1), c.dv = v.dim(3);
-  OL_CHECK(k.dim(0) == c.batch && v.dim(0) == c.batch && k.dim(2) == c.len &&
-               v.dim(2) == c.len && v.dim(1) == c.kv_heads && k.dim(3) == c.dk && c.dk > 0 &&
-               c.dv > 0 && c.kv_heads > 0 && c.heads % c.kv_heads == 0,
+  OL_CHECK(k.dim(0) == c.batch && v.dim(0) == c.batch && k.dim(2) == c.len && v.dim(2) == c.len &&
+               v.dim(1) == c.kv_heads && k.dim(3) == c.dk && c.dk > 0 && c.dv > 0 &&
+               c.kv_heads > 0 && c.heads % c.kv_heads == 0,
            ErrorCode::kInvalidArgument,
-           where_ + ": Q " + ShapeToString(q.shape()) + ", K " + ShapeToString(k.shape()) +
-               ", V " + ShapeToString(v.shape()) +
+           where_ + ": Q " + ShapeToString(q.shape()) + ", K " + ShapeToString(k.shape()) + ", V " +
+               ShapeToString(v.shape()) +
                " must share batch and length, K/V their heads, Q/K their head size, and Q's "
                "heads must be a multiple of K/V's");
   c.group = c.heads / c.kv_heads;
@@ -538,10 +539,9 @@ RuntimeValue PagedAttention::Append(const RuntimeValue& past, Call& c, Allocator
   using core::runtime::PagedTail;
   RuntimeSequence seq = past.fields().front().second.elements();
   auto rows = [&](int64_t t0) {  // the current K and V from token t0 on
-    return std::pair{ops::ai_rt::RowSource{c.k.data + t0 * c.dk, c.kv_heads * c.len * c.dk,
-                                           c.len * c.dk},
-                     ops::ai_rt::RowSource{c.v.data + t0 * c.dv, c.kv_heads * c.len * c.dv,
-                                           c.len * c.dv}};
+    return std::pair{
+        ops::ai_rt::RowSource{c.k.data + t0 * c.dk, c.kv_heads * c.len * c.dk, c.len * c.dk},
+        ops::ai_rt::RowSource{c.v.data + t0 * c.dv, c.kv_heads * c.len * c.dv, c.len * c.dv}};
   };
   int64_t t0 = 0;
   if (tail == PagedTail::kExclusive && !c.pages.empty()) {
@@ -555,8 +555,8 @@ RuntimeValue PagedAttention::Append(const RuntimeValue& past, Call& c, Allocator
       const auto [ks, vs] = rows(0);
       ops::ai_rt::WriteRows(block.field("key"), ks, last.length, n, &c.stats.copied_bytes);
       ops::ai_rt::WriteRows(block.field("value"), vs, last.length, n, &c.stats.copied_bytes);
-      seq.Set(seq.size() - 1, ops::ai_rt::MakeBlock(last.start, last.length + n,
-                                                    block.field("key"), block.field("value")));
+      seq.Set(seq.size() - 1, ops::ai_rt::MakeBlock(last.start, last.length + n, block.field("key"),
+                                                    block.field("value")));
       t0 = n;
     }
   }
@@ -567,8 +567,8 @@ RuntimeValue PagedAttention::Append(const RuntimeValue& past, Call& c, Allocator
     const auto [ks, vs] = rows(t0);
     seq.PushBack(ops::ai_rt::MakeBlock(
         c.past + t0, n,
-        ops::ai_rt::EncodePage(c.key_format, ks, c.batch, c.kv_heads, capacity, c.dk, n,
-                               allocator, &c.stats.copied_bytes),
+        ops::ai_rt::EncodePage(c.key_format, ks, c.batch, c.kv_heads, capacity, c.dk, n, allocator,
+                               &c.stats.copied_bytes),
         ops::ai_rt::EncodePage(c.value_format, vs, c.batch, c.kv_heads, capacity, c.dv, n,
                                allocator, &c.stats.copied_bytes)));
   }
@@ -576,11 +576,11 @@ RuntimeValue PagedAttention::Append(const RuntimeValue& past, Call& c, Allocator
 }
 
 void PagedAttention::Compute(KernelCall& call) const {
-  const core::runtime::PagedTail tail =
-      call.has_context() ? call.context().ClaimPagedTail(call, 3, 1)
-                         : core::runtime::PagedTail::kNone;
-  Result r = Run(call.input(0), call.input(1), call.input(2), call.input_value(3),
-                 call.allocator(), tail);
+  const core::runtime::PagedTail tail = call.has_context()
+                                            ? call.context().ClaimPagedTail(call, 3, 1)
+                                            : core::runtime::PagedTail::kNone;
+  Result r =
+      Run(call.input(0), call.input(1), call.input(2), call.input_value(3), call.allocator(), tail);
   if (call.output_wanted(0)) call.SetOutput(0, std::move(r.y));
   if (call.output_wanted(1)) call.SetOutputValue(1, std::move(r.present));
 }

@@ -43,8 +43,8 @@ class GatherBlockQuantized final : public core::runtime::KernelBase {
 
  private:
   // (q - zp) * scale of logical element `col` of data row `row`.
-  float Value(const uint8_t* data, const float* scales, const uint8_t* zp, int64_t row,
-              int64_t col, int64_t packed_cols, int64_t blocks) const {
+  float Value(const uint8_t* data, const float* scales, const uint8_t* zp, int64_t row, int64_t col,
+              int64_t packed_cols, int64_t blocks) const {
     const uint8_t* r = data + row * packed_cols;
     const int q = bits_ == 8 ? r[col] : ((col & 1) ? r[col / 2] >> 4 : r[col / 2] & 0xF);
     const int64_t kb = col / block_;
@@ -80,7 +80,8 @@ void GatherBlockQuantized::Compute(KernelCall& call) const {
   const int64_t rows = data.dim(0), packed_cols = data.dim(1);
   const int64_t cols = packed_cols * 8 / bits_, blocks = (cols + block_ - 1) / block_;
   if (scales.numel() != rows * blocks)
-    call.Fail("input 'scales' must be [" + std::to_string(rows) + ", " + std::to_string(blocks) + "]");
+    call.Fail("input 'scales' must be [" + std::to_string(rows) + ", " + std::to_string(blocks) +
+              "]");
   const int64_t zp_cols = bits_ == 8 ? blocks : (blocks + 1) / 2;
   if (zp && (zp->dtype() != DataType::kUint8 || zp->numel() != rows * zp_cols))
     call.Fail("input 'zero_points' must be UINT8 [" + std::to_string(rows) + ", " +

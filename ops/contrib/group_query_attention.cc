@@ -14,9 +14,9 @@
 // - do_rotary: Q and K rotated (ops/contrib/rotary.h) at position s (first prompt, 1 for a
 //   padded row) or past_b + s, rotary_dim = 2 * cos_cache dim 1.
 // - query s of batch b attends keys [lo, past_b + s] of the present; local_window_size w > 0
-//   keeps the last w of them (onnxruntime 1.32; older CPU kernels kept w + 1). Scores are scaled (scale, default 1/sqrt(H)), soft-capped
-//   (softcap * tanh(x / softcap) when softcap > 0), then softmax (smooth_softmax: an extra
-//   zero logit in the denominator).
+//   keeps the last w of them (onnxruntime 1.32; older CPU kernels kept w + 1). Scores are scaled
+//   (scale, default 1/sqrt(H)), soft-capped (softcap * tanh(x / softcap) when softcap > 0), then
+//   softmax (smooth_softmax: an extra zero logit in the denominator).
 // Refused with the node and input named: attention_bias, head_sink, position_ids inputs,
 // output_qk, qk_output != 0, element types other than FLOAT.
 #include <algorithm>
@@ -90,8 +90,7 @@ class GroupQueryAttention final : public core::runtime::KernelBase {
   Geometry Validate(const KernelCall& call) const;
   // Q and K after rotary (copies into `q_buf`/`k_buf` when rotating), and V, as row sources.
   void Prepare(const KernelCall& call, const Geometry& g, std::vector<float>& q_buf,
-               std::vector<float>& k_buf, math::KvRows& q, math::KvRows& k,
-               math::KvRows& v) const;
+               std::vector<float>& k_buf, math::KvRows& q, math::KvRows& k, math::KvRows& v) const;
   Tensor Present(KernelCall& call, const Geometry& g, size_t output, size_t past_input,
                  const math::KvRows& rows) const;
   void Attend(const Geometry& g, const math::KvRows& q, const Tensor& present_k,
@@ -108,10 +107,10 @@ void GroupQueryAttention::Configure(const NodeProto& node) {
   num_heads_ = AttrInt(node, "num_heads", 0);
   kv_num_heads_ = AttrInt(node, "kv_num_heads", 0);
   if (num_heads_ <= 0 || kv_num_heads_ <= 0 || num_heads_ % kv_num_heads_ != 0)
-    Throw(core::ErrorCode::kInvalidModel,
-          NodeLabel(node) + ": num_heads (" + std::to_string(num_heads_) +
-              ") must be a positive multiple of kv_num_heads (" + std::to_string(kv_num_heads_) +
-              ")");
+    Throw(core::ErrorCode::kInvalidModel, NodeLabel(node) + ": num_heads (" +
+                                              std::to_string(num_heads_) +
+                                              ") must be a positive multiple of kv_num_heads (" +
+                                              std::to_string(kv_num_heads_) + ")");
   scale_ = AttrFloat(node, "scale", 0.0f);
   softcap_ = AttrFloat(node, "softcap", 0.0f);
   local_window_ = AttrInt(node, "local_window_size", -1);
@@ -128,9 +127,8 @@ Geometry GroupQueryAttention::Validate(const KernelCall& call) const {
   static const char* const kRefused[] = {"position_ids", "attention_bias", "head_sink"};
   for (size_t i = 9; i < 12; ++i)
     if (call.has_input(i))
-      Throw(core::ErrorCode::kNotImplemented, core::runtime::NodeLabel(call.node()) +
-                                                  ": input '" + kRefused[i - 9] +
-                                                  "' is not supported");
+      Throw(core::ErrorCode::kNotImplemented, core::runtime::NodeLabel(call.node()) + ": input '" +
+                                                  kRefused[i - 9] + "' is not supported");
   if (call.output_wanted(3))
     Throw(core::ErrorCode::kNotImplemented,
           core::runtime::NodeLabel(call.node()) + ": output 'output_qk' is not supported");
@@ -176,7 +174,8 @@ Geometry GroupQueryAttention::Validate(const KernelCall& call) const {
   const auto seqlens = math::IntValues(call.node(), call.input(kSeqlensK), "seqlens_k");
   if (static_cast<int64_t>(seqlens.size()) != g.batch)
     call.Fail("input 'seqlens_k' must have one value per batch");
-  const int64_t total = math::ScalarInt(call.node(), call.input(kTotalSeq), "total_sequence_length");
+  const int64_t total =
+      math::ScalarInt(call.node(), call.input(kTotalSeq), "total_sequence_length");
   g.present_len = std::max(total, g.past_len);
   const bool subsequent = g.seq > 1 && g.seq != total;
   if (subsequent && g.batch != 1)
@@ -233,8 +232,8 @@ void GroupQueryAttention::Prepare(const KernelCall& call, const Geometry& g,
   // Rotated copies in [B, S, heads, H] layout.
   auto rotate = [&](const math::KvRows& src, std::vector<float>& buf) {
     buf.resize(static_cast<size_t>(src.batch * src.seq * src.heads * h));
-    math::KvRows dst = Rows(buf.data(), src.batch, src.heads, src.seq, h,
-                            src.seq * src.heads * h, h, src.heads * h);
+    math::KvRows dst = Rows(buf.data(), src.batch, src.heads, src.seq, h, src.seq * src.heads * h,
+                            h, src.heads * h);
     for (int64_t b = 0; b < src.batch; ++b)
       for (int64_t s = 0; s < src.seq; ++s) {
         const int64_t p = g.past_b[static_cast<size_t>(b)] + s;
@@ -256,9 +255,11 @@ Tensor GroupQueryAttention::Present(KernelCall& call, const Geometry& g, size_t 
   Tensor past_dense;
   if (past != nullptr && !past->DenseFrom(2)) past = &(past_dense = past->Contiguous());
   bool concat = g.present_len == g.past_len + g.seq;
-  for (int64_t b = 0; b < g.batch; ++b) concat = concat && g.past_b[static_cast<size_t>(b)] == g.past_len;
+  for (int64_t b = 0; b < g.batch; ++b)
+    concat = concat && g.past_b[static_cast<size_t>(b)] == g.past_len;
   if (concat) return math::WritePresentKv(call, output, past_input, past, rows);
-  Tensor& present = call.AllocateOutput(output, DataType::kFloat, {g.batch, g.nkv, g.present_len, g.head});
+  Tensor& present =
+      call.AllocateOutput(output, DataType::kFloat, {g.batch, g.nkv, g.present_len, g.head});
   float* dst = present.mutable_data<float>();
   std::memset(dst, 0, present.nbytes());
   const size_t row_bytes = static_cast<size_t>(g.head) * sizeof(float);
@@ -268,7 +269,8 @@ Tensor GroupQueryAttention::Present(KernelCall& call, const Geometry& g, size_t 
       float* block = dst + (b * g.nkv + h) * g.present_len * g.head;
       const int64_t keep = g.past_b[static_cast<size_t>(b)];
       if (keep > 0) {
-        const float* src = static_cast<const float*>(past->strided_data()) + past->BlockOffset(2, b * g.nkv + h);
+        const float* src =
+            static_cast<const float*>(past->strided_data()) + past->BlockOffset(2, b * g.nkv + h);
         std::memcpy(block, src, static_cast<size_t>(keep) * row_bytes);
         prefix += static_cast<size_t>(keep) * row_bytes;
       }

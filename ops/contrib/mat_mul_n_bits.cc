@@ -67,9 +67,9 @@ void MatMulNBits::Configure(const NodeProto& node) {
     Throw(core::ErrorCode::kNotImplemented,
           NodeLabel(node) + ": bits " + std::to_string(bits_) + " is not supported (4 or 8)");
   if (block_ < 16 || block_ > 256 || (block_ & (block_ - 1)) != 0)
-    Throw(core::ErrorCode::kNotImplemented,
-          NodeLabel(node) + ": block_size " + std::to_string(block_) +
-              " is not supported (a power of two in 16..256)");
+    Throw(core::ErrorCode::kNotImplemented, NodeLabel(node) + ": block_size " +
+                                                std::to_string(block_) +
+                                                " is not supported (a power of two in 16..256)");
   if (k_ <= 0 || n_ <= 0)
     Throw(core::ErrorCode::kInvalidModel, NodeLabel(node) + ": K and N must be positive");
 }
@@ -84,8 +84,8 @@ contrib::NBitsSource MatMulNBits::Source(const KernelCall& call) const {
   if (b.dtype() != DataType::kUint8 || b.numel() != n_ * k_blocks * block_ * bits_ / 8)
     call.Fail("input 'B' must be UINT8 [N, ceil(K / block_size), block_size * bits / 8] = [" +
               std::to_string(n_) + ", " + std::to_string(k_blocks) + ", " +
-              std::to_string(block_ * bits_ / 8) + "], got " + core::DataTypeName(b.dtype()) +
-              " " + core::runtime::ShapeToString(b.shape()));
+              std::to_string(block_ * bits_ / 8) + "], got " + core::DataTypeName(b.dtype()) + " " +
+              core::runtime::ShapeToString(b.shape()));
   if (scales.dtype() != DataType::kFloat)
     math::ThrowUnsupportedType(call.node(), "input 'scales' (only FLOAT)", scales.dtype());
   if (scales.numel() != n_ * k_blocks)
@@ -131,14 +131,14 @@ bool MatMulNBits::AllConstant(const KernelCall& call) const {
 
 void MatMulNBits::Compute(KernelCall& call) const {
   Tensor a_dense, a_last;
-  const Tensor& a_full = call.input(0).contiguous() ? call.input(0)
-                                                     : (a_dense = call.input(0).Contiguous());
+  const Tensor& a_full =
+      call.input(0).contiguous() ? call.input(0) : (a_dense = call.input(0).Contiguous());
   const Tensor& a = call.last_row_only() ? math::LastRows(call, a_full, a_last) : a_full;
   if (a.dtype() != DataType::kFloat)
     math::ThrowUnsupportedType(call.node(), "input 'A' (only FLOAT)", a.dtype());
   if (a.rank() < 1 || a.dim(-1) != k_)
-    call.Fail("input 'A' " + core::runtime::ShapeToString(a.shape()) + " must end in K = " +
-              std::to_string(k_));
+    call.Fail("input 'A' " + core::runtime::ShapeToString(a.shape()) +
+              " must end in K = " + std::to_string(k_));
   const Tensor* bias = call.has_input(5) ? &call.input(5) : nullptr;
   if (bias && (bias->dtype() != DataType::kFloat || bias->numel() != n_))
     call.Fail("input 'bias' must be FLOAT with N = " + std::to_string(n_) + " elements");

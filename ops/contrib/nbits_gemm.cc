@@ -157,7 +157,6 @@ OL_AVX2 void GemvTilesAvx2(const PackedNBits& w, const float* a_pad, const float
 }
 #endif
 
-
 // ---- int8 activations (accuracy_level 4) --------------------------------------------------
 
 constexpr int64_t kGroup = 32;
@@ -178,7 +177,8 @@ Int8Row MakeInt8Row(const PackedNBits& w, const float* a) {
   row.scales.resize(static_cast<size_t>(groups));
   row.sums.assign(static_cast<size_t>(groups), 0);
   QuantizeActivations(a, w.k(), k_pad, q.data(), row.scales.data());
-  for (int64_t i = 0; i < k_pad; ++i) row.sums[static_cast<size_t>(i / kGroup)] += q[static_cast<size_t>(i)];
+  for (int64_t i = 0; i < k_pad; ++i)
+    row.sums[static_cast<size_t>(i / kGroup)] += q[static_cast<size_t>(i)];
   row.pairs.resize(static_cast<size_t>(k_pad / 4 * 32));
   for (int64_t i = 0; i < k_pad / 4; ++i)
     for (int j = 0; j < 16; ++j) {
@@ -220,12 +220,14 @@ void GemvInt8Portable(const PackedNBits& w, const Int8Row& r, float* y, int64_t 
         Int8Epilogue(w, t, kb, r, k0 / kGroup, dot, out);
       }
     }
-    std::memcpy(y + t * kTile, out, static_cast<size_t>(std::min(kTile, w.n() - t * kTile)) * sizeof(float));
+    std::memcpy(y + t * kTile, out,
+                static_cast<size_t>(std::min(kTile, w.n() - t * kTile)) * sizeof(float));
   }
 }
 
 #if defined(__x86_64__)
-OL_AVX2 void GemvInt8Avx2(const PackedNBits& w, const Int8Row& r, float* y, int64_t t0, int64_t t1) {
+OL_AVX2 void GemvInt8Avx2(const PackedNBits& w, const Int8Row& r, float* y, int64_t t0,
+                          int64_t t1) {
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   for (int64_t t = t0; t < t1; ++t) {
     __m256 out_lo = _mm256_setzero_ps(), out_hi = _mm256_setzero_ps();
@@ -259,8 +261,10 @@ OL_AVX2 void GemvInt8Avx2(const PackedNBits& w, const Int8Row& r, float* y, int6
           d1 = _mm256_sub_epi32(d1, zsum);
         }
         const __m256 vsa = _mm256_set1_ps(sa);
-        out_lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_mul_ps(_mm256_loadu_ps(s), vsa), out_lo);
-        out_hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_mul_ps(_mm256_loadu_ps(s + 8), vsa), out_hi);
+        out_lo =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_mul_ps(_mm256_loadu_ps(s), vsa), out_lo);
+        out_hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_mul_ps(_mm256_loadu_ps(s + 8), vsa),
+                                 out_hi);
         if (z != nullptr) {
           const __m256 zs = _mm256_set1_ps(sa * static_cast<float>(sum));
           out_lo = _mm256_fmadd_ps(_mm256_loadu_ps(z), zs, out_lo);
@@ -271,7 +275,8 @@ OL_AVX2 void GemvInt8Avx2(const PackedNBits& w, const Int8Row& r, float* y, int6
     alignas(32) float out[kTile];
     _mm256_store_ps(out, out_lo);
     _mm256_store_ps(out + 8, out_hi);
-    std::memcpy(y + t * kTile, out, static_cast<size_t>(std::min(kTile, w.n() - t * kTile)) * sizeof(float));
+    std::memcpy(y + t * kTile, out,
+                static_cast<size_t>(std::min(kTile, w.n() - t * kTile)) * sizeof(float));
   }
 }
 #endif
@@ -297,8 +302,12 @@ void PadActivation(const PackedNBits& w, const float* a, std::vector<float>& a_p
 }  // namespace
 
 PackedNBits::PackedNBits(const NBitsSource& src)
-    : bits_(src.bits), n_(src.n), k_(src.k), block_(src.block),
-      k_blocks_((src.k + src.block - 1) / src.block), tiles_((src.n + kTile - 1) / kTile),
+    : bits_(src.bits),
+      n_(src.n),
+      k_(src.k),
+      block_(src.block),
+      k_blocks_((src.k + src.block - 1) / src.block),
+      tiles_((src.n + kTile - 1) / kTile),
       block_bytes_(kTile * src.block * src.bits / 8),
       uniform_zp_(static_cast<float>(1 << (src.bits - 1))) {
   q_.assign(static_cast<size_t>(tiles_ * k_blocks_ * block_bytes_), 0);
@@ -315,8 +324,10 @@ PackedNBits::PackedNBits(const NBitsSource& src)
       const int64_t rows = std::min(block_, k_ - kb * block_);
       for (int64_t i = 0; i < rows; ++i) {
         const uint8_t v = SourceQ(src, n, kb * block_ + i, k_blocks_);
-        if (bits_ == 8) dst[i * kTile + j] = v;
-        else dst[(i / 2) * kTile + j] |= static_cast<uint8_t>((i & 1) ? v << 4 : v);
+        if (bits_ == 8)
+          dst[i * kTile + j] = v;
+        else
+          dst[(i / 2) * kTile + j] |= static_cast<uint8_t>((i & 1) ? v << 4 : v);
       }
     }
   }
@@ -329,12 +340,14 @@ size_t PackedNBits::bytes() const {
 float NBitsWeight(const PackedNBits& w, int64_t k, int64_t n) {
   const int64_t t = n / kTile, j = n % kTile, kb = k / w.block(), i = k % w.block();
   const uint8_t* q = w.weights(t, kb);
-  const int v = w.bits() == 8 ? q[i * kTile + j]
-                              : ((i & 1) ? q[(i / 2) * kTile + j] >> 4 : q[(i / 2) * kTile + j] & 0xF);
+  const int v = w.bits() == 8
+                    ? q[i * kTile + j]
+                    : ((i & 1) ? q[(i / 2) * kTile + j] >> 4 : q[(i / 2) * kTile + j] & 0xF);
   const size_t at = static_cast<size_t>(j);
   const float s = w.scales(t, kb)[at];
   const float* z = w.neg_scaled_zp(t, kb);
-  return z != nullptr ? s * static_cast<float>(v) + z[at] : s * (static_cast<float>(v) - w.uniform_zp());
+  return z != nullptr ? s * static_cast<float>(v) + z[at]
+                      : s * (static_cast<float>(v) - w.uniform_zp());
 }
 
 void NBitsGemvTiles(const PackedNBits& w, const float* a_pad, const float* a_sums, float* y,
@@ -400,7 +413,8 @@ void RowBytes(const PackedNBits& w, int64_t t, int64_t kb, int64_t i, uint8_t ou
     return;
   }
   const uint8_t* p = q + (i / 2) * kTile;
-  for (int j = 0; j < kTile; ++j) out[j] = (i & 1) ? static_cast<uint8_t>(p[j] >> 4) : static_cast<uint8_t>(p[j] & 0xF);
+  for (int j = 0; j < kTile; ++j)
+    out[j] = (i & 1) ? static_cast<uint8_t>(p[j] >> 4) : static_cast<uint8_t>(p[j] & 0xF);
 }
 
 void DequantizeRowPortable(const uint8_t q[16], const float* s, const float* z, float* row) {

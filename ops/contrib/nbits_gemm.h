@@ -58,7 +58,9 @@ class PackedNBits {
     return q_.data() + static_cast<size_t>((t * k_blocks_ + kb) * block_bytes_);
   }
   // 16 scales of tile t, block kb.
-  const float* scales(int64_t t, int64_t kb) const { return scale_.data() + (t * k_blocks_ + kb) * 16; }
+  const float* scales(int64_t t, int64_t kb) const {
+    return scale_.data() + (t * k_blocks_ + kb) * 16;
+  }
   // 16 (-scale * zero point) of tile t, block kb; null when every zero point is uniform_zp().
   const float* neg_scaled_zp(int64_t t, int64_t kb) const {
     return nszp_.empty() ? nullptr : nszp_.data() + (t * k_blocks_ + kb) * 16;

@@ -1,12 +1,11 @@
 // com.microsoft RotaryEmbedding (ContribRotaryEmbedding: the ONNX opset-23 op, whose inputs
-// differ, is ops/onnx/rotary_embedding.cc). Semantics: onnxruntime's docs/ContribOperators.md and its
-// CPU kernel (contrib_ops/cpu/bert/rotary_embedding.cc, rotary_embedding_helper.h).
-// Inputs: input [B, S, hidden] or [B, N, S, head_size]; position_ids [B, S] (format 1) or
-// one element p0 (format 0: position p0 + s); cos_cache/sin_cache [max_position,
-// rotary_dim / 2]. Attributes: interleaved, num_heads (3-D: head_size = hidden / num_heads;
-// without it head_size = 2 * cos_cache dim 1), rotary_embedding_dim (0: the whole head; a
-// partial rotation needs num_heads). Refused: is_packed_batching = 1, scale != 1 (the CPU
-// kernel of onnxruntime does not apply it either).
+// differ, is ops/onnx/rotary_embedding.cc). Semantics: onnxruntime's docs/ContribOperators.md and
+// its CPU kernel (contrib_ops/cpu/bert/rotary_embedding.cc, rotary_embedding_helper.h). Inputs:
+// input [B, S, hidden] or [B, N, S, head_size]; position_ids [B, S] (format 1) or one element p0
+// (format 0: position p0 + s); cos_cache/sin_cache [max_position, rotary_dim / 2]. Attributes:
+// interleaved, num_heads (3-D: head_size = hidden / num_heads; without it head_size = 2 * cos_cache
+// dim 1), rotary_embedding_dim (0: the whole head; a partial rotation needs num_heads). Refused:
+// is_packed_batching = 1, scale != 1 (the CPU kernel of onnxruntime does not apply it either).
 #include <vector>
 
 #include "executor/attributes.h"
@@ -57,8 +56,9 @@ class ContribRotaryEmbedding final : public core::runtime::KernelBase {
   int64_t num_heads_ = 0, rotary_dim_attr_ = 0;
 };
 
-ContribRotaryEmbedding::Layout ContribRotaryEmbedding::Geometry(const KernelCall& call, const Tensor& x,
-                                                  const Tensor& cos) const {
+ContribRotaryEmbedding::Layout ContribRotaryEmbedding::Geometry(const KernelCall& call,
+                                                                const Tensor& x,
+                                                                const Tensor& cos) const {
   Layout l{};
   l.batch = x.dim(0);
   const int64_t half = cos.dim(1);
@@ -99,7 +99,8 @@ void ContribRotaryEmbedding::Compute(KernelCall& call) const {
   const Tensor& pos = call.input(1);
   const Tensor& cos = call.input(2);
   const Tensor& sin = call.input(3);
-  if (!math::IsFloatType(x.dtype())) math::ThrowUnsupportedType(call.node(), "input 'input'", x.dtype());
+  if (!math::IsFloatType(x.dtype()))
+    math::ThrowUnsupportedType(call.node(), "input 'input'", x.dtype());
   if (cos.dtype() != x.dtype() || sin.dtype() != x.dtype())
     call.Fail("inputs 'cos_cache' and 'sin_cache' must have input's element type");
   if (x.rank() != 3 && x.rank() != 4)
@@ -125,7 +126,8 @@ void ContribRotaryEmbedding::Compute(KernelCall& call) const {
   };
   std::vector<int64_t> positions(static_cast<size_t>(l.batch * l.seq));
   for (int64_t b = 0; b < l.batch; ++b)
-    for (int64_t s = 0; s < l.seq; ++s) positions[static_cast<size_t>(b * l.seq + s)] = position(b, s);
+    for (int64_t s = 0; s < l.seq; ++s)
+      positions[static_cast<size_t>(b * l.seq + s)] = position(b, s);
 
   Tensor& y = call.AllocateOutput(0, x.dtype(), x.shape());
   if (x.numel() == 0) return;

@@ -59,14 +59,16 @@ void SkipNormBase::Compute(KernelCall& call) const {
   Tensor& out = call.AllocateOutput(0, input.dtype(), input.shape());
   Shape stat_shape = input.shape();
   stat_shape.back() = 1;
-  float* mean = call.output_wanted(1)
-                    ? call.AllocateOutput(1, core::DataType::kFloat, stat_shape).mutable_data<float>()
-                    : nullptr;
-  float* inv_std = call.output_wanted(2)
-                       ? call.AllocateOutput(2, core::DataType::kFloat, stat_shape).mutable_data<float>()
-                       : nullptr;
-  Tensor* sum_out = call.output_wanted(3) ? &call.AllocateOutput(3, input.dtype(), input.shape())
-                                          : nullptr;
+  float* mean =
+      call.output_wanted(1)
+          ? call.AllocateOutput(1, core::DataType::kFloat, stat_shape).mutable_data<float>()
+          : nullptr;
+  float* inv_std =
+      call.output_wanted(2)
+          ? call.AllocateOutput(2, core::DataType::kFloat, stat_shape).mutable_data<float>()
+          : nullptr;
+  Tensor* sum_out =
+      call.output_wanted(3) ? &call.AllocateOutput(3, input.dtype(), input.shape()) : nullptr;
   if (rows == 0) return;
 
   const math::FloatView xv(input), sv(skip), gv(*gamma);

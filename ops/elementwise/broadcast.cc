@@ -25,7 +25,8 @@ Shape BroadcastShapes(const core::runtime::KernelCall& call, std::span<const Sha
         o = v;
         continue;
       }
-      call.Fail("cannot broadcast " + (what.empty() ? "the shapes of " + DescribeInputs(call) : what));
+      call.Fail("cannot broadcast " +
+                (what.empty() ? "the shapes of " + DescribeInputs(call) : what));
     }
   }
   // A dimension of 0 broadcasts only with 1 or 0: handled above since 0 != 1.

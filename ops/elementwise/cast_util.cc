@@ -2,20 +2,23 @@
 
 #include <cstring>
 
+#include "onnx_light.pb.h"
 #include "ops/elementwise/float8.h"
 #include "ops/elementwise/parallel.h"
-#include "onnx_light.pb.h"
 
 namespace onnx_light::ops::elementwise {
 
 std::vector<double> ToDoubles(const KernelCall& call, const Tensor& t, const char* what) {
   std::vector<double> out(static_cast<size_t>(t.numel()));
-  DispatchType<kNumericAndBool>(call, t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* p = t.data<T>();
-    for (int64_t i = 0; i < t.numel(); ++i)
-      out[static_cast<size_t>(i)] = static_cast<double>(Load(p[i]));
-  }, what);
+  DispatchType<kNumericAndBool>(
+      call, t.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* p = t.data<T>();
+        for (int64_t i = 0; i < t.numel(); ++i)
+          out[static_cast<size_t>(i)] = static_cast<double>(Load(p[i]));
+      },
+      what);
   return out;
 }
 
@@ -25,8 +28,8 @@ namespace onnx_light::ops::elementwise {
 
 namespace {
 
-constexpr TypeSet kPackedInts = Bit(DataType::kInt4) | Bit(DataType::kUint4) |
-                                Bit(DataType::kInt2) | Bit(DataType::kUint2);
+constexpr TypeSet kPackedInts =
+    Bit(DataType::kInt4) | Bit(DataType::kUint4) | Bit(DataType::kInt2) | Bit(DataType::kUint2);
 
 // Loads element i of `in` as compute type of S (packed types: int32).
 template <typename S, typename D>
@@ -37,7 +40,8 @@ void CastLoop(const Tensor& in, DataType from, DataType to, Tensor& out) {
     // Packed -> packed (both int32 compute).
     if (IsPacked(from) && IsPacked(to)) {
       void* dst = out.mutable_raw_data();
-      for (int64_t i = 0; i < n; ++i) core::PackedSet(to, dst, i, core::PackedGet(from, in.raw_data(), i));
+      for (int64_t i = 0; i < n; ++i)
+        core::PackedSet(to, dst, i, core::PackedGet(from, in.raw_data(), i));
       return;
     }
   }
@@ -45,8 +49,9 @@ void CastLoop(const Tensor& in, DataType from, DataType to, Tensor& out) {
     void* dst = out.mutable_raw_data();
     std::memset(dst, 0, out.nbytes());
     for (int64_t i = 0; i < n; ++i) {
-      const auto v = IsPacked(from) ? static_cast<Compute<S>>(core::PackedGet(from, in.raw_data(), i))
-                                    : Load(in.data<S>()[i]);
+      const auto v = IsPacked(from)
+                         ? static_cast<Compute<S>>(core::PackedGet(from, in.raw_data(), i))
+                         : Load(in.data<S>()[i]);
       core::PackedSet(to, dst, i, ConvertValue<int32_t>(v));
     }
     return;
@@ -87,20 +92,26 @@ void CastFloat8(KernelCall& call, const Tensor& in, DataType to, bool saturate) 
     const uint8_t* src = in.data<uint8_t>();
     for (int64_t i = 0; i < n; ++i) f[i] = Float8ToFloat(from, src[i]);
   } else {
-    DispatchCastType(call, from, [&](auto stag) {
-      CastLoop<typename decltype(stag)::type, float>(in, from, DataType::kFloat, floats);
-    }, "input");
+    DispatchCastType(
+        call, from,
+        [&](auto stag) {
+          CastLoop<typename decltype(stag)::type, float>(in, from, DataType::kFloat, floats);
+        },
+        "input");
   }
   if (IsFloat8(to)) {
     uint8_t* dst = call.AllocateOutput(0, to, in.shape()).mutable_data<uint8_t>();
     for (int64_t i = 0; i < n; ++i) dst[i] = FloatToFloat8(to, f[i], saturate);
     return;
   }
-  DispatchCastType(call, to, [&](auto dtag) {
-    using D = typename decltype(dtag)::type;
-    Tensor& out = call.AllocateOutput(0, to, in.shape());
-    CastLoop<float, D>(floats, DataType::kFloat, to, out);
-  }, "target");
+  DispatchCastType(
+      call, to,
+      [&](auto dtag) {
+        using D = typename decltype(dtag)::type;
+        Tensor& out = call.AllocateOutput(0, to, in.shape());
+        CastLoop<float, D>(floats, DataType::kFloat, to, out);
+      },
+      "target");
 }
 
 }  // namespace
@@ -115,15 +126,21 @@ void CastToOutput(KernelCall& call, const Tensor& in, DataType to, bool saturate
     CastFloat8(call, in, to, saturate);
     return;
   }
-  DispatchCastType(call, from, [&](auto stag) {
-    using S = typename decltype(stag)::type;
-    DispatchCastType(call, to, [&](auto dtag) {
-      using D = typename decltype(dtag)::type;
-      const Tensor& src = in;
-      Tensor& out = call.AllocateOutput(0, to, src.shape());
-      CastLoop<S, D>(src, from, to, out);
-    }, "target");
-  }, "input");
+  DispatchCastType(
+      call, from,
+      [&](auto stag) {
+        using S = typename decltype(stag)::type;
+        DispatchCastType(
+            call, to,
+            [&](auto dtag) {
+              using D = typename decltype(dtag)::type;
+              const Tensor& src = in;
+              Tensor& out = call.AllocateOutput(0, to, src.shape());
+              CastLoop<S, D>(src, from, to, out);
+            },
+            "target");
+      },
+      "input");
 }
 
 }  // namespace onnx_light::ops::elementwise

@@ -20,8 +20,7 @@ inline To ConvertValue(From v) {
     return v != From{0};
   } else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
     if constexpr (std::is_same_v<To, uint64_t>) {
-      if (v >= 9223372036854775808.0 && v < 18446744073709551616.0)
-        return static_cast<uint64_t>(v);
+      if (v >= 9223372036854775808.0 && v < 18446744073709551616.0) return static_cast<uint64_t>(v);
     }
     if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
       return static_cast<To>(std::numeric_limits<int64_t>::min());

@@ -21,10 +21,14 @@ const Format& FormatOf(core::DataType type) {
   static const Format kE5M2{5, 2, 15, false, true, 0x7B};
   static const Format kE5M2FNUZ{5, 2, 16, true, false, 0x7F};
   switch (type) {
-    case core::DataType::kFloat8E4M3FN: return kE4M3FN;
-    case core::DataType::kFloat8E4M3FNUZ: return kE4M3FNUZ;
-    case core::DataType::kFloat8E5M2: return kE5M2;
-    default: return kE5M2FNUZ;
+    case core::DataType::kFloat8E4M3FN:
+      return kE4M3FN;
+    case core::DataType::kFloat8E4M3FNUZ:
+      return kE4M3FNUZ;
+    case core::DataType::kFloat8E5M2:
+      return kE5M2;
+    default:
+      return kE5M2FNUZ;
   }
 }
 
@@ -40,8 +44,9 @@ float Decode(const Format& f, uint8_t code) {
   } else if (e == (1 << f.ebits) - 1 && m == (1 << f.mbits) - 1) {
     return nan;
   }
-  const float v = e == 0 ? std::ldexp(static_cast<float>(m), 1 - f.bias - f.mbits)
-                         : std::ldexp(1.f + std::ldexp(static_cast<float>(m), -f.mbits), e - f.bias);
+  const float v = e == 0
+                      ? std::ldexp(static_cast<float>(m), 1 - f.bias - f.mbits)
+                      : std::ldexp(1.f + std::ldexp(static_cast<float>(m), -f.mbits), e - f.bias);
   return negative ? -v : v;
 }
 
@@ -49,7 +54,8 @@ float Decode(const Format& f, uint8_t code) {
 const std::array<float, 256>& Table(core::DataType type) {
   auto build = [](core::DataType t) {
     std::array<float, 256> table{};
-    for (int c = 0; c < 256; ++c) table[static_cast<size_t>(c)] = Decode(FormatOf(t), static_cast<uint8_t>(c));
+    for (int c = 0; c < 256; ++c)
+      table[static_cast<size_t>(c)] = Decode(FormatOf(t), static_cast<uint8_t>(c));
     return table;
   };
   static const std::array<float, 256> kTables[4] = {
@@ -73,8 +79,7 @@ uint8_t FloatToFloat8(core::DataType type, float value, bool saturate) {
   const uint8_t sign = std::signbit(value) ? 0x80 : 0x00;
   // FNUZ has one NaN (0x80); the others keep the sign (E4M3FN 0x7F, E5M2 0x7E), as
   // ml_dtypes does.
-  const uint8_t nan_code =
-      f.fnuz ? 0x80 : static_cast<uint8_t>(sign | (f.has_inf ? 0x7E : 0x7F));
+  const uint8_t nan_code = f.fnuz ? 0x80 : static_cast<uint8_t>(sign | (f.has_inf ? 0x7E : 0x7F));
   if (std::isnan(value)) return nan_code;
   const float a = std::fabs(value);
   auto overflow = [&]() -> uint8_t {
@@ -88,14 +93,15 @@ uint8_t FloatToFloat8(core::DataType type, float value, bool saturate) {
   int lo = 0, hi = f.max_code;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (table[static_cast<size_t>(mid)] <= a) lo = mid;
-    else hi = mid - 1;
+    if (table[static_cast<size_t>(mid)] <= a)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   const float v_lo = table[static_cast<size_t>(lo)];
   // The value one step above: past max_code, the next step of the same binade.
-  const float v_hi = lo < f.max_code
-                         ? table[static_cast<size_t>(lo + 1)]
-                         : v_lo + (v_lo - table[static_cast<size_t>(f.max_code - 1)]);
+  const float v_hi = lo < f.max_code ? table[static_cast<size_t>(lo + 1)]
+                                     : v_lo + (v_lo - table[static_cast<size_t>(f.max_code - 1)]);
   int code = lo;
   if (a > v_lo) {
     const float below = a - v_lo, above = v_hi - a;

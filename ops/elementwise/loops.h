@@ -51,8 +51,7 @@ Tensor ComputeBinary(KernelCall& call, const Tensor& a, const Tensor& b, DataTyp
 
 // Broadcasts inputs `a` and `b` into output 0 of type `out_dtype`.
 template <typename A, typename B, typename O, typename F>
-void RunBinary(KernelCall& call, const Tensor& a, const Tensor& b, DataType out_dtype,
-               const F& f) {
+void RunBinary(KernelCall& call, const Tensor& a, const Tensor& b, DataType out_dtype, const F& f) {
   call.SetOutput(0, ComputeBinary<A, B, O>(call, a, b, out_dtype, f));
 }
 

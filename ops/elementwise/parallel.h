@@ -2,10 +2,10 @@
 // tasks. It runs in the caller's task arena, i.e. the session's arena inside a run.
 #pragma once
 
-#include <cstdint>
-
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+
+#include <cstdint>
 
 namespace onnx_light::ops::elementwise {
 

@@ -11,9 +11,9 @@ ScatterReduction ParseScatterReduction(const NodeProto& node, int64_t opset) {
   if (opset >= 16 && r == "mul") return ScatterReduction::kMul;
   if (opset >= 18 && r == "max") return ScatterReduction::kMax;
   if (opset >= 18 && r == "min") return ScatterReduction::kMin;
-  core::Throw(core::ErrorCode::kInvalidModel, core::runtime::NodeLabel(node) +
-                                                  ": reduction '" + r +
-                                                  "' is not valid at opset " + std::to_string(opset));
+  core::Throw(core::ErrorCode::kInvalidModel, core::runtime::NodeLabel(node) + ": reduction '" + r +
+                                                  "' is not valid at opset " +
+                                                  std::to_string(opset));
 }
 
 }  // namespace onnx_light::ops::elementwise

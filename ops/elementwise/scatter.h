@@ -17,11 +17,16 @@ ScatterReduction ParseScatterReduction(const NodeProto& node, int64_t opset);
 template <typename C>
 inline C Reduce(ScatterReduction r, C a, C b) {
   switch (r) {
-    case ScatterReduction::kAdd: return static_cast<C>(a + b);
-    case ScatterReduction::kMul: return static_cast<C>(a * b);
-    case ScatterReduction::kMax: return std::max(a, b);
-    case ScatterReduction::kMin: return std::min(a, b);
-    case ScatterReduction::kNone: break;
+    case ScatterReduction::kAdd:
+      return static_cast<C>(a + b);
+    case ScatterReduction::kMul:
+      return static_cast<C>(a * b);
+    case ScatterReduction::kMax:
+      return std::max(a, b);
+    case ScatterReduction::kMin:
+      return std::min(a, b);
+    case ScatterReduction::kNone:
+      break;
   }
   return b;
 }

@@ -74,11 +74,10 @@ inline constexpr bool kIsFloat = std::is_floating_point_v<Compute<T>>;
 // Bit sets of dtypes an op accepts.
 using TypeSet = uint64_t;
 constexpr TypeSet Bit(DataType t) { return TypeSet{1} << static_cast<int>(t); }
-constexpr TypeSet kFloatTypes =
-    Bit(DataType::kFloat) | Bit(DataType::kDouble) | Bit(DataType::kFloat16) |
-    Bit(DataType::kBFloat16);
-constexpr TypeSet kSignedIntTypes = Bit(DataType::kInt8) | Bit(DataType::kInt16) |
-                                    Bit(DataType::kInt32) | Bit(DataType::kInt64);
+constexpr TypeSet kFloatTypes = Bit(DataType::kFloat) | Bit(DataType::kDouble) |
+                                Bit(DataType::kFloat16) | Bit(DataType::kBFloat16);
+constexpr TypeSet kSignedIntTypes =
+    Bit(DataType::kInt8) | Bit(DataType::kInt16) | Bit(DataType::kInt32) | Bit(DataType::kInt64);
 constexpr TypeSet kUnsignedIntTypes = Bit(DataType::kUint8) | Bit(DataType::kUint16) |
                                       Bit(DataType::kUint32) | Bit(DataType::kUint64);
 constexpr TypeSet kIntTypes = kSignedIntTypes | kUnsignedIntTypes;
@@ -94,9 +93,9 @@ inline bool InSet(TypeSet set, DataType t) {
 // "<Op> node '<name>': <what> of type <DTYPE> is not supported" as kNotImplemented.
 [[noreturn]] inline void UnsupportedType(const KernelCall& call, DataType t,
                                          const std::string& what = "input") {
-  core::Throw(core::ErrorCode::kNotImplemented,
-              core::runtime::NodeLabel(call.node()) + ": " + what + " of type " +
-                  core::DataTypeName(t) + " is not supported");
+  core::Throw(core::ErrorCode::kNotImplemented, core::runtime::NodeLabel(call.node()) + ": " +
+                                                    what + " of type " + core::DataTypeName(t) +
+                                                    " is not supported");
 }
 
 // Calls f(TypeTag<T>{}) for the storage type T of `t` if `t` is in `kAllowed` (only those
@@ -104,12 +103,12 @@ inline bool InSet(TypeSet set, DataType t) {
 template <TypeSet kAllowed, typename F>
 void DispatchType(const KernelCall& call, DataType t, F&& f, const std::string& what = "input") {
   if (!InSet(kAllowed, t)) UnsupportedType(call, t, what);
-#define OL_DISPATCH_CASE(dt, T)                   \
-  case dt:                                        \
-    if constexpr ((kAllowed & Bit(dt)) != 0) {    \
-      f(TypeTag<T>{});                            \
-      return;                                     \
-    }                                             \
+#define OL_DISPATCH_CASE(dt, T)                \
+  case dt:                                     \
+    if constexpr ((kAllowed & Bit(dt)) != 0) { \
+      f(TypeTag<T>{});                         \
+      return;                                  \
+    }                                          \
     break;
   switch (t) {
     OL_DISPATCH_CASE(DataType::kFloat, float)
@@ -125,7 +124,8 @@ void DispatchType(const KernelCall& call, DataType t, F&& f, const std::string& 
     OL_DISPATCH_CASE(DataType::kUint32, uint32_t)
     OL_DISPATCH_CASE(DataType::kUint64, uint64_t)
     OL_DISPATCH_CASE(DataType::kBool, bool)
-    default: break;
+    default:
+      break;
   }
 #undef OL_DISPATCH_CASE
   UnsupportedType(call, t, what);
@@ -140,12 +140,18 @@ decltype(auto) DispatchByWidth(const KernelCall& call, DataType t, F&& f,
                                const std::string& what = "input") {
   if (t == DataType::kString) return f(TypeTag<std::string>{});
   switch (core::ElementBits(t)) {
-    case 8: return f(TypeTag<uint8_t>{});
-    case 16: return f(TypeTag<uint16_t>{});
-    case 32: return f(TypeTag<uint32_t>{});
-    case 64: return f(TypeTag<uint64_t>{});
-    case 128: return f(TypeTag<Bytes16>{});
-    default: UnsupportedType(call, t, what);
+    case 8:
+      return f(TypeTag<uint8_t>{});
+    case 16:
+      return f(TypeTag<uint16_t>{});
+    case 32:
+      return f(TypeTag<uint32_t>{});
+    case 64:
+      return f(TypeTag<uint64_t>{});
+    case 128:
+      return f(TypeTag<Bytes16>{});
+    default:
+      UnsupportedType(call, t, what);
   }
 }
 

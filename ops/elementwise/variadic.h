@@ -17,8 +17,8 @@ class VariadicKernel : public core::runtime::KernelBase {
     const Tensor& first = *inputs[0];
     for (const Tensor* t : inputs)
       if (t->dtype() != first.dtype())
-        call.Fail("inputs must have one type, got " + core::DataTypeName(first.dtype()) +
-                  " and " + core::DataTypeName(t->dtype()));
+        call.Fail("inputs must have one type, got " + core::DataTypeName(first.dtype()) + " and " +
+                  core::DataTypeName(t->dtype()));
     DispatchType<kAllowed>(call, first.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       if (inputs.size() == 1) {

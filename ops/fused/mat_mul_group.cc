@@ -40,8 +40,8 @@ class MatMulGroup final : public core::runtime::KernelBase {
     if (call.input_count() < 2 || call.output_count() != count)
       call.Fail("needs A and one weight per output");
     Tensor a_dense;
-    const Tensor& a = call.input(0).contiguous() ? call.input(0)
-                                                  : (a_dense = call.input(0).Contiguous());
+    const Tensor& a =
+        call.input(0).contiguous() ? call.input(0) : (a_dense = call.input(0).Contiguous());
     if (a.dtype() != DataType::kFloat || a.rank() == 0)
       math::ThrowUnsupportedType(call.node(), "input 'A'", a.dtype());
     const int64_t k = a.dim(-1), m = k == 0 ? 0 : a.numel() / k;
@@ -50,8 +50,8 @@ class MatMulGroup final : public core::runtime::KernelBase {
     for (size_t i = 0; i < count; ++i) {
       b[i] = &call.input(i + 1);
       if (b[i]->dtype() != DataType::kFloat || b[i]->rank() != 2 || b[i]->dim(0) != k)
-        call.Fail("weight " + std::to_string(i + 1) + " must be FLOAT [K = " +
-                  std::to_string(k) + ", N], got " + core::DataTypeName(b[i]->dtype()) + " " +
+        call.Fail("weight " + std::to_string(i + 1) + " must be FLOAT [K = " + std::to_string(k) +
+                  ", N], got " + core::DataTypeName(b[i]->dtype()) + " " +
                   ShapeToString(b[i]->shape()));
       Shape shape = a.shape();
       shape.back() = b[i]->dim(1);
@@ -78,8 +78,8 @@ class MatMulGroup final : public core::runtime::KernelBase {
   }
 
   void MultiplyPacked(KernelCall& call, const Tensor& a, const math::PackedB& pack,
-                      const std::vector<const Tensor*>& b, const std::vector<Tensor*>& y,
-                      int64_t m, int64_t k) const {
+                      const std::vector<const Tensor*>& b, const std::vector<Tensor*>& y, int64_t m,
+                      int64_t k) const {
     const int64_t width = weights_->width();
     // From the call's allocator: recycled from step to step, no fresh pages per token.
     auto scratch = call.allocator().Allocate(static_cast<size_t>(m * width) * sizeof(float));

@@ -6,9 +6,9 @@
 // Inputs: X (FLOAT, FLOAT16, BFLOAT16), optional scale (broadcast over rows of X).
 #include <cmath>
 
+#include "executor/attributes.h"
 #include "ops/fused/row_broadcast.h"
 #include "ops/kernel_factory.h"
-#include "executor/attributes.h"
 #include "ops/math/common.h"
 
 namespace onnx_light::ops {

@@ -31,9 +31,8 @@ class RotaryHalf final : public core::runtime::KernelBase {
                 core::runtime::ShapeToString(x.shape()));
     const int64_t d = x.dim(-1), rows = d == 0 ? 0 : x.numel() / d;
     if (d != 2 * half_)
-      call.Fail("the rotated halves (" + std::to_string(half_) + " + " +
-                std::to_string(half_) + ") do not make X's last dimension " +
-                std::to_string(d));
+      call.Fail("the rotated halves (" + std::to_string(half_) + " + " + std::to_string(half_) +
+                ") do not make X's last dimension " + std::to_string(d));
     const std::vector<int64_t> cos_rows = fused::RowOffsets(call, x.shape(), cos.shape(), "cos");
     const std::vector<int64_t> sin_rows = fused::RowOffsets(call, x.shape(), sin.shape(), "sin");
     Tensor& y = call.AllocateOutput(0, x.dtype(), x.shape());

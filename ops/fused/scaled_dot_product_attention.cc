@@ -45,8 +45,8 @@ using core::runtime::Tensor;
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr int64_t kMaxGroup = 16;      // query heads per KV head handled in one task
-constexpr int64_t kKeyBlock = 64;      // keys scored per online-softmax step
+constexpr int64_t kMaxGroup = 16;       // query heads per KV head handled in one task
+constexpr int64_t kKeyBlock = 64;       // keys scored per online-softmax step
 constexpr int64_t kSplitMinKeys = 256;  // below this a task's key range is never split
 
 // Resolves a Reshape target against the input shape (0 copies, -1 infers).
@@ -105,8 +105,8 @@ struct RowAttention {
   int64_t kv_heads = k.dim(1), total = k.dim(2), dv = v.dim(3);
   int64_t group = heads / kv_heads, rows = q.dim(0) * kv_heads * sq;
   int64_t chunks = 1, chunk_len = 0;
-  std::vector<Partial> partials;  // [row, chunk, head of the group]
-  std::vector<float> acc;         // [row, chunk, head of the group, dv]
+  std::vector<Partial> partials;                    // [row, chunk, head of the group]
+  std::vector<float> acc;                           // [row, chunk, head of the group, dv]
   std::unique_ptr<std::atomic<int64_t>[]> pending;  // chunks of each row still running
 
   void Run() {
@@ -151,19 +151,17 @@ struct RowAttention {
       Prefetch(keys, values, j0 + n, std::min(kKeyBlock, j_end - j0 - n));
       // A mask shared by the heads that kills the whole block: nothing to score.
       if (mask != nullptr && ms[1] == 0 && AllDead(Bias(b, h0, i, j0, n, buffer), n)) continue;
-      math::GroupDots(q0, sq * dk, group, keys.Row(j0), keys.stride, n, dk, scores[0],
-                      kKeyBlock);
+      math::GroupDots(q0, sq * dk, group, keys.Row(j0), keys.stride, n, dk, scores[0], kKeyBlock);
       bool all_live = true;
       for (int64_t g = 0; g < group; ++g) {
-        live[g] = Softmax(part[g], scores[g], n, Bias(b, h0 + g, i, j0, n, buffer),
-                          out + g * dv);
+        live[g] = Softmax(part[g], scores[g], n, Bias(b, h0 + g, i, j0, n, buffer), out + g * dv);
         all_live = all_live && live[g];
       }
       // Values: the block's rows (in L1 after the first pass) weighted and summed with the
       // outputs' chunks in registers.
       if (all_live) {
-        math::GroupWeightedRowSums(scores[0], kKeyBlock, group, values.Row(j0), values.stride,
-                                   n, out, dv, dv);
+        math::GroupWeightedRowSums(scores[0], kKeyBlock, group, values.Row(j0), values.stride, n,
+                                   out, dv, dv);
         continue;
       }
       for (int64_t g = 0; g < group; ++g)
@@ -321,8 +319,8 @@ class ScaledDotProductAttention final : public core::runtime::KernelBase {
 
   // The replaced Expand/Reshape nodes must have produced exactly the GQA layout: heads
   // repeated kv-head-major, K transposed per head.
-  void CheckLayout(KernelCall& call, int64_t batch, int64_t heads, int64_t kv_heads,
-                   int64_t total, int64_t dk, int64_t dv) const {
+  void CheckLayout(KernelCall& call, int64_t batch, int64_t heads, int64_t kv_heads, int64_t total,
+                   int64_t dk, int64_t dv) const {
     const int64_t rep = heads / kv_heads;
     auto operand = [&](size_t i) -> std::vector<int64_t> {
       if (!call.has_input(i)) return {};

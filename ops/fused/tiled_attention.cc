@@ -15,10 +15,10 @@ namespace onnx_light::ops::fused {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kDead = -1e30f;       // a mask entry at or below this is a masked key
-constexpr int64_t kQueryBlock = 64;   // query rows per task
-constexpr int64_t kKeyBlock = 64;     // keys per tile
-constexpr int64_t kMinQueries = 16;   // fewer query rows: the per-row path
+constexpr float kDead = -1e30f;      // a mask entry at or below this is a masked key
+constexpr int64_t kQueryBlock = 64;  // query rows per task
+constexpr int64_t kKeyBlock = 64;    // keys per tile
+constexpr int64_t kMinQueries = 16;  // fewer query rows: the per-row path
 
 // Which tiles have a live key, per (mask batch, mask head, query block, key block), and
 // whether every query row has one. Mask rows are read once, whatever the head count.
@@ -69,9 +69,15 @@ class TileLiveness {
 class QueryBlock {
  public:
   QueryBlock(const AttentionProblem& p, int64_t b, int64_t h, int64_t i0)
-      : p_(p), b_(b), h_(h), i0_(i0), mq_(std::min(kQueryBlock, p.queries - i0)),
-        scores_(static_cast<size_t>(mq_ * kKeyBlock)), out_(static_cast<size_t>(mq_ * p.dv), 0.0f),
-        max_(static_cast<size_t>(mq_), kNegInf), sum_(static_cast<size_t>(mq_), 0.0f) {}
+      : p_(p),
+        b_(b),
+        h_(h),
+        i0_(i0),
+        mq_(std::min(kQueryBlock, p.queries - i0)),
+        scores_(static_cast<size_t>(mq_ * kKeyBlock)),
+        out_(static_cast<size_t>(mq_ * p.dv), 0.0f),
+        max_(static_cast<size_t>(mq_), kNegInf),
+        sum_(static_cast<size_t>(mq_), 0.0f) {}
 
   void Run(const TileLiveness& live) {
     const int64_t kh = h_ / (p_.heads / p_.kv_heads);

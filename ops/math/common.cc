@@ -104,8 +104,8 @@ Shape BroadcastShapes(const NodeProto& node, const Shape& a, const Shape& b) {
     const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
     const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
     if (da != db && da != 1 && db != 1)
-      ThrowBadInput(node, "shapes " + ShapeToString(a) + " and " + ShapeToString(b) +
-                              " cannot be broadcast");
+      ThrowBadInput(
+          node, "shapes " + ShapeToString(a) + " and " + ShapeToString(b) + " cannot be broadcast");
     out[i] = da == 1 ? db : da;
   }
   return out;
@@ -125,8 +125,8 @@ std::vector<int64_t> IntValues(const NodeProto& node, const Tensor& t, const cha
 
 int64_t ScalarInt(const NodeProto& node, const Tensor& t, const char* what) {
   if (t.numel() != 1)
-    ThrowBadInput(node, std::string(what) + " must hold one value, got shape " +
-                            ShapeToString(t.shape()));
+    ThrowBadInput(
+        node, std::string(what) + " must hold one value, got shape " + ShapeToString(t.shape()));
   return IntValues(node, t, what)[0];
 }
 
@@ -177,8 +177,8 @@ const Tensor& LastRows(const KernelCall& call, const Tensor& a, Tensor& holder) 
   const int64_t per_matrix = m * dense.dim(-1);
   const int64_t matrices = per_matrix == 0 ? 0 : dense.numel() / per_matrix;
   for (int64_t i = 0; i < matrices; ++i)
-    std::memcpy(dst + static_cast<size_t>(i) * row,
-                src + static_cast<size_t>(i * m + m - 1) * row, row);
+    std::memcpy(dst + static_cast<size_t>(i) * row, src + static_cast<size_t>(i * m + m - 1) * row,
+                row);
   return holder;
 }
 

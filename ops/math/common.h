@@ -3,12 +3,12 @@
 // loop that runs in the caller's current tbb::task_arena (the session's arena).
 #pragma once
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
 
 #include "core/dtype.h"
 #include "core/error.h"

@@ -1,11 +1,11 @@
 #include "ops/math/constant_weight.h"
 
-#include "core/tensor_proto.h"
-
 #include <unistd.h>
 
 #include <algorithm>
 #include <new>
+
+#include "core/tensor_proto.h"
 
 namespace onnx_light::ops::math {
 
@@ -15,7 +15,8 @@ namespace {
 // weight bytes, which then stay untouched in the page cache.
 size_t DefaultBudget() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  const size_t half = pages > 0 && page > 0 ? static_cast<size_t>(pages) / 2 * static_cast<size_t>(page) : 0;
+  const size_t half =
+      pages > 0 && page > 0 ? static_cast<size_t>(pages) / 2 * static_cast<size_t>(page) : 0;
   return std::max(half, size_t{1} << 30);
 }
 
@@ -39,8 +40,8 @@ bool SecondUse(std::atomic<int>& calls) {
 
 // `make()` within the budget (`bytes` reserved while it lives); null over budget or out of
 // memory: every call then runs unpacked, as without a cache.
-std::unique_ptr<const PackedB> KeepPack(size_t bytes,
-                                        const std::function<std::unique_ptr<const PackedB>()>& make) {
+std::unique_ptr<const PackedB> KeepPack(
+    size_t bytes, const std::function<std::unique_ptr<const PackedB>()>& make) {
   if (!Reserve(bytes)) return nullptr;
   try {
     return make();
@@ -95,11 +96,11 @@ bool ConstantWeight::Serves(const core::runtime::Tensor& b) const {
 const PackedB* ConstantWeight::Get(const core::runtime::Tensor& b, bool trans_b, int64_t k,
                                    int64_t n, int64_t ldb,
                                    const std::function<const float*()>& values) const {
-  if (k <= 0 || n <= 0 || !Serves(b) || NarrowForPacking(n) || !SecondUse(calls_))
-    return nullptr;
+  if (k <= 0 || n <= 0 || !Serves(b) || NarrowForPacking(n) || !SecondUse(calls_)) return nullptr;
   std::call_once(once_, [&] {
     const size_t bytes = static_cast<size_t>(k * Padded(n)) * sizeof(float);
-    packed_ = KeepPack(bytes, [&] { return std::make_unique<const PackedB>(trans_b, k, n, values(), ldb); });
+    packed_ = KeepPack(
+        bytes, [&] { return std::make_unique<const PackedB>(trans_b, k, n, values(), ldb); });
     if (packed_ != nullptr) ReleaseWeight(b);
   });
   return packed_.get();

@@ -1,13 +1,13 @@
 #include "ops/math/gemm.h"
 
+#include <tbb/task_arena.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
-
-#include <tbb/task_arena.h>
 
 #include "core/error.h"
 #include "ops/math/common.h"
@@ -60,9 +60,9 @@ std::atomic<uint64_t> b_packs{0};
 // every path. Cache blocks:
 constexpr int64_t kNr = 16;
 constexpr int64_t kMaxMr = 12;
-constexpr int64_t kKc = 256;   // depth of one packed panel pair (A panel 12 KB, B panel 16 KB)
-constexpr int64_t kMc = 144;   // rows of A per task (a multiple of every tile height)
-constexpr int64_t kNc = 256;   // columns of B per task at most (multiple of kNr)
+constexpr int64_t kKc = 256;  // depth of one packed panel pair (A panel 12 KB, B panel 16 KB)
+constexpr int64_t kMc = 144;  // rows of A per task (a multiple of every tile height)
+constexpr int64_t kNc = 256;  // columns of B per task at most (multiple of kNr)
 
 // tile[i * kNr + j] = sum_p ap[p * a_step + i] * bp[p * kNr + j] over kc packed steps, for
 // the kernel's row count i < R (A panels hold a_step rows, zero padded).
@@ -111,9 +111,9 @@ void MicroKernelPortable(int64_t kc, const float* ap, int64_t a_step, const floa
 
 constexpr Kernels kPortableKernels = {
     6,
-    {nullptr, MicroKernelPortable, MicroKernelPortable, MicroKernelPortable,
-     MicroKernelPortable, MicroKernelPortable, MicroKernelPortable, nullptr, nullptr, nullptr,
-     nullptr, nullptr, nullptr}};
+    {nullptr, MicroKernelPortable, MicroKernelPortable, MicroKernelPortable, MicroKernelPortable,
+     MicroKernelPortable, MicroKernelPortable, nullptr, nullptr, nullptr, nullptr, nullptr,
+     nullptr}};
 
 #ifdef OL_HAVE_X86
 // R rows x 16 columns in 2R ymm accumulators (R <= 6 leaves registers for B and A).
@@ -145,8 +145,7 @@ OL_AVX2 void MicroKernelAvx2(int64_t kc, const float* ap, int64_t a_step, const 
 constexpr Kernels kAvx2Kernels = {
     6,
     {nullptr, MicroKernelAvx2<1>, MicroKernelAvx2<2>, MicroKernelAvx2<3>, MicroKernelAvx2<4>,
-     MicroKernelAvx2<5>, MicroKernelAvx2<6>, nullptr, nullptr, nullptr, nullptr, nullptr,
-     nullptr}};
+     MicroKernelAvx2<5>, MicroKernelAvx2<6>, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}};
 
 // R rows x 16 columns in R zmm accumulators; the A element is broadcast from memory. Fewer
 // than 8 rows would leave the FMA units waiting on their 4-cycle latency: those tiles keep
@@ -208,9 +207,7 @@ const Kernels& SelectKernels(GemmPath path) {
 #endif
 }
 
-bool UseAvx2(GemmPath path) {
-  return path != GemmPath::kPortable && CpuHasAvx2Fma();
-}
+bool UseAvx2(GemmPath path) { return path != GemmPath::kPortable && CpuHasAvx2Fma(); }
 
 // n floats, 64-byte aligned (the SIMD kernels load packed B aligned); `storage` owns them.
 float* AllocateAligned(int64_t n, std::unique_ptr<float[]>* storage) {
@@ -284,8 +281,8 @@ void PackB(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t j1, fl
 }
 
 // C tile update: C = alpha * tile + (first ? beta * C : C), only the valid mr x nr part.
-inline void StoreTile(const float* tile, float* c, int64_t ldc, int64_t mr, int64_t nr,
-                      float alpha, float beta, bool first) {
+inline void StoreTile(const float* tile, float* c, int64_t ldc, int64_t mr, int64_t nr, float alpha,
+                      float beta, bool first) {
   for (int64_t i = 0; i < mr; ++i) {
     float* crow = c + i * ldc;
     const float* t = tile + i * kNr;
@@ -383,13 +380,12 @@ void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels
         if (b_buffer != nullptr) PackB(g, p0, kc, j_begin, j_end, b_buffer);
         for (int64_t j0 = j_begin; j0 < j_end; j0 += kNr) {
           const int64_t nr = std::min(kNr, g.n - j0);
-          const float* bpanel = b_buffer != nullptr ? b_buffer + (j0 - j_begin) * kc
-                                                    : bp + (j0 / kNr) * kNr * kc;
+          const float* bpanel =
+              b_buffer != nullptr ? b_buffer + (j0 - j_begin) * kc : bp + (j0 / kNr) * kNr * kc;
           for (int64_t r = 0; r < mc; r += mr) {
             const int64_t rows = std::min(mr, mc - r);
             kernels.rows[rows](kc, a_buffer + r * kc, mr, bpanel, tile);
-            StoreTile(tile, g.c + (i0 + r) * g.ldc + j0, g.ldc, rows, nr, g.alpha, g.beta,
-                      first);
+            StoreTile(tile, g.c + (i0 + r) * g.ldc + j0, g.ldc, rows, nr, g.alpha, g.beta, first);
           }
         }
       }
@@ -472,7 +468,8 @@ OL_AVX2 float DotAvx2(const float* a, int64_t a_stride, const float* b, int64_t 
     s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p + 16), _mm256_loadu_ps(b + p + 16), s2);
     s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p + 24), _mm256_loadu_ps(b + p + 24), s3);
   }
-  for (; p + 8 <= k; p += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p), _mm256_loadu_ps(b + p), s0);
+  for (; p + 8 <= k; p += 8)
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p), _mm256_loadu_ps(b + p), s0);
   const __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
   __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
   h = _mm_add_ps(h, _mm_movehl_ps(h, h));
@@ -510,18 +507,17 @@ void Gemv(const GemmArgs& g, bool avx2) {
     return;
   }
   const int64_t a_stride = g.trans_a ? g.lda : 1;
-  Split(g.n, std::max<int64_t>(1, 65536 / std::max<int64_t>(g.k, 1)),
-              [&](int64_t j0, int64_t j1) {
-                for (int64_t j = j0; j < j1; ++j) {
+  Split(g.n, std::max<int64_t>(1, 65536 / std::max<int64_t>(g.k, 1)), [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
 #ifdef OL_HAVE_X86
-                  const float d = avx2 ? DotAvx2(g.a, a_stride, g.b + j * g.ldb, g.k)
-                                       : DotPortable(g.a, a_stride, g.b + j * g.ldb, g.k);
+      const float d = avx2 ? DotAvx2(g.a, a_stride, g.b + j * g.ldb, g.k)
+                           : DotPortable(g.a, a_stride, g.b + j * g.ldb, g.k);
 #else
                   const float d = DotPortable(g.a, a_stride, g.b + j * g.ldb, g.k);
 #endif
-                  finish(g.c + j, &d, 1);
-                }
-              });
+      finish(g.c + j, &d, 1);
+    }
+  });
 }
 
 // ---- GEMV over a PackedB: M == 1 with a constant weight. ----
@@ -543,8 +539,8 @@ void GemvBlockPortable(const float* block, int64_t kc, const float* a, int64_t q
 }
 
 #ifdef OL_HAVE_X86
-OL_AVX2 void GemvBlockAvx2(const float* block, int64_t kc, const float* a, int64_t q0,
-                           int64_t q1, bool first, float* y) {
+OL_AVX2 void GemvBlockAvx2(const float* block, int64_t kc, const float* a, int64_t q0, int64_t q1,
+                           bool first, float* y) {
   for (int64_t q = q0; q < q1; ++q) {
     float* out = y + (q - q0) * kNr;
     __m256 lo0 = first ? _mm256_setzero_ps() : _mm256_load_ps(out);
@@ -592,8 +588,7 @@ OL_AVX512 void GemvBlockAvx512(const float* block, int64_t kc, const float* a, i
 }
 #endif
 
-using GemvBlockFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, bool,
-                             float*);
+using GemvBlockFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, bool, float*);
 
 GemvBlockFn SelectGemvBlock(GemmPath path) {
 #ifdef OL_HAVE_X86
@@ -640,11 +635,11 @@ void GemvPacked(const GemmArgs& g, const PackedB& b, GemmPath path) {
 
 PackedB::PackedB(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb)
     : trans_b_(trans_b), k_(k), n_(n), padded_n_(PaddedN(n)) {
-  OL_CHECK(k > 0 && n > 0, core::ErrorCode::kInvalidArgument,
-           "PackedB needs a non-empty B, got K = " + std::to_string(k) + ", N = " +
-               std::to_string(n));
-  storage_ = core::runtime::DefaultAllocator().Allocate(
-      static_cast<size_t>(k * padded_n_) * sizeof(float));
+  OL_CHECK(
+      k > 0 && n > 0, core::ErrorCode::kInvalidArgument,
+      "PackedB needs a non-empty B, got K = " + std::to_string(k) + ", N = " + std::to_string(n));
+  storage_ = core::runtime::DefaultAllocator().Allocate(static_cast<size_t>(k * padded_n_) *
+                                                        sizeof(float));
   data_ = static_cast<float*>(storage_.get());
   GemmArgs g;
   g.trans_b = trans_b;
@@ -678,8 +673,8 @@ void Sgemm(const GemmArgs& g, const PackedB* packed, GemmPath path) {
     OL_CHECK(packed->trans_b() == g.trans_b && packed->k() == g.k && packed->n() == g.n,
              core::ErrorCode::kInvalidArgument,
              "Sgemm: the packed B holds a " + std::to_string(packed->k()) + " x " +
-                 std::to_string(packed->n()) + " operand, the call needs " +
-                 std::to_string(g.k) + " x " + std::to_string(g.n));
+                 std::to_string(packed->n()) + " operand, the call needs " + std::to_string(g.k) +
+                 " x " + std::to_string(g.n));
   if (g.m <= 0 || g.n <= 0) return;
   if (g.k <= 0) {  // empty sum: C = beta * C
     for (int64_t i = 0; i < g.m; ++i)

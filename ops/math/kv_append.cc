@@ -23,10 +23,10 @@ Tensor WritePresentKv(KernelCall& call, size_t output, size_t past_input, const 
   auto copy_new_rows = [&](int64_t b, int64_t h, uint8_t* out) {
     if (row_bytes == 0) return;  // zero-width rows: nothing to copy (and no data pointer)
     for (int64_t s = 0; s < rows.seq; ++s, out += row_bytes)
-      std::memcpy(out,
-                  static_cast<const uint8_t*>(rows.data) +
-                      static_cast<size_t>(rows.Offset(b, h, s)) * elem,
-                  row_bytes);
+      std::memcpy(
+          out,
+          static_cast<const uint8_t*>(rows.data) + static_cast<size_t>(rows.Offset(b, h, s)) * elem,
+          row_bytes);
   };
   const size_t append_bytes = static_cast<size_t>(rows.batch * rows.heads * rows.seq) * row_bytes;
   if (past != nullptr && call.has_context()) {
@@ -57,10 +57,11 @@ Tensor WritePresentKv(KernelCall& call, size_t output, size_t past_input, const 
       copy_new_rows(b, h, out);
     }
   core::runtime::RecordStorage(
-      call, {.allocations = 1,
-             .allocated_bytes = present.nbytes(),
-             .prefix_copied_bytes = static_cast<size_t>(rows.batch * rows.heads * past_len) * row_bytes,
-             .append_copied_bytes = append_bytes});
+      call,
+      {.allocations = 1,
+       .allocated_bytes = present.nbytes(),
+       .prefix_copied_bytes = static_cast<size_t>(rows.batch * rows.heads * past_len) * row_bytes,
+       .append_copied_bytes = append_bytes});
   return present;
 }
 

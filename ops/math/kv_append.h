@@ -31,7 +31,7 @@ struct KvRows {
 // (input `past_input`, dense from axis 2 or null) followed by `rows`. Returns the present
 // (a handle on the output; a strided view when it is an append reservation).
 core::runtime::Tensor WritePresentKv(core::runtime::KernelCall& call, size_t output,
-                                            size_t past_input, const core::runtime::Tensor* past,
-                                            const KvRows& rows);
+                                     size_t past_input, const core::runtime::Tensor* past,
+                                     const KvRows& rows);
 
 }  // namespace onnx_light::ops::math

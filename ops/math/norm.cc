@@ -80,9 +80,9 @@ template class ParamView<double>;
 void CheckStashType(const NodeProto& node) {
   const int64_t stash = core::runtime::AttrInt(node, "stash_type", 1);
   if (stash != 1)
-    core::Throw(core::ErrorCode::kNotImplemented,
-                core::runtime::NodeLabel(node) + ": stash_type " + std::to_string(stash) +
-                    " is not supported (only 1, FLOAT)");
+    core::Throw(core::ErrorCode::kNotImplemented, core::runtime::NodeLabel(node) + ": stash_type " +
+                                                      std::to_string(stash) +
+                                                      " is not supported (only 1, FLOAT)");
 }
 
 }  // namespace onnx_light::ops::math

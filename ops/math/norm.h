@@ -10,11 +10,11 @@
 namespace onnx_light::ops::math {
 
 struct NormLayout {
-  int64_t axis = 0;   // normalised
-  int64_t rows = 1;   // prod(shape[:axis])
-  int64_t d = 1;      // prod(shape[axis:])
-  Shape norm_shape;   // shape[axis:]
-  Shape stat_shape;   // shape[:axis] + [1] * (rank - axis): Mean / InvStdDev
+  int64_t axis = 0;  // normalised
+  int64_t rows = 1;  // prod(shape[:axis])
+  int64_t d = 1;     // prod(shape[axis:])
+  Shape norm_shape;  // shape[axis:]
+  Shape stat_shape;  // shape[:axis] + [1] * (rank - axis): Mean / InvStdDev
 };
 NormLayout MakeNormLayout(const onnx_light::NodeProto& node, const Shape& x_shape, int64_t axis);
 

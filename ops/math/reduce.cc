@@ -115,9 +115,12 @@ void ReduceTyped(const T* x, T* y, int64_t out_n, const Runs& runs) {
 template <typename T, typename A>
 void Dispatch(ReduceKind kind, const T* x, T* y, int64_t out_n, const Runs& runs) {
   switch (kind) {
-    case ReduceKind::kSum: return ReduceTyped<T, A, ReduceKind::kSum>(x, y, out_n, runs);
-    case ReduceKind::kMean: return ReduceTyped<T, A, ReduceKind::kMean>(x, y, out_n, runs);
-    case ReduceKind::kMax: return ReduceTyped<T, T, ReduceKind::kMax>(x, y, out_n, runs);
+    case ReduceKind::kSum:
+      return ReduceTyped<T, A, ReduceKind::kSum>(x, y, out_n, runs);
+    case ReduceKind::kMean:
+      return ReduceTyped<T, A, ReduceKind::kMean>(x, y, out_n, runs);
+    case ReduceKind::kMax:
+      return ReduceTyped<T, T, ReduceKind::kMax>(x, y, out_n, runs);
   }
 }
 

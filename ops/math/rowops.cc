@@ -245,8 +245,8 @@ void LayerNormRow(const float* x, const float* scale, const float* bias, float* 
 #endif
   LayerNormRowPortable(x, scale, bias, y, n, epsilon, mean, inv_std);
 }
-void LayerNormRow(const double* x, const double* scale, const double* bias, double* y,
-                  int64_t n, double epsilon, double* mean, double* inv_std, bool) {
+void LayerNormRow(const double* x, const double* scale, const double* bias, double* y, int64_t n,
+                  double epsilon, double* mean, double* inv_std, bool) {
   LayerNormRowPortable(x, scale, bias, y, n, epsilon, mean, inv_std);
 }
 

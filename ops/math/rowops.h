@@ -18,8 +18,8 @@ void SoftmaxRow(const double* x, double* y, int64_t n, bool log_softmax, bool si
 // Writes the row's mean and 1/sqrt(var + eps) to *mean and *inv_std (either may be null).
 void LayerNormRow(const float* x, const float* scale, const float* bias, float* y, int64_t n,
                   float epsilon, float* mean, float* inv_std, bool simd = true);
-void LayerNormRow(const double* x, const double* scale, const double* bias, double* y,
-                  int64_t n, double epsilon, double* mean, double* inv_std, bool simd = true);
+void LayerNormRow(const double* x, const double* scale, const double* bias, double* y, int64_t n,
+                  double epsilon, double* mean, double* inv_std, bool simd = true);
 
 // y = x / sqrt(mean(x^2) + eps) * scale over one row of n; *inv_rms gets the factor.
 void RmsNormRow(const float* x, const float* scale, float* y, int64_t n, float epsilon,

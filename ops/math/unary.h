@@ -11,8 +11,8 @@
 namespace onnx_light::ops::math {
 
 enum UnaryTypes : unsigned {
-  kFloatTypes = 1,   // FLOAT, DOUBLE, FLOAT16, BFLOAT16
-  kSignedInts = 2,   // INT8, INT16, INT32, INT64
+  kFloatTypes = 1,  // FLOAT, DOUBLE, FLOAT16, BFLOAT16
+  kSignedInts = 2,  // INT8, INT16, INT32, INT64
 };
 
 namespace detail {

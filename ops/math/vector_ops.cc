@@ -1,9 +1,9 @@
 #include "ops/math/vector_ops.h"
 
-#include "ops/math/gemm.h"
-
 #include <algorithm>
 #include <limits>
+
+#include "ops/math/gemm.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -48,9 +48,9 @@ void GroupDotsPortable(const float* q, int64_t q_stride, int64_t heads, const fl
       s[g * s_stride + t] = DotPortable(q + g * q_stride, k + t * k_stride, d);
 }
 
-void GroupWeightedRowSumsPortable(const float* w, int64_t w_stride, int64_t heads,
-                                  const float* x, int64_t x_stride, int64_t rows, float* y,
-                                  int64_t y_stride, int64_t n) {
+void GroupWeightedRowSumsPortable(const float* w, int64_t w_stride, int64_t heads, const float* x,
+                                  int64_t x_stride, int64_t rows, float* y, int64_t y_stride,
+                                  int64_t n) {
   for (int64_t g = 0; g < heads; ++g)
     WeightedRowSumPortable(w + g * w_stride, rows, x, x_stride, y + g * y_stride, n);
 }
@@ -106,8 +106,7 @@ __attribute__((target("avx2,fma"))) void Dot4Avx2(const float* a, const float* c
 template <int G>
 __attribute__((target("avx2,fma"))) inline void Dots4Avx2(const float* q, int64_t q_stride,
                                                           const float* k, int64_t k_stride,
-                                                          int64_t d, float* s,
-                                                          int64_t s_stride) {
+                                                          int64_t d, float* s, int64_t s_stride) {
   __m256 acc[G][4];
   for (int g = 0; g < G; ++g)
     for (int r = 0; r < 4; ++r) acc[g][r] = _mm256_setzero_ps();
@@ -141,7 +140,8 @@ __attribute__((target("avx2,fma"))) void GroupDotsPass(const float* q, int64_t q
   for (; t + 4 <= keys; t += 4)
     Dots4Avx2<G>(q, q_stride, k + t * k_stride, k_stride, d, s + t, s_stride);
   for (; t < keys; ++t)
-    for (int g = 0; g < G; ++g) s[g * s_stride + t] = DotAvx2(q + g * q_stride, k + t * k_stride, d);
+    for (int g = 0; g < G; ++g)
+      s[g * s_stride + t] = DotAvx2(q + g * q_stride, k + t * k_stride, d);
 }
 
 void GroupDotsAvx2(const float* q, int64_t q_stride, int64_t heads, const float* k,
@@ -182,9 +182,11 @@ __attribute__((target("avx2,fma"))) void WeightedRowSums2Avx2(const float* w0, c
 
 // One or two heads' 32-column output chunks in registers over rows in several runs (pages).
 template <int kHeads>
-__attribute__((target("avx2,fma"))) void WeightedRowSumsRunsAvx2(
-    const float* const w[kHeads], const float* const* x, const int64_t* rows, int runs,
-    int64_t x_stride, int64_t col, float* const y[kHeads]) {
+__attribute__((target("avx2,fma"))) void WeightedRowSumsRunsAvx2(const float* const w[kHeads],
+                                                                 const float* const* x,
+                                                                 const int64_t* rows, int runs,
+                                                                 int64_t x_stride, int64_t col,
+                                                                 float* const y[kHeads]) {
   __m256 acc[kHeads][4];
   for (int h = 0; h < kHeads; ++h)
     for (int c = 0; c < 4; ++c) acc[h][c] = _mm256_loadu_ps(y[h] + col + 8 * c);
@@ -248,8 +250,8 @@ float Dot(const float* a, const float* b, int64_t n) {
 #if defined(__x86_64__)
 // Chunks of 32 columns in four accumulators over every row, then 8, then the tail.
 __attribute__((target("avx2,fma"))) void WeightedRowSumAvx2(const float* w, int64_t rows,
-                                                             const float* x, int64_t x_stride,
-                                                             float* y, int64_t n) {
+                                                            const float* x, int64_t x_stride,
+                                                            float* y, int64_t n) {
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {
     __m256 a0 = _mm256_loadu_ps(y + j), a1 = _mm256_loadu_ps(y + j + 8);
@@ -299,8 +301,8 @@ void WeightedRowSum(const float* w, int64_t rows, const float* x, int64_t x_stri
   WeightedRowSumPortable(w, rows, x, x_stride, y, n);
 }
 
-void GroupDots(const float* q, int64_t q_stride, int64_t heads, const float* k,
-               int64_t k_stride, int64_t keys, int64_t d, float* s, int64_t s_stride) {
+void GroupDots(const float* q, int64_t q_stride, int64_t heads, const float* k, int64_t k_stride,
+               int64_t keys, int64_t d, float* s, int64_t s_stride) {
 #if defined(__x86_64__)
   if (d % 8 == 0 && CpuHasAvx2Fma())
     return GroupDotsAvx2(q, q_stride, heads, k, k_stride, keys, d, s, s_stride);
@@ -309,8 +311,7 @@ void GroupDots(const float* q, int64_t q_stride, int64_t heads, const float* k,
 }
 
 void GroupWeightedRowSums(const float* w, int64_t w_stride, int64_t heads, const float* x,
-                          int64_t x_stride, int64_t rows, float* y, int64_t y_stride,
-                          int64_t n) {
+                          int64_t x_stride, int64_t rows, float* y, int64_t y_stride, int64_t n) {
 #if defined(__x86_64__)
   if (n % 32 == 0 && CpuHasAvx2Fma()) {
     int64_t g = 0;
@@ -325,21 +326,23 @@ void GroupWeightedRowSums(const float* w, int64_t w_stride, int64_t heads, const
   GroupWeightedRowSumsPortable(w, w_stride, heads, x, x_stride, rows, y, y_stride, n);
 }
 
-void GroupWeightedRowSums(const float* w, int64_t w_stride, int64_t heads,
-                          const float* const* x, const int64_t* rows, int runs, int64_t x_stride,
-                          float* y, int64_t y_stride, int64_t n) {
+void GroupWeightedRowSums(const float* w, int64_t w_stride, int64_t heads, const float* const* x,
+                          const int64_t* rows, int runs, int64_t x_stride, float* y,
+                          int64_t y_stride, int64_t n) {
 #if defined(__x86_64__)
   if (n % 32 == 0 && CpuHasAvx2Fma()) {
     int64_t g = 0;
     for (; g + 2 <= heads; g += 2) {
       const float* wg[2] = {w + g * w_stride, w + (g + 1) * w_stride};
       float* yg[2] = {y + g * y_stride, y + (g + 1) * y_stride};
-      for (int64_t j = 0; j < n; j += 32) WeightedRowSumsRunsAvx2<2>(wg, x, rows, runs, x_stride, j, yg);
+      for (int64_t j = 0; j < n; j += 32)
+        WeightedRowSumsRunsAvx2<2>(wg, x, rows, runs, x_stride, j, yg);
     }
     if (g < heads) {
       const float* wg[1] = {w + g * w_stride};
       float* yg[1] = {y + g * y_stride};
-      for (int64_t j = 0; j < n; j += 32) WeightedRowSumsRunsAvx2<1>(wg, x, rows, runs, x_stride, j, yg);
+      for (int64_t j = 0; j < n; j += 32)
+        WeightedRowSumsRunsAvx2<1>(wg, x, rows, runs, x_stride, j, yg);
     }
     return;
   }
@@ -355,6 +358,5 @@ float ScaleAddMax(float* s, int64_t n, float scale, const float* bias) {
 #endif
   return ScaleAddMaxPortable(s, n, scale, bias);
 }
-
 
 }  // namespace onnx_light::ops::math

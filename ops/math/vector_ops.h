@@ -19,19 +19,18 @@ void WeightedRowSum(const float* w, int64_t rows, const float* x, int64_t x_stri
 // Grouped-query attention's decode step: several query heads share one KV head's rows.
 // s[g * s_stride + t] = q[g * q_stride + 0..d) . k[t * k_stride + 0..d) for g < heads and
 // t < keys: each pass loads four key rows once for up to three heads.
-void GroupDots(const float* q, int64_t q_stride, int64_t heads, const float* k,
-               int64_t k_stride, int64_t keys, int64_t d, float* s, int64_t s_stride);
+void GroupDots(const float* q, int64_t q_stride, int64_t heads, const float* k, int64_t k_stride,
+               int64_t keys, int64_t d, float* s, int64_t s_stride);
 // y[g * y_stride + 0..n) += sum over t < rows of w[g * w_stride + t] * x[t * x_stride + 0..n)
 // for g < heads: each pass loads a value row's chunk once for two heads, the outputs'
 // chunks held in registers over all rows.
 void GroupWeightedRowSums(const float* w, int64_t w_stride, int64_t heads, const float* x,
-                          int64_t x_stride, int64_t rows, float* y, int64_t y_stride,
-                          int64_t n);
+                          int64_t x_stride, int64_t rows, float* y, int64_t y_stride, int64_t n);
 // The same over rows lying in `runs` separate runs (pages): run r has rows[r] rows from x[r]
 // (stride x_stride), and w's columns follow the runs in order.
-void GroupWeightedRowSums(const float* w, int64_t w_stride, int64_t heads,
-                          const float* const* x, const int64_t* rows, int runs, int64_t x_stride,
-                          float* y, int64_t y_stride, int64_t n);
+void GroupWeightedRowSums(const float* w, int64_t w_stride, int64_t heads, const float* const* x,
+                          const int64_t* rows, int runs, int64_t x_stride, float* y,
+                          int64_t y_stride, int64_t n);
 // s[t] = s[t] * scale + bias[t] (bias null: no bias), exactly -inf where bias[t] is -inf;
 // returns the maximum of the results (-inf when n is 0).
 float ScaleAddMax(float* s, int64_t n, float scale, const float* bias);

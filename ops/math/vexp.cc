@@ -44,8 +44,7 @@ constexpr float kExpHi = 89.0f;
 constexpr float kLog2e = 1.44269504088896341f;
 constexpr float kLn2Hi = 0.693359375f;
 constexpr float kLn2Lo = -2.12194440e-4f;
-constexpr float kQ[7] = {1.0f,         1.0f / 2,   1.0f / 6,   1.0f / 24,
-                         1.0f / 120,   1.0f / 720, 1.0f / 5040};
+constexpr float kQ[7] = {1.0f, 1.0f / 2, 1.0f / 6, 1.0f / 24, 1.0f / 120, 1.0f / 720, 1.0f / 5040};
 // tanh(|x|) = |x| + |x|^3 P(x^2) for |x| < kTanhSmall (Cephes tanhf), (1 - e)/(1 + e)
 // with e = e^(-2|x|) above, computed as 1 - 2e/(1 + e) (the better of the two in float);
 // x's sign bit is put back last, so that -0 stays -0.
@@ -89,15 +88,15 @@ OL_AVX2 inline __m256 Tanh8(__m256 x) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 ax = _mm256_andnot_ps(sign, x);
   const __m256 e = Exp8(_mm256_mul_ps(ax, _mm256_set1_ps(-2.0f)));
-  const __m256 big = _mm256_fnmadd_ps(
-      _mm256_set1_ps(2.0f), _mm256_div_ps(e, _mm256_add_ps(_mm256_set1_ps(1.0f), e)),
-      _mm256_set1_ps(1.0f));
+  const __m256 big = _mm256_fnmadd_ps(_mm256_set1_ps(2.0f),
+                                      _mm256_div_ps(e, _mm256_add_ps(_mm256_set1_ps(1.0f), e)),
+                                      _mm256_set1_ps(1.0f));
   const __m256 z = _mm256_mul_ps(ax, ax);
   __m256 p = _mm256_set1_ps(kTanhP[4]);
   for (int i = 3; i >= 0; --i) p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(kTanhP[i]));
   const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), ax, ax);
-  const __m256 abs_result = _mm256_blendv_ps(
-      big, small, _mm256_cmp_ps(ax, _mm256_set1_ps(kTanhSmall), _CMP_LT_OQ));
+  const __m256 abs_result =
+      _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, _mm256_set1_ps(kTanhSmall), _CMP_LT_OQ));
   return _mm256_or_ps(abs_result, _mm256_and_ps(x, sign));
 }
 
@@ -142,8 +141,8 @@ OL_AVX2 double ExpShiftSumAvx2(const float* x, float shift, float* y, int64_t n)
   if (i < n) {
     const __m256i m = TailMask8(n - i);
     // Lanes past the end are zeroed before they reach the sum.
-    const __m256 e = _mm256_and_ps(Exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), s)),
-                                   _mm256_castsi256_ps(m));
+    const __m256 e =
+        _mm256_and_ps(Exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), s)), _mm256_castsi256_ps(m));
     _mm256_maskstore_ps(y + i, m, e);
     lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
     hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
@@ -188,9 +187,9 @@ OL_AVX512 inline __m512 Tanh16(__m512 x) {
   const __m512i xi = _mm512_castps_si512(x);
   const __m512 ax = _mm512_castsi512_ps(_mm512_andnot_epi32(SignBit16(), xi));
   const __m512 e = Exp16(_mm512_mul_ps(ax, _mm512_set1_ps(-2.0f)));
-  const __m512 big = _mm512_fnmadd_ps(
-      _mm512_set1_ps(2.0f), _mm512_div_ps(e, _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
-      _mm512_set1_ps(1.0f));
+  const __m512 big = _mm512_fnmadd_ps(_mm512_set1_ps(2.0f),
+                                      _mm512_div_ps(e, _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
+                                      _mm512_set1_ps(1.0f));
   const __m512 z = _mm512_mul_ps(ax, ax);
   __m512 p = _mm512_set1_ps(kTanhP[4]);
   for (int i = 3; i >= 0; --i) p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(kTanhP[i]));
@@ -265,9 +264,12 @@ VecPath ResolveVecPath(VecPath path) {
 void VecExp(const float* x, float* y, int64_t n, VecPath path) {
 #ifdef OL_HAVE_X86
   switch (ResolveVecPath(path)) {
-    case VecPath::kAvx512: return MapAvx512<kExp>(x, y, n);
-    case VecPath::kAvx2: return MapAvx2<kExp>(x, y, n);
-    default: break;
+    case VecPath::kAvx512:
+      return MapAvx512<kExp>(x, y, n);
+    case VecPath::kAvx2:
+      return MapAvx2<kExp>(x, y, n);
+    default:
+      break;
   }
 #else
   (void)path;
@@ -278,9 +280,12 @@ void VecExp(const float* x, float* y, int64_t n, VecPath path) {
 double VecExpShiftSum(const float* x, float shift, float* y, int64_t n, VecPath path) {
 #ifdef OL_HAVE_X86
   switch (ResolveVecPath(path)) {
-    case VecPath::kAvx512: return ExpShiftSumAvx512(x, shift, y, n);
-    case VecPath::kAvx2: return ExpShiftSumAvx2(x, shift, y, n);
-    default: break;
+    case VecPath::kAvx512:
+      return ExpShiftSumAvx512(x, shift, y, n);
+    case VecPath::kAvx2:
+      return ExpShiftSumAvx2(x, shift, y, n);
+    default:
+      break;
   }
 #else
   (void)path;
@@ -296,9 +301,12 @@ double VecExpShiftSum(const float* x, float shift, float* y, int64_t n, VecPath 
 void VecSigmoid(const float* x, float* y, int64_t n, VecPath path) {
 #ifdef OL_HAVE_X86
   switch (ResolveVecPath(path)) {
-    case VecPath::kAvx512: return MapAvx512<kSigmoid>(x, y, n);
-    case VecPath::kAvx2: return MapAvx2<kSigmoid>(x, y, n);
-    default: break;
+    case VecPath::kAvx512:
+      return MapAvx512<kSigmoid>(x, y, n);
+    case VecPath::kAvx2:
+      return MapAvx2<kSigmoid>(x, y, n);
+    default:
+      break;
   }
 #else
   (void)path;
@@ -309,9 +317,12 @@ void VecSigmoid(const float* x, float* y, int64_t n, VecPath path) {
 void VecTanh(const float* x, float* y, int64_t n, VecPath path) {
 #ifdef OL_HAVE_X86
   switch (ResolveVecPath(path)) {
-    case VecPath::kAvx512: return MapAvx512<kTanh>(x, y, n);
-    case VecPath::kAvx2: return MapAvx2<kTanh>(x, y, n);
-    default: break;
+    case VecPath::kAvx512:
+      return MapAvx512<kTanh>(x, y, n);
+    case VecPath::kAvx2:
+      return MapAvx2<kTanh>(x, y, n);
+    default:
+      break;
   }
 #else
   (void)path;

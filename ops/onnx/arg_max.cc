@@ -66,21 +66,31 @@ class ArgMax final : public core::runtime::KernelBase {
     if (n == 0) call.Fail("cannot take ArgMax over an empty axis");
     int64_t* yp = y.mutable_data<int64_t>();
     switch (x.dtype()) {
-      case DataType::kFloat: return Run(x.data<float>(), yp, outer, n, inner, last_);
-      case DataType::kDouble: return Run(x.data<double>(), yp, outer, n, inner, last_);
+      case DataType::kFloat:
+        return Run(x.data<float>(), yp, outer, n, inner, last_);
+      case DataType::kDouble:
+        return Run(x.data<double>(), yp, outer, n, inner, last_);
       case DataType::kFloat16:
       case DataType::kBFloat16: {
         const math::FloatView xv(x);
         return Run(xv.data(), yp, outer, n, inner, last_);
       }
-      case DataType::kInt8: return Run(x.data<int8_t>(), yp, outer, n, inner, last_);
-      case DataType::kInt16: return Run(x.data<int16_t>(), yp, outer, n, inner, last_);
-      case DataType::kInt32: return Run(x.data<int32_t>(), yp, outer, n, inner, last_);
-      case DataType::kInt64: return Run(x.data<int64_t>(), yp, outer, n, inner, last_);
-      case DataType::kUint8: return Run(x.data<uint8_t>(), yp, outer, n, inner, last_);
-      case DataType::kUint16: return Run(x.data<uint16_t>(), yp, outer, n, inner, last_);
-      case DataType::kUint32: return Run(x.data<uint32_t>(), yp, outer, n, inner, last_);
-      case DataType::kUint64: return Run(x.data<uint64_t>(), yp, outer, n, inner, last_);
+      case DataType::kInt8:
+        return Run(x.data<int8_t>(), yp, outer, n, inner, last_);
+      case DataType::kInt16:
+        return Run(x.data<int16_t>(), yp, outer, n, inner, last_);
+      case DataType::kInt32:
+        return Run(x.data<int32_t>(), yp, outer, n, inner, last_);
+      case DataType::kInt64:
+        return Run(x.data<int64_t>(), yp, outer, n, inner, last_);
+      case DataType::kUint8:
+        return Run(x.data<uint8_t>(), yp, outer, n, inner, last_);
+      case DataType::kUint16:
+        return Run(x.data<uint16_t>(), yp, outer, n, inner, last_);
+      case DataType::kUint32:
+        return Run(x.data<uint32_t>(), yp, outer, n, inner, last_);
+      case DataType::kUint64:
+        return Run(x.data<uint64_t>(), yp, outer, n, inner, last_);
       default:
         math::ThrowUnsupportedType(call.node(), "input 'data'", x.dtype());
     }

@@ -36,8 +36,8 @@ using core::runtime::Tensor;
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr int64_t kKeyBlock = 64;        // keys scored per online-softmax step
-constexpr int64_t kSplitMinKeys = 512;   // below this a row is never split
+constexpr int64_t kKeyBlock = 64;       // keys scored per online-softmax step
+constexpr int64_t kSplitMinKeys = 512;  // below this a row is never split
 
 // Dot products and y += a * x: the shared SIMD helpers (ops/math/vector_ops.h).
 using math::Axpy;
@@ -47,29 +47,51 @@ using math::Dot;
 
 float LoadAsFloat(DataType type, const void* data, int64_t i) {
   switch (type) {
-    case DataType::kFloat: return static_cast<const float*>(data)[i];
-    case DataType::kDouble: return static_cast<float>(static_cast<const double*>(data)[i]);
-    case DataType::kFloat16: return core::HalfToFloat(static_cast<const uint16_t*>(data)[i]);
-    case DataType::kBFloat16: return core::BFloat16ToFloat(static_cast<const uint16_t*>(data)[i]);
-    case DataType::kInt8: return static_cast<const int8_t*>(data)[i];
-    case DataType::kUint8: return static_cast<const uint8_t*>(data)[i];
-    case DataType::kInt16: return static_cast<const int16_t*>(data)[i];
-    case DataType::kUint16: return static_cast<const uint16_t*>(data)[i];
-    case DataType::kInt32: return static_cast<float>(static_cast<const int32_t*>(data)[i]);
-    case DataType::kUint32: return static_cast<float>(static_cast<const uint32_t*>(data)[i]);
-    case DataType::kInt64: return static_cast<float>(static_cast<const int64_t*>(data)[i]);
-    case DataType::kUint64: return static_cast<float>(static_cast<const uint64_t*>(data)[i]);
-    default: return 0;
+    case DataType::kFloat:
+      return static_cast<const float*>(data)[i];
+    case DataType::kDouble:
+      return static_cast<float>(static_cast<const double*>(data)[i]);
+    case DataType::kFloat16:
+      return core::HalfToFloat(static_cast<const uint16_t*>(data)[i]);
+    case DataType::kBFloat16:
+      return core::BFloat16ToFloat(static_cast<const uint16_t*>(data)[i]);
+    case DataType::kInt8:
+      return static_cast<const int8_t*>(data)[i];
+    case DataType::kUint8:
+      return static_cast<const uint8_t*>(data)[i];
+    case DataType::kInt16:
+      return static_cast<const int16_t*>(data)[i];
+    case DataType::kUint16:
+      return static_cast<const uint16_t*>(data)[i];
+    case DataType::kInt32:
+      return static_cast<float>(static_cast<const int32_t*>(data)[i]);
+    case DataType::kUint32:
+      return static_cast<float>(static_cast<const uint32_t*>(data)[i]);
+    case DataType::kInt64:
+      return static_cast<float>(static_cast<const int64_t*>(data)[i]);
+    case DataType::kUint64:
+      return static_cast<float>(static_cast<const uint64_t*>(data)[i]);
+    default:
+      return 0;
   }
 }
 
 void StoreFromFloat(DataType type, void* data, int64_t i, float v) {
   switch (type) {
-    case DataType::kFloat: static_cast<float*>(data)[i] = v; break;
-    case DataType::kDouble: static_cast<double*>(data)[i] = v; break;
-    case DataType::kFloat16: static_cast<uint16_t*>(data)[i] = core::FloatToHalf(v); break;
-    case DataType::kBFloat16: static_cast<uint16_t*>(data)[i] = core::FloatToBFloat16(v); break;
-    default: break;
+    case DataType::kFloat:
+      static_cast<float*>(data)[i] = v;
+      break;
+    case DataType::kDouble:
+      static_cast<double*>(data)[i] = v;
+      break;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(data)[i] = core::FloatToHalf(v);
+      break;
+    case DataType::kBFloat16:
+      static_cast<uint16_t*>(data)[i] = core::FloatToBFloat16(v);
+      break;
+    default:
+      break;
   }
 }
 
@@ -147,8 +169,9 @@ class Attention final : public core::runtime::KernelBase {
     left_window_ = AttrInt(node, "left_window_size", -1);
     right_window_ = AttrInt(node, "right_window_size", -1);
     if (qk_mode_ < 0 || qk_mode_ > 3)
-      Throw(core::ErrorCode::kInvalidModel,
-            NodeLabel(node) + ": qk_matmul_output_mode must be 0..3, got " + std::to_string(qk_mode_));
+      Throw(core::ErrorCode::kInvalidModel, NodeLabel(node) +
+                                                ": qk_matmul_output_mode must be 0..3, got " +
+                                                std::to_string(qk_mode_));
     if (left_window_ < -1 || right_window_ < -1)
       Throw(core::ErrorCode::kInvalidModel,
             NodeLabel(node) + ": window sizes must be -1 or nonnegative");
@@ -302,8 +325,8 @@ void Attention::Compute(KernelCall& call) const {
     if (past_key->rank() != 4 || past_value->rank() != 4 || past_key->dim(0) != batch ||
         past_key->dim(1) != hkv || past_key->dim(3) != dk || past_value->dim(0) != batch ||
         past_value->dim(1) != hkv || past_value->dim(2) != past_len || past_value->dim(3) != dv)
-      call.Fail("past_key " + core::runtime::ShapeToString(past_key->shape()) +
-                " / past_value " + core::runtime::ShapeToString(past_value->shape()) +
+      call.Fail("past_key " + core::runtime::ShapeToString(past_key->shape()) + " / past_value " +
+                core::runtime::ShapeToString(past_value->shape()) +
                 " do not match K/V heads and head sizes");
     if (past_key->dtype() != k.dtype() || past_value->dtype() != v.dtype())
       call.Fail("past_key/past_value element types must match K/V");
@@ -348,9 +371,9 @@ void Attention::Compute(KernelCall& call) const {
     mask_values.resize(static_cast<size_t>(mask->numel()));
     const bool is_bool = mask->dtype() == DataType::kBool;
     for (int64_t i = 0; i < mask->numel(); ++i)
-      mask_values[static_cast<size_t>(i)] =
-          is_bool ? (mask->data<uint8_t>()[i] ? 0.0f : kNegInf)
-                  : LoadAsFloat(mask->dtype(), mask->raw_data(), i);
+      mask_values[static_cast<size_t>(i)] = is_bool
+                                                ? (mask->data<uint8_t>()[i] ? 0.0f : kNegInf)
+                                                : LoadAsFloat(mask->dtype(), mask->raw_data(), i);
   }
 
   // Additive bias of (b, h, i, j): mask + causal + window + padding; -inf = not attended.
@@ -403,7 +426,8 @@ void Attention::Compute(KernelCall& call) const {
   const int64_t threads = std::max<int64_t>(1, tbb::this_task_arena::max_concurrency());
   int64_t chunks = 1;
   if (!want_qk && num_rows < 2 * threads && total >= kSplitMinKeys)
-    chunks = std::min<int64_t>((2 * threads + num_rows - 1) / num_rows, total / (kSplitMinKeys / 2));
+    chunks =
+        std::min<int64_t>((2 * threads + num_rows - 1) / num_rows, total / (kSplitMinKeys / 2));
   chunks = std::max<int64_t>(1, chunks);
   const int64_t chunk_len = (total + chunks - 1) / chunks;
   std::vector<Partial> partials(static_cast<size_t>(num_rows * chunks));
@@ -430,8 +454,10 @@ void Attention::Compute(KernelCall& call) const {
         const float s = raw + bj;
         if (qk_data) {
           const int64_t at = ((b * hq + h) * sq + i) * total + j;
-          if (qk_mode_ <= 1) StoreFromFloat(q.dtype(), qk_data, at, raw);
-          else if (qk_mode_ == 2) StoreFromFloat(q.dtype(), qk_data, at, s);
+          if (qk_mode_ <= 1)
+            StoreFromFloat(q.dtype(), qk_data, at, raw);
+          else if (qk_mode_ == 2)
+            StoreFromFloat(q.dtype(), qk_data, at, s);
         }
         scores[t] = bj == kNegInf ? kNegInf : s;
         block_max = std::max(block_max, scores[t]);
@@ -456,7 +482,8 @@ void Attention::Compute(KernelCall& call) const {
   tbb::parallel_for(int64_t{0}, num_rows, [&](int64_t row) {
     const int64_t i = row % sq, h = (row / sq) % hq, b = row / (sq * hq);
     float max = kNegInf;
-    for (int64_t c = 0; c < chunks; ++c) max = std::max(max, partials[static_cast<size_t>(row * chunks + c)].max);
+    for (int64_t c = 0; c < chunks; ++c)
+      max = std::max(max, partials[static_cast<size_t>(row * chunks + c)].max);
     std::vector<float> out(static_cast<size_t>(dv), 0.0f);
     float sum = 0;
     if (max != kNegInf) {
@@ -465,12 +492,14 @@ void Attention::Compute(KernelCall& call) const {
         if (p.max == kNegInf) continue;
         const float r = std::exp(p.max - max);
         sum += p.sum * r;
-        for (int64_t d = 0; d < dv; ++d) out[static_cast<size_t>(d)] += p.acc[static_cast<size_t>(d)] * r;
+        for (int64_t d = 0; d < dv; ++d)
+          out[static_cast<size_t>(d)] += p.acc[static_cast<size_t>(d)] * r;
       }
       for (float& o : out) o /= sum;
     }
     const int64_t at = y_index(b, h, i);
-    for (int64_t d = 0; d < dv; ++d) StoreFromFloat(q.dtype(), y_data, at + d, out[static_cast<size_t>(d)]);
+    for (int64_t d = 0; d < dv; ++d)
+      StoreFromFloat(q.dtype(), y_data, at + d, out[static_cast<size_t>(d)]);
     if (qk_data && qk_mode_ == 3) {  // probabilities need the final max and sum
       const KeyRows keys = rows(kf, past_k, dk, b, h / group);
       for (int64_t j = 0; j < total; ++j) {

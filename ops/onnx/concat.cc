@@ -48,13 +48,14 @@ class Concat final : public core::runtime::KernelBase {
                   core::DataTypeName(t->dtype()));
       bool ok = t->rank() == rank;
       for (int64_t d = 0; ok && d < rank; ++d)
-        ok = d == axis || t->shape()[static_cast<size_t>(d)] == first.shape()[static_cast<size_t>(d)];
+        ok = d == axis ||
+             t->shape()[static_cast<size_t>(d)] == first.shape()[static_cast<size_t>(d)];
       if (!ok)
-        call.Fail("inputs must match in every dimension but axis " + std::to_string(axis) +
-                  ": " + elementwise::DescribeInputs(call));
-      out_shape[static_cast<size_t>(axis)] = core::CheckedAdd(
-          out_shape[static_cast<size_t>(axis)], t->shape()[static_cast<size_t>(axis)],
-          "Concat's output axis");
+        call.Fail("inputs must match in every dimension but axis " + std::to_string(axis) + ": " +
+                  elementwise::DescribeInputs(call));
+      out_shape[static_cast<size_t>(axis)] =
+          core::CheckedAdd(out_shape[static_cast<size_t>(axis)],
+                           t->shape()[static_cast<size_t>(axis)], "Concat's output axis");
     }
     core::CheckedNumel(out_shape, "Concat's output");  // out_row below must not overflow
     int64_t outer = 1, inner = 1;
@@ -66,7 +67,8 @@ class Concat final : public core::runtime::KernelBase {
       using T = typename decltype(tag)::type;
       Tensor& out = call.AllocateOutput(0, first.dtype(), out_shape);
       T* dst = out.mutable_data<T>();
-      const int64_t grain = std::max<int64_t>(1, elementwise::kParallelGrain / std::max<int64_t>(out_row, 1));
+      const int64_t grain =
+          std::max<int64_t>(1, elementwise::kParallelGrain / std::max<int64_t>(out_row, 1));
       elementwise::ParallelFor(outer, grain, [&](int64_t begin, int64_t end) {
         for (int64_t o = begin; o < end; ++o) {
           T* row = dst + o * out_row;

@@ -33,11 +33,11 @@ class Constant final : public core::runtime::KernelBase {
       } else if (n == "value_string") {
         value_ = Tensor::FromStrings("", {}, {a.s()});
       } else if (n == "value_strings") {
-        value_ = Tensor::FromStrings("", {a.strings_size()},
-                                     std::vector<std::string>(a.strings().begin(), a.strings().end()));
+        value_ =
+            Tensor::FromStrings("", {a.strings_size()},
+                                std::vector<std::string>(a.strings().begin(), a.strings().end()));
       } else if (n == "sparse_value") {
-        core::Throw(core::ErrorCode::kNotImplemented,
-                    label + ": sparse_value is not supported");
+        core::Throw(core::ErrorCode::kNotImplemented, label + ": sparse_value is not supported");
       } else {
         continue;
       }
@@ -60,8 +60,8 @@ class Constant final : public core::runtime::KernelBase {
   static void CheckTag(const AttributeProto& a, const std::string& label) {
     using A = AttributeProto;
     static const std::pair<const char*, A::AttributeType> kExpected[] = {
-        {"value", A::TENSOR},       {"value_float", A::FLOAT},     {"value_floats", A::FLOATS},
-        {"value_int", A::INT},      {"value_ints", A::INTS},       {"value_string", A::STRING},
+        {"value", A::TENSOR},         {"value_float", A::FLOAT}, {"value_floats", A::FLOATS},
+        {"value_int", A::INT},        {"value_ints", A::INTS},   {"value_string", A::STRING},
         {"value_strings", A::STRINGS}};
     for (const auto& [name, type] : kExpected)
       if (a.name() == name && a.type() != type && a.type() != A::UNDEFINED)

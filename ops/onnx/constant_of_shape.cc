@@ -27,14 +27,18 @@ class ConstantOfShape final : public core::runtime::KernelBase {
       call.Fail("shape must be 1-D, got shape " + core::runtime::ShapeToString(shape_t.shape()));
     const core::runtime::Shape shape = elementwise::ReadInt64s(call, shape_t, "shape");
     for (int64_t d : shape)
-      if (d < 0) call.Fail("shape " + core::runtime::ShapeToString(shape) + " has a negative dimension");
-    elementwise::DispatchByWidth(call, value_.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T v = value_.data<T>()[0];
-      auto& out = call.AllocateOutput(0, value_.dtype(), shape);
-      T* p = out.template mutable_data<T>();
-      std::fill(p, p + out.numel(), v);
-    }, "value");
+      if (d < 0)
+        call.Fail("shape " + core::runtime::ShapeToString(shape) + " has a negative dimension");
+    elementwise::DispatchByWidth(
+        call, value_.dtype(),
+        [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          const T v = value_.data<T>()[0];
+          auto& out = call.AllocateOutput(0, value_.dtype(), shape);
+          T* p = out.template mutable_data<T>();
+          std::fill(p, p + out.numel(), v);
+        },
+        "value");
   }
 
  private:

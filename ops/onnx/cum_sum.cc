@@ -14,8 +14,7 @@ using math::Tensor;
 namespace {
 
 template <typename T>
-void Scan(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool exclusive,
-          bool reverse) {
+void Scan(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool exclusive, bool reverse) {
   math::ParallelFor(outer, 1, [&](int64_t o0, int64_t o1) {
     std::vector<T> acc(static_cast<size_t>(inner));
     for (int64_t o = o0; o < o1; ++o) {

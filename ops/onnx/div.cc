@@ -14,7 +14,8 @@ struct DivOp {
     if constexpr (std::is_integral_v<T>) {
       const T* p = b.data<T>();
       for (int64_t i = 0; i < b.numel(); ++i)
-        if (p[i] == 0) call.Fail("integer division by zero (divisor '" + call.node().input(1) + "')");
+        if (p[i] == 0)
+          call.Fail("integer division by zero (divisor '" + call.node().input(1) + "')");
     }
   }
   template <typename C>

@@ -20,9 +20,12 @@ class DropoutKernel final : public core::runtime::KernelBase {
       double ratio = 0.5;
       if (call.has_input(1)) {
         const auto& r = call.input(1);
-        if (r.dtype() == core::DataType::kFloat) ratio = r.data<float>()[0];
-        else if (r.dtype() == core::DataType::kDouble) ratio = r.data<double>()[0];
-        else if (r.dtype() == core::DataType::kFloat16) ratio = core::HalfToFloat(r.data<uint16_t>()[0]);
+        if (r.dtype() == core::DataType::kFloat)
+          ratio = r.data<float>()[0];
+        else if (r.dtype() == core::DataType::kDouble)
+          ratio = r.data<double>()[0];
+        else if (r.dtype() == core::DataType::kFloat16)
+          ratio = core::HalfToFloat(r.data<uint16_t>()[0]);
       }
       if (train && ratio != 0.0)
         core::Throw(core::ErrorCode::kNotImplemented,

@@ -22,7 +22,7 @@ class Equal final : public core::runtime::KernelBase {
     elementwise::CheckSameType(call, a, b);
     if (a.dtype() == core::DataType::kString) {
       elementwise::RunBinary<std::string, std::string, bool>(call, a, b, core::DataType::kBool,
-                                                              EqualOp{});
+                                                             EqualOp{});
       return;
     }
     elementwise::DispatchType<elementwise::kNumericAndBool>(call, a.dtype(), [&](auto tag) {

@@ -20,11 +20,13 @@ class Expand final : public core::runtime::KernelBase {
       call.Fail("shape must be 1-D, got shape " + core::runtime::ShapeToString(shape_t.shape()));
     const core::runtime::Shape target = elementwise::ReadInt64s(call, shape_t, "shape");
     for (int64_t d : target)
-      if (d < 0) call.Fail("shape " + core::runtime::ShapeToString(target) + " has a negative dimension");
+      if (d < 0)
+        call.Fail("shape " + core::runtime::ShapeToString(target) + " has a negative dimension");
     const core::runtime::Shape shapes[] = {x.shape(), target};
-    const core::runtime::Shape out_shape = elementwise::BroadcastShapes(
-        call, shapes, "input of shape " + core::runtime::ShapeToString(x.shape()) + " to shape " +
-                          core::runtime::ShapeToString(target));
+    const core::runtime::Shape out_shape =
+        elementwise::BroadcastShapes(call, shapes,
+                                     "input of shape " + core::runtime::ShapeToString(x.shape()) +
+                                         " to shape " + core::runtime::ShapeToString(target));
     const std::vector<int64_t> in_strides = x.strides();
     std::vector<int64_t> strides(out_shape.size(), 0);
     const size_t lead = out_shape.size() - x.shape().size();

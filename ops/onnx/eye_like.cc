@@ -16,19 +16,24 @@ class EyeLike final : public core::runtime::KernelBase {
 
   void Compute(core::runtime::KernelCall& call) const override {
     const auto& x = call.input(0);
-    if (x.rank() != 2) call.Fail("input must be 2-D, got shape " + core::runtime::ShapeToString(x.shape()));
+    if (x.rank() != 2)
+      call.Fail("input must be 2-D, got shape " + core::runtime::ShapeToString(x.shape()));
     const core::DataType dtype = dtype_ ? static_cast<core::DataType>(dtype_) : x.dtype();
-    elementwise::DispatchType<elementwise::kNumericAndBool>(call, dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      auto& out = call.AllocateOutput(0, dtype, x.shape());
-      T* p = out.template mutable_data<T>();
-      const int64_t rows = x.shape()[0], cols = x.shape()[1];
-      std::fill(p, p + out.numel(), elementwise::Store<T>(elementwise::Compute<T>(0)));
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t c = r + k_;
-        if (c >= 0 && c < cols) p[r * cols + c] = elementwise::Store<T>(elementwise::Compute<T>(1));
-      }
-    }, "dtype");
+    elementwise::DispatchType<elementwise::kNumericAndBool>(
+        call, dtype,
+        [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          auto& out = call.AllocateOutput(0, dtype, x.shape());
+          T* p = out.template mutable_data<T>();
+          const int64_t rows = x.shape()[0], cols = x.shape()[1];
+          std::fill(p, p + out.numel(), elementwise::Store<T>(elementwise::Compute<T>(0)));
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t c = r + k_;
+            if (c >= 0 && c < cols)
+              p[r * cols + c] = elementwise::Store<T>(elementwise::Compute<T>(1));
+          }
+        },
+        "dtype");
   }
 
  private:

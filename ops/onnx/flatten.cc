@@ -8,7 +8,9 @@ class Flatten final : public core::runtime::KernelBase {
  public:
   explicit Flatten(const core::runtime::KernelContext&) {}
 
-  void Configure(const NodeProto& node) override { axis_ = core::runtime::AttrInt(node, "axis", 1); }
+  void Configure(const NodeProto& node) override {
+    axis_ = core::runtime::AttrInt(node, "axis", 1);
+  }
 
   // A strided view stays a view when the new shape allows it (else one dense copy).
   bool ReadsStridedInput(size_t index) const override { return index == 0; }
@@ -21,7 +23,8 @@ class Flatten final : public core::runtime::KernelBase {
                 core::runtime::ShapeToString(x.shape()));
     const int64_t axis = axis_ < 0 ? axis_ + rank : axis_;
     int64_t outer = 1, inner = 1;
-    for (int64_t d = 0; d < rank; ++d) (d < axis ? outer : inner) *= x.shape()[static_cast<size_t>(d)];
+    for (int64_t d = 0; d < rank; ++d)
+      (d < axis ? outer : inner) *= x.shape()[static_cast<size_t>(d)];
     call.SetOutput(0, x.ReshapedOrCopy({outer, inner}, call.allocator()));
   }
 

@@ -13,7 +13,9 @@ class Gather final : public core::runtime::KernelBase {
  public:
   explicit Gather(const core::runtime::KernelContext&) {}
 
-  void Configure(const NodeProto& node) override { axis_ = core::runtime::AttrInt(node, "axis", 0); }
+  void Configure(const NodeProto& node) override {
+    axis_ = core::runtime::AttrInt(node, "axis", 0);
+  }
 
   void Compute(KernelCall& call) const override {
     const Tensor& data = call.input(0);
@@ -42,7 +44,8 @@ class Gather final : public core::runtime::KernelBase {
       const T* src = data.data<T>();
       Tensor& out = call.AllocateOutput(0, data.dtype(), out_shape);
       T* dst = out.mutable_data<T>();
-      const int64_t grain = std::max<int64_t>(1, elementwise::kParallelGrain / std::max<int64_t>(inner, 1));
+      const int64_t grain =
+          std::max<int64_t>(1, elementwise::kParallelGrain / std::max<int64_t>(inner, 1));
       elementwise::ParallelFor(outer * n, grain, [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
           const int64_t o = r / n, j = r % n;

@@ -9,17 +9,21 @@ class GatherElements final : public core::runtime::KernelBase {
  public:
   explicit GatherElements(const core::runtime::KernelContext&) {}
 
-  void Configure(const NodeProto& node) override { axis_ = core::runtime::AttrInt(node, "axis", 0); }
+  void Configure(const NodeProto& node) override {
+    axis_ = core::runtime::AttrInt(node, "axis", 0);
+  }
 
   void Compute(core::runtime::KernelCall& call) const override {
     const auto& data = call.input(0);
     const auto& indices_t = call.input(1);
     const int64_t rank = data.rank();
     if (rank == 0 || indices_t.rank() != rank)
-      call.Fail("data and indices must have the same rank >= 1: " + elementwise::DescribeInputs(call));
+      call.Fail("data and indices must have the same rank >= 1: " +
+                elementwise::DescribeInputs(call));
     const int64_t axis = elementwise::NormalizeAxis(call, axis_, rank);
     for (int64_t d = 0; d < rank; ++d)
-      if (d != axis && indices_t.shape()[static_cast<size_t>(d)] > data.shape()[static_cast<size_t>(d)])
+      if (d != axis &&
+          indices_t.shape()[static_cast<size_t>(d)] > data.shape()[static_cast<size_t>(d)])
         call.Fail("indices are larger than data outside axis " + std::to_string(axis) + ": " +
                   elementwise::DescribeInputs(call));
     const std::vector<int64_t> indices = elementwise::ReadInt64s(call, indices_t, "indices");

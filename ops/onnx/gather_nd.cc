@@ -28,7 +28,8 @@ class GatherND final : public core::runtime::KernelBase {
     int64_t batch = 1;
     for (int64_t d = 0; d < b; ++d) {
       if (data.shape()[static_cast<size_t>(d)] != indices_t.shape()[static_cast<size_t>(d)])
-        call.Fail("batch dimensions of data and indices differ: " + elementwise::DescribeInputs(call));
+        call.Fail("batch dimensions of data and indices differ: " +
+                  elementwise::DescribeInputs(call));
       batch *= data.shape()[static_cast<size_t>(d)];
     }
     core::runtime::Shape out_shape(indices_t.shape().begin(), indices_t.shape().end() - 1);

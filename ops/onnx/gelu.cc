@@ -50,9 +50,9 @@ class Gelu final : public core::runtime::KernelBase {
   void Configure(const NodeProto& node) override {
     const std::string approximate = core::runtime::AttrString(node, "approximate", "none");
     if (approximate != "none" && approximate != "tanh")
-      core::Throw(core::ErrorCode::kInvalidModel, core::runtime::NodeLabel(node) +
-                                                      ": approximate must be 'none' or 'tanh', got '" +
-                                                      approximate + "'");
+      core::Throw(core::ErrorCode::kInvalidModel,
+                  core::runtime::NodeLabel(node) + ": approximate must be 'none' or 'tanh', got '" +
+                      approximate + "'");
     tanh_ = approximate == "tanh";
   }
 

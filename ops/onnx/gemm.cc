@@ -3,6 +3,8 @@
 // packed SGEMM (FLOAT16/BFLOAT16 converted at the edges); DOUBLE a plain loop. A constant B
 // (an initializer) is packed on its second use and the pack serves every later call
 // (ConstantWeight).
+#include "ops/math/gemm.h"
+
 #include <optional>
 #include <vector>
 
@@ -10,7 +12,6 @@
 #include "ops/kernel_factory.h"
 #include "ops/math/common.h"
 #include "ops/math/constant_weight.h"
-#include "ops/math/gemm.h"
 
 namespace onnx_light::ops {
 
@@ -43,8 +44,8 @@ class Gemm final : public core::runtime::KernelBase {
     const int64_t n = trans_b_ ? b.shape()[0] : b.shape()[1];
     if (k != kb)
       call.Fail("inner dimensions differ: A has shape " + ShapeToString(a.shape()) +
-                (trans_a_ ? " (transposed)" : "") + " and B has shape " +
-                ShapeToString(b.shape()) + (trans_b_ ? " (transposed)" : ""));
+                (trans_a_ ? " (transposed)" : "") + " and B has shape " + ShapeToString(b.shape()) +
+                (trans_b_ ? " (transposed)" : ""));
     const Shape out_shape{m, n};
     const Tensor* c = call.has_input(2) ? &call.input(2) : nullptr;
     std::vector<int64_t> c_index;

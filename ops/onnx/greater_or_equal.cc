@@ -13,7 +13,8 @@ struct GreaterOrEqualOp {
 };
 }  // namespace
 
-class GreaterOrEqual final : public elementwise::CompareBinary<GreaterOrEqualOp, elementwise::kNumericTypes> {
+class GreaterOrEqual final
+    : public elementwise::CompareBinary<GreaterOrEqualOp, elementwise::kNumericTypes> {
  public:
   using CompareBinary::CompareBinary;
 };

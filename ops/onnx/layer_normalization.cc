@@ -47,7 +47,8 @@ class LayerNormalization final : public core::runtime::KernelBase {
       });
       return SetStats(call, l, std::move(mean), std::move(inv));
     }
-    if (!math::IsFloatType(x.dtype())) math::ThrowUnsupportedType(call.node(), "input 'X'", x.dtype());
+    if (!math::IsFloatType(x.dtype()))
+      math::ThrowUnsupportedType(call.node(), "input 'X'", x.dtype());
     const math::ParamView<float> scale(call.node(), call.input(1), l, "Scale");
     std::optional<math::ParamView<float>> bias;
     if (call.has_input(2)) bias.emplace(call.node(), call.input(2), l, "B");
@@ -57,9 +58,8 @@ class LayerNormalization final : public core::runtime::KernelBase {
                       [&](int64_t r0, int64_t r1) {
                         for (int64_t r = r0; r < r1; ++r)
                           math::LayerNormRow(xv.data() + r * l.d, scale.data(),
-                                             bias ? bias->data() : nullptr,
-                                             yv.data() + r * l.d, l.d, epsilon_,
-                                             want_stats ? mp + r : nullptr,
+                                             bias ? bias->data() : nullptr, yv.data() + r * l.d,
+                                             l.d, epsilon_, want_stats ? mp + r : nullptr,
                                              want_stats ? ip + r : nullptr);
                       });
     yv.Finish();
@@ -76,8 +76,10 @@ class LayerNormalization final : public core::runtime::KernelBase {
  private:
   static void SetStats(core::runtime::KernelCall& call, const math::NormLayout& l,
                        std::vector<float> mean, std::vector<float> inv) {
-    if (call.output_wanted(1)) call.SetOutput(1, Tensor::FromFloat("", l.stat_shape, std::move(mean)));
-    if (call.output_wanted(2)) call.SetOutput(2, Tensor::FromFloat("", l.stat_shape, std::move(inv)));
+    if (call.output_wanted(1))
+      call.SetOutput(1, Tensor::FromFloat("", l.stat_shape, std::move(mean)));
+    if (call.output_wanted(2))
+      call.SetOutput(2, Tensor::FromFloat("", l.stat_shape, std::move(inv)));
   }
 
   int64_t axis_ = -1;

@@ -13,7 +13,8 @@ struct LessOrEqualOp {
 };
 }  // namespace
 
-class LessOrEqual final : public elementwise::CompareBinary<LessOrEqualOp, elementwise::kNumericTypes> {
+class LessOrEqual final
+    : public elementwise::CompareBinary<LessOrEqualOp, elementwise::kNumericTypes> {
  public:
   using CompareBinary::CompareBinary;
 };

@@ -8,8 +8,7 @@ namespace onnx_light::ops {
 
 class LogSoftmax final : public core::runtime::KernelBase {
  public:
-  explicit LogSoftmax(const core::runtime::KernelInfo& info)
-      : legacy_(info.node_opset() < 13) {}
+  explicit LogSoftmax(const core::runtime::KernelInfo& info) : legacy_(info.node_opset() < 13) {}
   void Compute(core::runtime::KernelCall& call) const override {
     math::SoftmaxCompute(call, axis_, legacy_, /*log_softmax=*/true);
   }

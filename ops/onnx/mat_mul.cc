@@ -85,16 +85,16 @@ class MatMul final : public core::runtime::KernelBase {
       case DataType::kFloat16:
       case DataType::kBFloat16:
         break;
-      case DataType::kDouble: return RunNaive<double>(call, a, b, batch, a_batch, b_batch,
-                                                      out_shape, m, n, k);
-      case DataType::kInt32: return RunNaive<int32_t>(call, a, b, batch, a_batch, b_batch,
-                                                      out_shape, m, n, k);
-      case DataType::kInt64: return RunNaive<int64_t>(call, a, b, batch, a_batch, b_batch,
-                                                      out_shape, m, n, k);
-      case DataType::kUint32: return RunNaive<uint32_t>(call, a, b, batch, a_batch, b_batch,
-                                                        out_shape, m, n, k);
-      case DataType::kUint64: return RunNaive<uint64_t>(call, a, b, batch, a_batch, b_batch,
-                                                        out_shape, m, n, k);
+      case DataType::kDouble:
+        return RunNaive<double>(call, a, b, batch, a_batch, b_batch, out_shape, m, n, k);
+      case DataType::kInt32:
+        return RunNaive<int32_t>(call, a, b, batch, a_batch, b_batch, out_shape, m, n, k);
+      case DataType::kInt64:
+        return RunNaive<int64_t>(call, a, b, batch, a_batch, b_batch, out_shape, m, n, k);
+      case DataType::kUint32:
+        return RunNaive<uint32_t>(call, a, b, batch, a_batch, b_batch, out_shape, m, n, k);
+      case DataType::kUint64:
+        return RunNaive<uint64_t>(call, a, b, batch, a_batch, b_batch, out_shape, m, n, k);
       default:
         math::ThrowUnsupportedType(call.node(), "input 'A'", dt);
     }

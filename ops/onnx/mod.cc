@@ -46,7 +46,8 @@ class Mod final : public core::runtime::KernelBase {
       if constexpr (std::is_integral_v<T>) {
         const T* p = b.data<T>();
         for (int64_t i = 0; i < b.numel(); ++i)
-          if (p[i] == 0) call.Fail("integer modulo by zero (divisor '" + call.node().input(1) + "')");
+          if (p[i] == 0)
+            call.Fail("integer modulo by zero (divisor '" + call.node().input(1) + "')");
       }
       if (fmod_) {
         elementwise::RunBinary<T, T, T>(call, a, b, a.dtype(), ModOp<true>{});

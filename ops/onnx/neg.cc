@@ -10,8 +10,8 @@ class Neg final : public core::runtime::KernelBase {
  public:
   explicit Neg(const core::runtime::KernelContext&) {}
   void Compute(core::runtime::KernelCall& call) const override {
-    math::Unary<math::kFloatTypes | math::kSignedInts>(call, [](auto x) {
-      return static_cast<decltype(x)>(-x); });
+    math::Unary<math::kFloatTypes | math::kSignedInts>(
+        call, [](auto x) { return static_cast<decltype(x)>(-x); });
   }
 };
 

@@ -13,7 +13,9 @@ class OneHot final : public core::runtime::KernelBase {
  public:
   explicit OneHot(const core::runtime::KernelContext&) {}
 
-  void Configure(const NodeProto& node) override { axis_ = core::runtime::AttrInt(node, "axis", -1); }
+  void Configure(const NodeProto& node) override {
+    axis_ = core::runtime::AttrInt(node, "axis", -1);
+  }
 
   void Compute(core::runtime::KernelCall& call) const override {
     const auto& indices_t = call.input(0);
@@ -31,20 +33,24 @@ class OneHot final : public core::runtime::KernelBase {
     out_shape.insert(out_shape.begin() + axis, depth);
     int64_t outer = 1, inner = 1;
     for (int64_t d = 0; d < axis; ++d) outer *= indices_t.shape()[static_cast<size_t>(d)];
-    for (int64_t d = axis; d < indices_t.rank(); ++d) inner *= indices_t.shape()[static_cast<size_t>(d)];
-    elementwise::DispatchByWidth(call, values.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T off = values.data<T>()[0], on = values.data<T>()[1];
-      auto& out = call.AllocateOutput(0, values.dtype(), out_shape);
-      T* p = out.template mutable_data<T>();
-      std::fill(p, p + out.numel(), off);
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t i = 0; i < inner; ++i) {
-          int64_t k = static_cast<int64_t>(idx[static_cast<size_t>(o * inner + i)]);
-          if (k < 0) k += depth;
-          if (k >= 0 && k < depth) p[(o * depth + k) * inner + i] = on;
-        }
-    }, "values");
+    for (int64_t d = axis; d < indices_t.rank(); ++d)
+      inner *= indices_t.shape()[static_cast<size_t>(d)];
+    elementwise::DispatchByWidth(
+        call, values.dtype(),
+        [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          const T off = values.data<T>()[0], on = values.data<T>()[1];
+          auto& out = call.AllocateOutput(0, values.dtype(), out_shape);
+          T* p = out.template mutable_data<T>();
+          std::fill(p, p + out.numel(), off);
+          for (int64_t o = 0; o < outer; ++o)
+            for (int64_t i = 0; i < inner; ++i) {
+              int64_t k = static_cast<int64_t>(idx[static_cast<size_t>(o * inner + i)]);
+              if (k < 0) k += depth;
+              if (k >= 0 && k < depth) p[(o * depth + k) * inner + i] = on;
+            }
+        },
+        "values");
   }
 
  private:

@@ -43,7 +43,8 @@ class PadKernel final : public core::runtime::KernelBase {
     const size_t n = axes.size();
     if (given.size() != 2 * n)
       call.Fail("pads has " + std::to_string(given.size()) + " values, expected " +
-                std::to_string(2 * n) + " for input of shape " + core::runtime::ShapeToString(x.shape()));
+                std::to_string(2 * n) + " for input of shape " +
+                core::runtime::ShapeToString(x.shape()));
     std::vector<int64_t> begin(static_cast<size_t>(rank), 0), end(static_cast<size_t>(rank), 0);
     for (size_t i = 0; i < n; ++i) {
       const size_t a = static_cast<size_t>(elementwise::NormalizeAxis(call, axes[i], rank));

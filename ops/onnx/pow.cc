@@ -52,27 +52,30 @@ class Pow final : public core::runtime::KernelBase {
     const auto& a = call.input(0);
     const auto& b = call.input(1);
     constexpr TypeSet kBase = kFloatTypes | Bit(DataType::kInt32) | Bit(DataType::kInt64);
-    DispatchType<kBase>(call, a.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if (a.dtype() == b.dtype()) {
-        if constexpr (std::is_integral_v<T>) {
-          const T* e = b.data<T>();
-          for (int64_t i = 0; i < b.numel(); ++i)
-            if (e[i] < 0) call.Fail("integer base to a negative integer exponent");
-          RunBinary<T, T, T>(call, a, b, a.dtype(), IntPowOp{});
-        } else if (b.numel() == 1 && Load(b.data<T>()[0]) == 2) {
-          // x ** 2 (RMSNorm, variance) as one multiply: the correctly rounded square.
-          RunBinary<T, T, T>(call, a, b, a.dtype(), SquareOp{});
-        } else {
-          RunBinary<T, T, T>(call, a, b, a.dtype(), FloatPowOp{});
-        }
-        return;
-      }
-      // Exponents are usually one scalar: reading them as double costs nothing.
-      const std::vector<double> e = ToDoubles(call, b, "exponent");
-      const Tensor exponent = Tensor::FromDouble("exponent", b.shape(), e);
-      RunBinary<T, double, T>(call, a, exponent, a.dtype(), MixedPowOp{});
-    }, "base");
+    DispatchType<kBase>(
+        call, a.dtype(),
+        [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          if (a.dtype() == b.dtype()) {
+            if constexpr (std::is_integral_v<T>) {
+              const T* e = b.data<T>();
+              for (int64_t i = 0; i < b.numel(); ++i)
+                if (e[i] < 0) call.Fail("integer base to a negative integer exponent");
+              RunBinary<T, T, T>(call, a, b, a.dtype(), IntPowOp{});
+            } else if (b.numel() == 1 && Load(b.data<T>()[0]) == 2) {
+              // x ** 2 (RMSNorm, variance) as one multiply: the correctly rounded square.
+              RunBinary<T, T, T>(call, a, b, a.dtype(), SquareOp{});
+            } else {
+              RunBinary<T, T, T>(call, a, b, a.dtype(), FloatPowOp{});
+            }
+            return;
+          }
+          // Exponents are usually one scalar: reading them as double costs nothing.
+          const std::vector<double> e = ToDoubles(call, b, "exponent");
+          const Tensor exponent = Tensor::FromDouble("exponent", b.shape(), e);
+          RunBinary<T, double, T>(call, a, exponent, a.dtype(), MixedPowOp{});
+        },
+        "base");
   }
 };
 

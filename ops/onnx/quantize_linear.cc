@@ -99,10 +99,18 @@ class QuantizeLinear final : public core::runtime::KernelBase {
   static void Store(DataType t, bool packed, void* y, int64_t i, int32_t v) {
     if (packed) return core::PackedSet(t, y, i, v);
     switch (t) {
-      case DataType::kInt8: static_cast<int8_t*>(y)[i] = static_cast<int8_t>(v); return;
-      case DataType::kUint8: static_cast<uint8_t*>(y)[i] = static_cast<uint8_t>(v); return;
-      case DataType::kInt16: static_cast<int16_t*>(y)[i] = static_cast<int16_t>(v); return;
-      default: static_cast<uint16_t*>(y)[i] = static_cast<uint16_t>(v); return;
+      case DataType::kInt8:
+        static_cast<int8_t*>(y)[i] = static_cast<int8_t>(v);
+        return;
+      case DataType::kUint8:
+        static_cast<uint8_t*>(y)[i] = static_cast<uint8_t>(v);
+        return;
+      case DataType::kInt16:
+        static_cast<int16_t*>(y)[i] = static_cast<int16_t>(v);
+        return;
+      default:
+        static_cast<uint16_t*>(y)[i] = static_cast<uint16_t>(v);
+        return;
     }
   }
 

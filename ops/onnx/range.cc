@@ -24,8 +24,8 @@ class Range final : public core::runtime::KernelBase {
         call.Fail("start, limit and delta must have one type, got " +
                   core::DataTypeName(start_t.dtype()) + " and " + core::DataTypeName(t->dtype()));
     }
-    constexpr TypeSet kAllowed = kFloatTypes | Bit(DataType::kInt16) | Bit(DataType::kInt32) |
-                                 Bit(DataType::kInt64);
+    constexpr TypeSet kAllowed =
+        kFloatTypes | Bit(DataType::kInt16) | Bit(DataType::kInt32) | Bit(DataType::kInt64);
     DispatchType<kAllowed>(call, start_t.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = elementwise::Compute<T>;  // float for FLOAT16/BFLOAT16

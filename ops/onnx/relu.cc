@@ -10,8 +10,8 @@ class Relu final : public core::runtime::KernelBase {
  public:
   explicit Relu(const core::runtime::KernelContext&) {}
   void Compute(core::runtime::KernelCall& call) const override {
-    math::Unary<math::kFloatTypes | math::kSignedInts>(call, [](auto x) {
-      return x > decltype(x)(0) ? x : decltype(x)(0); });
+    math::Unary<math::kFloatTypes | math::kSignedInts>(
+        call, [](auto x) { return x > decltype(x)(0) ? x : decltype(x)(0); });
   }
 };
 

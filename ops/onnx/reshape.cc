@@ -35,8 +35,8 @@ class Reshape final : public core::runtime::KernelBase {
       int64_t& d = shape[i];
       if (d == 0 && !allow_zero_) {
         if (static_cast<int64_t>(i) >= x.rank())
-          call.Fail("shape " + ShapeToString(requested) + " copies dimension " +
-                    std::to_string(i) + " but the input has shape " + ShapeToString(x.shape()));
+          call.Fail("shape " + ShapeToString(requested) + " copies dimension " + std::to_string(i) +
+                    " but the input has shape " + ShapeToString(x.shape()));
         d = x.shape()[i];
       } else if (d == -1) {
         if (infer >= 0) call.Fail("shape " + ShapeToString(requested) + " has more than one -1");

@@ -38,8 +38,8 @@ class RMSNormalization final : public core::runtime::KernelBase {
       math::ParallelFor(l.rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(l.d, 1)),
                         [&](int64_t r0, int64_t r1) {
                           for (int64_t r = r0; r < r1; ++r)
-                            math::RmsNormRow(xv.data() + r * l.d, scale.data(),
-                                             yv.data() + r * l.d, l.d, epsilon_, nullptr);
+                            math::RmsNormRow(xv.data() + r * l.d, scale.data(), yv.data() + r * l.d,
+                                             l.d, epsilon_, nullptr);
                         });
       yv.Finish();
     }

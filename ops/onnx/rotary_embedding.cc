@@ -27,7 +27,8 @@ class RotaryEmbedding final : public core::runtime::KernelBase {
     const Tensor& cos_t = call.input(1);
     const Tensor& sin_t = call.input(2);
     const Tensor* pos_t = call.has_input(3) ? &call.input(3) : nullptr;
-    if (!math::IsFloatType(x.dtype())) math::ThrowUnsupportedType(call.node(), "input 'X'", x.dtype());
+    if (!math::IsFloatType(x.dtype()))
+      math::ThrowUnsupportedType(call.node(), "input 'X'", x.dtype());
     if (cos_t.dtype() != x.dtype() || sin_t.dtype() != x.dtype())
       call.Fail("cos_cache and sin_cache must have X's type " + core::DataTypeName(x.dtype()));
     int64_t batch, seq, heads, head_size;
@@ -43,8 +44,8 @@ class RotaryEmbedding final : public core::runtime::KernelBase {
       seq = x.shape()[1];
       heads = num_heads_;
       if (x.shape()[2] % heads != 0)
-        call.Fail("hidden size " + std::to_string(x.shape()[2]) + " is not a multiple of num_heads " +
-                  std::to_string(heads));
+        call.Fail("hidden size " + std::to_string(x.shape()[2]) +
+                  " is not a multiple of num_heads " + std::to_string(heads));
       head_size = x.shape()[2] / heads;
     } else {
       call.Fail("input 'X' must be 3-D or 4-D, got shape " + ShapeToString(x.shape()));

@@ -7,8 +7,7 @@ namespace onnx_light::ops {
 
 class ScatterElements final : public core::runtime::KernelBase {
  public:
-  explicit ScatterElements(const core::runtime::KernelInfo& info)
-      : opset_(info.node_opset()) {}
+  explicit ScatterElements(const core::runtime::KernelInfo& info) : opset_(info.node_opset()) {}
 
   void Configure(const NodeProto& node) override {
     axis_ = core::runtime::AttrInt(node, "axis", 0);
@@ -21,11 +20,13 @@ class ScatterElements final : public core::runtime::KernelBase {
     const auto& updates = call.input(2);
     const int64_t rank = data.rank();
     if (rank == 0 || indices_t.rank() != rank || updates.shape() != indices_t.shape())
-      call.Fail("data, indices and updates must have one rank >= 1 and indices the updates' shape: " +
-                elementwise::DescribeInputs(call));
+      call.Fail(
+          "data, indices and updates must have one rank >= 1 and indices the updates' shape: " +
+          elementwise::DescribeInputs(call));
     const int64_t axis = elementwise::NormalizeAxis(call, axis_, rank);
     for (int64_t d = 0; d < rank; ++d)
-      if (d != axis && indices_t.shape()[static_cast<size_t>(d)] > data.shape()[static_cast<size_t>(d)])
+      if (d != axis &&
+          indices_t.shape()[static_cast<size_t>(d)] > data.shape()[static_cast<size_t>(d)])
         call.Fail("indices are larger than data outside axis " + std::to_string(axis) + ": " +
                   elementwise::DescribeInputs(call));
     const std::vector<int64_t> indices = elementwise::ReadInt64s(call, indices_t, "indices");
@@ -48,9 +49,11 @@ class ScatterElements final : public core::runtime::KernelBase {
         idx[d] = 0;
       }
     }
-    elementwise::ScatterInto(call, data, updates, reduction_, [&](auto* dst, const auto* upd, auto combine) {
-      for (size_t i = 0; i < offsets.size(); ++i) combine(dst[offsets[i]], upd[i]);
-    });
+    elementwise::ScatterInto(call, data, updates, reduction_,
+                             [&](auto* dst, const auto* upd, auto combine) {
+                               for (size_t i = 0; i < offsets.size(); ++i)
+                                 combine(dst[offsets[i]], upd[i]);
+                             });
   }
 
  private:

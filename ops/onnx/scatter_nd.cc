@@ -19,7 +19,8 @@ class ScatterND final : public core::runtime::KernelBase {
     const auto& indices_t = call.input(1);
     const auto& updates = call.input(2);
     const int64_t r = data.rank(), q = indices_t.rank();
-    if (r < 1 || q < 1) call.Fail("data and indices must have rank >= 1: " + elementwise::DescribeInputs(call));
+    if (r < 1 || q < 1)
+      call.Fail("data and indices must have rank >= 1: " + elementwise::DescribeInputs(call));
     const int64_t k = indices_t.shape().back();
     if (k < 1 || k > r)
       call.Fail("the last indices dimension (" + std::to_string(k) + ") must be in [1, " +
@@ -48,10 +49,12 @@ class ScatterND final : public core::runtime::KernelBase {
       }
       offsets[static_cast<size_t>(t)] = off;
     }
-    elementwise::ScatterInto(call, data, updates, reduction_, [&](auto* dst, const auto* upd, auto combine) {
-      for (int64_t t = 0; t < tuples; ++t)
-        for (int64_t j = 0; j < inner; ++j) combine(dst[offsets[static_cast<size_t>(t)] + j], upd[t * inner + j]);
-    });
+    elementwise::ScatterInto(
+        call, data, updates, reduction_, [&](auto* dst, const auto* upd, auto combine) {
+          for (int64_t t = 0; t < tuples; ++t)
+            for (int64_t j = 0; j < inner; ++j)
+              combine(dst[offsets[static_cast<size_t>(t)] + j], upd[t * inner + j]);
+        });
   }
 
  private:

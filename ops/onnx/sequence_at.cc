@@ -9,8 +9,8 @@ class SequenceAt final : public core::runtime::KernelBase {
   explicit SequenceAt(const core::runtime::KernelContext&) {}
   void Compute(core::runtime::KernelCall& call) const override {
     const auto& elements = sequence::SequenceInput(call, 0).elements();
-    const size_t pos = sequence::NormalizePosition(
-        call, sequence::ReadIndex(call, 1, "position"), elements.size(), false);
+    const size_t pos = sequence::NormalizePosition(call, sequence::ReadIndex(call, 1, "position"),
+                                                   elements.size(), false);
     const core::runtime::RuntimeValue& v = elements[pos];
     if (v.is_tensor())
       call.SetOutput(0, v.tensor().BorrowView());

@@ -37,8 +37,8 @@ class ConcatFromSequence final : public core::runtime::KernelBase {
       const Tensor& t = *parts[i];
       bool ok = t.dtype() == first.dtype() && t.rank() == rank;
       for (int64_t d = 0; ok && d < rank; ++d)
-        ok = (!new_axis_ && d == axis) || t.shape()[static_cast<size_t>(d)] ==
-                                              first.shape()[static_cast<size_t>(d)];
+        ok = (!new_axis_ && d == axis) ||
+             t.shape()[static_cast<size_t>(d)] == first.shape()[static_cast<size_t>(d)];
       if (!ok)
         call.Fail("element " + std::to_string(i) + " (" + core::DataTypeName(t.dtype()) + " " +
                   core::runtime::ShapeToString(t.shape()) + ") does not match element 0 (" +
@@ -54,7 +54,8 @@ class ConcatFromSequence final : public core::runtime::KernelBase {
     for (const Tensor* t : parts) {
       const size_t row = outer == 0 ? 0 : t->nbytes() / outer;
       const auto* src = static_cast<const uint8_t*>(t->raw_data());
-      for (size_t o = 0; o < outer; ++o) std::memcpy(dst + o * out_row + offset, src + o * row, row);
+      for (size_t o = 0; o < outer; ++o)
+        std::memcpy(dst + o * out_row + offset, src + o * row, row);
       offset += row;
     }
   }

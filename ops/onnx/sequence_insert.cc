@@ -16,10 +16,10 @@ class SequenceInsert final : public core::runtime::KernelBase {
       call.Fail("cannot insert a " + core::DataTypeName(t.dtype()) + " tensor into a sequence of " +
                 core::DataTypeName(dtype));
     core::runtime::RuntimeSequence elements = seq.elements();
-    const size_t pos = call.has_input(2)
-                           ? sequence::NormalizePosition(
-                                 call, sequence::ReadIndex(call, 2, "position"), elements.size(), true)
-                           : elements.size();
+    const size_t pos = call.has_input(2) ? sequence::NormalizePosition(
+                                               call, sequence::ReadIndex(call, 2, "position"),
+                                               elements.size(), true)
+                                         : elements.size();
     elements.Insert(pos, core::runtime::RuntimeValue(t.BorrowView()));
     call.SetOutputValue(0, core::runtime::RuntimeValue::Sequence(
                                std::move(elements), seq.sequence_elem_type()

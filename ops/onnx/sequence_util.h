@@ -39,8 +39,7 @@ inline int64_t ReadIndex(const KernelCall& call, size_t i, const char* what) {
 }
 
 // Normalises `pos` into [0, size) (or [0, size] when `allow_end`), naming it on failure.
-inline size_t NormalizePosition(const KernelCall& call, int64_t pos, size_t size,
-                                bool allow_end) {
+inline size_t NormalizePosition(const KernelCall& call, int64_t pos, size_t size, bool allow_end) {
   const int64_t n = static_cast<int64_t>(size);
   const int64_t p = pos < 0 ? pos + n : pos;
   if (p < 0 || p > n || (p == n && !allow_end))

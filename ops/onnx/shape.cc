@@ -13,8 +13,9 @@ class Shape final : public core::runtime::KernelBase {
 
   void Configure(const NodeProto& node) override {
     start_ = core::runtime::AttrInt(node, "start", 0);
-    end_ = core::runtime::FindAttribute(node, "end") ? std::optional<int64_t>(core::runtime::AttrInt(node, "end", 0))
-                                                     : std::nullopt;
+    end_ = core::runtime::FindAttribute(node, "end")
+               ? std::optional<int64_t>(core::runtime::AttrInt(node, "end", 0))
+               : std::nullopt;
   }
 
   // Reads only the shape: a strided view needs no dense copy.

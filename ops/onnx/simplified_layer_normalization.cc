@@ -45,9 +45,8 @@ class SimplifiedLayerNormalization final : public core::runtime::KernelBase {
       math::ParallelFor(l.rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(l.d, 1)),
                         [&](int64_t r0, int64_t r1) {
                           for (int64_t r = r0; r < r1; ++r)
-                            math::RmsNormRow(xv.data() + r * l.d, scale.data(),
-                                             yv.data() + r * l.d, l.d, epsilon_,
-                                             want_inv ? inv.data() + r : nullptr);
+                            math::RmsNormRow(xv.data() + r * l.d, scale.data(), yv.data() + r * l.d,
+                                             l.d, epsilon_, want_inv ? inv.data() + r : nullptr);
                         });
       yv.Finish();
     }

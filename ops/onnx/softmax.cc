@@ -1,8 +1,9 @@
 // Softmax: opset 13 normalises along one axis (default -1); opsets 1-12 coerce the input to 2D
 // at `axis` (default 1) and normalise over everything from it on.
+#include "ops/math/softmax.h"
+
 #include "executor/attributes.h"
 #include "ops/kernel_factory.h"
-#include "ops/math/softmax.h"
 
 namespace onnx_light::ops {
 

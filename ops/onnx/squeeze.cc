@@ -35,7 +35,8 @@ class SqueezeKernel final : public core::runtime::KernelBase {
         drop[static_cast<size_t>(axis)] = true;
       }
     } else {
-      for (int64_t d = 0; d < rank; ++d) drop[static_cast<size_t>(d)] = x.shape()[static_cast<size_t>(d)] == 1;
+      for (int64_t d = 0; d < rank; ++d)
+        drop[static_cast<size_t>(d)] = x.shape()[static_cast<size_t>(d)] == 1;
     }
     core::runtime::Shape shape;
     for (int64_t d = 0; d < rank; ++d)

@@ -97,20 +97,16 @@ class TopK final : public core::runtime::KernelBase {
           Run(x.data<int8_t>(), values.mutable_data<int8_t>(), ip, outer, n, inner, k, largest_);
           break;
         case DataType::kInt16:
-          Run(x.data<int16_t>(), values.mutable_data<int16_t>(), ip, outer, n, inner, k,
-              largest_);
+          Run(x.data<int16_t>(), values.mutable_data<int16_t>(), ip, outer, n, inner, k, largest_);
           break;
         case DataType::kInt32:
-          Run(x.data<int32_t>(), values.mutable_data<int32_t>(), ip, outer, n, inner, k,
-              largest_);
+          Run(x.data<int32_t>(), values.mutable_data<int32_t>(), ip, outer, n, inner, k, largest_);
           break;
         case DataType::kInt64:
-          Run(x.data<int64_t>(), values.mutable_data<int64_t>(), ip, outer, n, inner, k,
-              largest_);
+          Run(x.data<int64_t>(), values.mutable_data<int64_t>(), ip, outer, n, inner, k, largest_);
           break;
         case DataType::kUint8:
-          Run(x.data<uint8_t>(), values.mutable_data<uint8_t>(), ip, outer, n, inner, k,
-              largest_);
+          Run(x.data<uint8_t>(), values.mutable_data<uint8_t>(), ip, outer, n, inner, k, largest_);
           break;
         case DataType::kUint16:
           Run(x.data<uint16_t>(), values.mutable_data<uint16_t>(), ip, outer, n, inner, k,

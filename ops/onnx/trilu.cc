@@ -22,8 +22,8 @@ class Trilu final : public core::runtime::KernelBase {
     const int bits = core::ElementBits(x.dtype());
     if (bits < 8 || x.dtype() == DataType::kString)
       math::ThrowUnsupportedType(call.node(), "input", x.dtype());
-    const int64_t k = call.has_input(1) ? math::ScalarInt(call.node(), call.input(1), "input 'k'")
-                                        : 0;
+    const int64_t k =
+        call.has_input(1) ? math::ScalarInt(call.node(), call.input(1), "input 'k'") : 0;
     const size_t es = static_cast<size_t>(bits / 8);
     const int64_t rows = x.shape()[x.rank() - 2], cols = x.shape()[x.rank() - 1];
     const int64_t mats = rows * cols == 0 ? 0 : x.numel() / (rows * cols);

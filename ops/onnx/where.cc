@@ -22,8 +22,8 @@ class Where final : public core::runtime::KernelBase {
     if (cond.dtype() != DataType::kBool)
       call.Fail("condition must be BOOL, got " + core::DataTypeName(cond.dtype()));
     if (x.dtype() != y.dtype())
-      call.Fail("X and Y must have the same type, got " + core::DataTypeName(x.dtype()) +
-                " and " + core::DataTypeName(y.dtype()));
+      call.Fail("X and Y must have the same type, got " + core::DataTypeName(x.dtype()) + " and " +
+                core::DataTypeName(y.dtype()));
     const Shape shapes[] = {cond.shape(), x.shape(), y.shape()};
     const Shape out_shape = BroadcastShapes(call, shapes);
     const BroadcastPlan plan(shapes, out_shape);
@@ -34,8 +34,7 @@ class Where final : public core::runtime::KernelBase {
       const T* py = y.data<T>();
       Tensor& out = call.AllocateOutput(0, x.dtype(), out_shape);
       T* po = out.mutable_data<T>();
-      const int64_t sc = plan.inner_stride(0), sx = plan.inner_stride(1),
-                    sy = plan.inner_stride(2);
+      const int64_t sc = plan.inner_stride(0), sx = plan.inner_stride(1), sy = plan.inner_stride(2);
       ParallelFor(plan.numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
         plan.ForEachSegment(begin, end, [&](int64_t oi, const int64_t* off, int64_t n) {
           const bool* c = pc + off[0];

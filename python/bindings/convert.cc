@@ -185,7 +185,7 @@ namespace {
 // numpy.ndarray (never released: it lives as long as the interpreter), or null when NumPy
 // is not importable.
 PyObject* NumpyArrayType() {
-  static PyObject* type = [] () -> PyObject* {
+  static PyObject* type = []() -> PyObject* {
     try {
       py::object ndarray = py::module_::import("numpy").attr("ndarray");
       return ndarray.release().ptr();

@@ -24,20 +24,36 @@ GenerationOptions OptionsFromKwargs(const py::kwargs& kwargs) {
   GenerationOptions o;
   for (const auto& [key, value] : kwargs) {
     const std::string name = py::cast<std::string>(key);
-    if (name == "max_new_tokens") o.max_new_tokens = py::cast<int64_t>(value);
-    else if (name == "temperature") o.temperature = py::cast<float>(value);
-    else if (name == "seed") o.seed = value.is_none() ? std::nullopt : std::optional<uint64_t>(py::cast<uint64_t>(value));
-    else if (name == "eos_token_id") o.eos_token_id = value.is_none() ? std::nullopt : std::optional<int64_t>(py::cast<int64_t>(value));
-    else if (name == "pad_token_id") o.pad_token_id = value.is_none() ? std::nullopt : std::optional<int64_t>(py::cast<int64_t>(value));
-    else if (name == "top_k") o.top_k = py::cast<int64_t>(value);
-    else if (name == "top_p") o.top_p = py::cast<float>(value);
-    else if (name == "repetition_penalty") o.repetition_penalty = py::cast<float>(value);
-    else if (name == "stop_token_ids") o.stop_token_ids = py::cast<std::vector<int64_t>>(value);
-    else if (name == "input_ids_name") o.input_ids_name = py::cast<std::string>(value);
-    else if (name == "logits_name") o.logits_name = py::cast<std::string>(value);
-    else if (name == "attention_mask_name") o.attention_mask_name = py::cast<std::string>(value);
-    else if (name == "position_ids_name") o.position_ids_name = py::cast<std::string>(value);
-    else throw py::type_error("GenerationOptions: unknown option '" + name + "'");
+    if (name == "max_new_tokens")
+      o.max_new_tokens = py::cast<int64_t>(value);
+    else if (name == "temperature")
+      o.temperature = py::cast<float>(value);
+    else if (name == "seed")
+      o.seed = value.is_none() ? std::nullopt : std::optional<uint64_t>(py::cast<uint64_t>(value));
+    else if (name == "eos_token_id")
+      o.eos_token_id =
+          value.is_none() ? std::nullopt : std::optional<int64_t>(py::cast<int64_t>(value));
+    else if (name == "pad_token_id")
+      o.pad_token_id =
+          value.is_none() ? std::nullopt : std::optional<int64_t>(py::cast<int64_t>(value));
+    else if (name == "top_k")
+      o.top_k = py::cast<int64_t>(value);
+    else if (name == "top_p")
+      o.top_p = py::cast<float>(value);
+    else if (name == "repetition_penalty")
+      o.repetition_penalty = py::cast<float>(value);
+    else if (name == "stop_token_ids")
+      o.stop_token_ids = py::cast<std::vector<int64_t>>(value);
+    else if (name == "input_ids_name")
+      o.input_ids_name = py::cast<std::string>(value);
+    else if (name == "logits_name")
+      o.logits_name = py::cast<std::string>(value);
+    else if (name == "attention_mask_name")
+      o.attention_mask_name = py::cast<std::string>(value);
+    else if (name == "position_ids_name")
+      o.position_ids_name = py::cast<std::string>(value);
+    else
+      throw py::type_error("GenerationOptions: unknown option '" + name + "'");
   }
   return o;
 }

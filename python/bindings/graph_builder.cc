@@ -3,14 +3,15 @@
 // merge_models (core/graph_edits.h). Models and messages cross as onnx_light.onnx objects,
 // serialized bytes or `onnx` package messages (ProtoFromPython); results are new
 // onnx_light.onnx messages.
+#include "core/graph_builder.h"
+
+#include <pybind11/stl.h>
+
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <pybind11/stl.h>
-
-#include "core/graph_builder.h"
 #include "core/graph_edits.h"
 #include "core/standard_onnx.h"
 #include "onnx_light.pb.h"
@@ -32,8 +33,7 @@ py::object NewModel(ModelProto model) {
   return MessageToPython(std::make_shared<ModelProto>(std::move(model)));
 }
 
-const ModelProto& Model(py::handle obj, const char* what,
-                        std::shared_ptr<ModelProto>& holder) {
+const ModelProto& Model(py::handle obj, const char* what, std::shared_ptr<ModelProto>& holder) {
   holder = ProtoFromPython<ModelProto>(obj, what);
   return *holder;
 }
@@ -66,33 +66,38 @@ void DefineRewrites(py::class_<PyGraphBuilder>& cls) {
       .def("remove_input", by_name(&GraphBuilder::RemoveInput), py::arg("name"))
       .def("remove_output", by_name(&GraphBuilder::RemoveOutput), py::arg("name"))
       .def("remove_initializer", by_name(&GraphBuilder::RemoveInitializer), py::arg("name"))
-      .def("add_node",
-           [](PyGraphBuilder& self, py::handle node) {
-             AddMessage<NodeProto, &GraphBuilder::AddNode>(self, node, "node");
-           },
-           py::arg("node"), "Adds a NodeProto, placed before any node reading its outputs.")
-      .def("add_input",
-           [](PyGraphBuilder& self, py::handle v) {
-             AddMessage<ValueInfoProto, &GraphBuilder::AddInput>(self, v, "input");
-           },
-           py::arg("input"))
-      .def("add_output",
-           [](PyGraphBuilder& self, py::handle v) {
-             AddMessage<ValueInfoProto, &GraphBuilder::AddOutput>(self, v, "output");
-           },
-           py::arg("output"))
-      .def("add_initializer",
-           [](PyGraphBuilder& self, py::handle t) {
-             AddMessage<TensorProto, &GraphBuilder::AddInitializer>(self, t, "initializer");
-           },
-           py::arg("initializer"))
-      .def("make_paged_cache_initializer",
-           [](PyGraphBuilder& self, const std::string& name, py::handle cache) {
-             self.builder->MakePagedCacheInitializer(
-                 name, PagedCacheProto(*ProtoFromPython<PagedCacheProto>(cache, "cache")));
-           },
-           py::arg("name"), py::arg("cache"),
-           "Adds a validated PagedCacheProto as paged_cache_initializer `name`.");
+      .def(
+          "add_node",
+          [](PyGraphBuilder& self, py::handle node) {
+            AddMessage<NodeProto, &GraphBuilder::AddNode>(self, node, "node");
+          },
+          py::arg("node"), "Adds a NodeProto, placed before any node reading its outputs.")
+      .def(
+          "add_input",
+          [](PyGraphBuilder& self, py::handle v) {
+            AddMessage<ValueInfoProto, &GraphBuilder::AddInput>(self, v, "input");
+          },
+          py::arg("input"))
+      .def(
+          "add_output",
+          [](PyGraphBuilder& self, py::handle v) {
+            AddMessage<ValueInfoProto, &GraphBuilder::AddOutput>(self, v, "output");
+          },
+          py::arg("output"))
+      .def(
+          "add_initializer",
+          [](PyGraphBuilder& self, py::handle t) {
+            AddMessage<TensorProto, &GraphBuilder::AddInitializer>(self, t, "initializer");
+          },
+          py::arg("initializer"))
+      .def(
+          "make_paged_cache_initializer",
+          [](PyGraphBuilder& self, const std::string& name, py::handle cache) {
+            self.builder->MakePagedCacheInitializer(
+                name, PagedCacheProto(*ProtoFromPython<PagedCacheProto>(cache, "cache")));
+          },
+          py::arg("name"), py::arg("cache"),
+          "Adds a validated PagedCacheProto as paged_cache_initializer `name`.");
 }
 
 void DefineLegacyEdits(py::module_& runtime) {
@@ -142,15 +147,17 @@ void RegisterGraphBuilder(py::module_& runtime) {
                                  "bindings and cache initializers valid, exports it again.");
   cls.def(py::init([](py::handle model) {
             std::shared_ptr<ModelProto> holder;
-            return PyGraphBuilder{
-                std::make_shared<GraphBuilder>(GraphBuilder::Import(Model(model, "model", holder)))};
+            return PyGraphBuilder{std::make_shared<GraphBuilder>(
+                GraphBuilder::Import(Model(model, "model", holder)))};
           }),
           py::arg("model"), "Imports (copies and validates) a ModelProto or its bytes.")
-      .def("export", [](const PyGraphBuilder& self) { return NewModel(self.builder->Export()); },
-           "The edited model, validated: a new onnx_light.onnx.ModelProto.")
-      .def("export_standard_onnx",
-           [](const PyGraphBuilder& self) { return py::bytes(self.builder->ExportStandardOnnx()); },
-           "Plain ONNX bytes; ValueError naming what standard ONNX cannot preserve.")
+      .def(
+          "export", [](const PyGraphBuilder& self) { return NewModel(self.builder->Export()); },
+          "The edited model, validated: a new onnx_light.onnx.ModelProto.")
+      .def(
+          "export_standard_onnx",
+          [](const PyGraphBuilder& self) { return py::bytes(self.builder->ExportStandardOnnx()); },
+          "Plain ONNX bytes; ValueError naming what standard ONNX cannot preserve.")
       .def_property_readonly(
           "graph",
           [](const PyGraphBuilder& self) {

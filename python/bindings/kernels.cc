@@ -8,8 +8,7 @@ namespace onnx_light::python {
 
 void RegisterKernelList(py::module_& runtime) {
   runtime.def(
-      "builtin_kernels",
-      [] { return core::runtime::BuiltinKernels().List(); },
+      "builtin_kernels", [] { return core::runtime::BuiltinKernels().List(); },
       "Sorted (domain, op_type) pairs of the built-in kernels ('' is the ONNX domain).");
 }
 

@@ -40,9 +40,10 @@ PagedAttention::Format FormatFromPython(py::handle obj) {
     py::tuple t = py::reinterpret_borrow<py::tuple>(obj);
     return {StorageFromName(t[0].cast<std::string>()), t[1].cast<float>(), t[2].cast<int32_t>()};
   }
-  throw py::type_error("a page format is a PagedFormat, a storage name or a tuple "
-                       "(storage, scale, zero_point), got " +
-                       std::string(py::str(obj.get_type().attr("__name__"))));
+  throw py::type_error(
+      "a page format is a PagedFormat, a storage name or a tuple "
+      "(storage, scale, zero_point), got " +
+      std::string(py::str(obj.get_type().attr("__name__"))));
 }
 
 // "INT8 keys and UINT4 values once the cache holds `after_tokens` tokens" (dense FLOAT before).
@@ -61,8 +62,9 @@ PagedAttention::FormatSelector SelectorFromPython(py::object policy) {
     };
   }
   if (!PyCallable_Check(policy.ptr()))
-    throw py::type_error("policy must be None, a PagedFormatPolicy or a callable "
-                         "(key, value, past_length) -> (key_format, value_format)");
+    throw py::type_error(
+        "policy must be None, a PagedFormatPolicy or a callable "
+        "(key, value, past_length) -> (key_format, value_format)");
   auto fn = SharedCallable(std::move(policy));
   return [fn](const Tensor& key, const Tensor& value, int64_t past_length) {
     py::gil_scoped_acquire gil;
@@ -92,9 +94,10 @@ void RegisterPaged(py::module_& runtime) {
              return PagedAttention::Format{StorageFromName(storage), scale, zero_point};
            }),
            py::arg("storage") = "FLOAT", py::arg("scale") = 1.0f, py::arg("zero_point") = 0)
-      .def_property_readonly("storage", [](const PagedAttention::Format& f) {
-        return core::DataTypeName(static_cast<core::DataType>(f.storage));
-      })
+      .def_property_readonly("storage",
+                             [](const PagedAttention::Format& f) {
+                               return core::DataTypeName(static_cast<core::DataType>(f.storage));
+                             })
       .def_readonly("scale", &PagedAttention::Format::scale)
       .def_readonly("zero_point", &PagedAttention::Format::zero_point)
       .def("__repr__", [](const PagedAttention::Format& f) {
@@ -115,20 +118,20 @@ void RegisterPaged(py::module_& runtime) {
       .def_readonly("value", &FormatPolicy::value)
       .def_readonly("after_tokens", &FormatPolicy::after_tokens);
 
-  auto context = py::reinterpret_borrow<py::class_<RuntimeContext, std::shared_ptr<RuntimeContext>>>(
-      runtime.attr("RuntimeContext"));
+  auto context =
+      py::reinterpret_borrow<py::class_<RuntimeContext, std::shared_ptr<RuntimeContext>>>(
+          runtime.attr("RuntimeContext"));
   context.def(
       "register_paged_attention",
       [](RuntimeContext& ctx, py::object policy) {
         auto select = SelectorFromPython(std::move(policy));
-        ctx.RegisterKernelFn("ai.rt", "PagedAttention", core::symbolic::Device::kCPU,
-                             [select](const NodeProto& node, RuntimeContext& rt)
-                                 -> std::unique_ptr<KernelBase> {
-                               auto kernel =
-                                   std::make_unique<PagedAttention>(rt.kernel_ctx(), select);
-                               kernel->set_node(node);
-                               return kernel;
-                             });
+        ctx.RegisterKernelFn(
+            "ai.rt", "PagedAttention", core::symbolic::Device::kCPU,
+            [select](const NodeProto& node, RuntimeContext& rt) -> std::unique_ptr<KernelBase> {
+              auto kernel = std::make_unique<PagedAttention>(rt.kernel_ctx(), select);
+              kernel->set_node(node);
+              return kernel;
+            });
       },
       py::arg("policy") = py::none(),
       "Registers ai.rt::PagedAttention on this context with a page format policy: None "

@@ -44,15 +44,12 @@ namespace {
 // The text of `proto` (a model, graph, function or node).
 std::string PrintProto(py::handle proto) {
   const std::string name = MessageName(proto);
-  if (name == "ModelProto")
-    return core::PrintModel(*ProtoFromPython<ModelProto>(proto, "proto"));
-  if (name == "GraphProto")
-    return core::PrintGraph(*ProtoFromPython<GraphProto>(proto, "proto"));
+  if (name == "ModelProto") return core::PrintModel(*ProtoFromPython<ModelProto>(proto, "proto"));
+  if (name == "GraphProto") return core::PrintGraph(*ProtoFromPython<GraphProto>(proto, "proto"));
   if (name == "FunctionProto") {
     return core::PrintFunction(*ProtoFromPython<FunctionProto>(proto, "proto"));
   }
-  if (name == "NodeProto")
-    return core::PrintNode(*ProtoFromPython<NodeProto>(proto, "proto"));
+  if (name == "NodeProto") return core::PrintNode(*ProtoFromPython<NodeProto>(proto, "proto"));
   core::Throw(core::ErrorCode::kTypeError,
               "to_text expects a ModelProto, GraphProto, FunctionProto or NodeProto, got " +
                   py::str(py::type::handle_of(proto).attr("__name__")).cast<std::string>());
@@ -101,9 +98,8 @@ void RegisterParser(py::module_& m) {
   parser.def("parse_node", &ParseTo<NodeProto, &core::ParseNode>, py::arg("text"),
              "Parses `outputs = domain.Op <attributes> (inputs)` into a NodeProto.");
   parser.def(
-      "to_text",
-      [](py::handle proto) { return TextToPython(PrintProto(proto)); },
-      py::arg("proto"), "The ONNX text of a model, graph, function or node.");
+      "to_text", [](py::handle proto) { return TextToPython(PrintProto(proto)); }, py::arg("proto"),
+      "The ONNX text of a model, graph, function or node.");
 }
 
 }  // namespace onnx_light::python

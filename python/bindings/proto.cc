@@ -249,8 +249,9 @@ void CopyInto(pb::Message* dst, py::handle src) {
       ~Nest() { --depth; }
     } nest;
     OL_CHECK(depth <= 100, ErrorCode::kInvalidArgument,
-             d->name() + ": dicts of fields nest more than 100 levels deep (is the dict "
-             "self-referential?)");
+             d->name() +
+                 ": dicts of fields nest more than 100 levels deep (is the dict "
+                 "self-referential?)");
     dst->Clear();
     InitFromKwargs(dst, src);
     return;
@@ -1002,8 +1003,7 @@ void RegisterProto(py::module_& m) {
       },
       py::arg("model"), py::arg("path"), "Writes a model in binary protobuf form.");
   proto.def(
-      "extension_fields",
-      [](const MessageRef& msg) { return core::ExtensionFields(msg.Get()); },
+      "extension_fields", [](const MessageRef& msg) { return core::ExtensionFields(msg.Get()); },
       "Paths of the onnx-light extension fields (numbers 1000-1099) set anywhere in a message, "
       "with the names of their entries.");
   proto.def(

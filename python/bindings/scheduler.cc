@@ -97,8 +97,7 @@ void RegisterScheduler(py::module_& runtime) {
                           "Runs many generation requests at once, each with its own state: "
                           "FIFO admission of at most max_in_flight requests, round-robin "
                           "token steps between them on the shared TBB arena.")
-      .def(py::init([](RuntimeContext& context, int64_t max_in_flight,
-                       int64_t max_parallel_steps) {
+      .def(py::init([](RuntimeContext& context, int64_t max_in_flight, int64_t max_parallel_steps) {
              return std::make_unique<PyScheduler>(
                  context, SchedulerOptions{max_in_flight, max_parallel_steps});
            }),
@@ -122,7 +121,7 @@ void RegisterScheduler(py::module_& runtime) {
             request.cancel = std::move(completion);
             if (!on_token.is_none()) {
               request.on_token = [cb = Hold(on_token)](int64_t step,
-                                                      const std::vector<int64_t>& tokens) {
+                                                       const std::vector<int64_t>& tokens) {
                 py::gil_scoped_acquire gil;
                 py::object keep_going = (*cb)(step, py::cast(tokens));
                 return keep_going.is_none() || py::cast<bool>(keep_going);
@@ -148,21 +147,20 @@ void RegisterScheduler(py::module_& runtime) {
             return self.get().Submit(std::move(request), std::move(done));
           },
           py::arg("model"), py::arg("feeds"), py::arg("options") = py::none(),
-          py::arg("session_options") = py::none(), py::kw_only(),
-          py::arg("on_token") = py::none(), py::arg("on_done") = py::none(),
-          py::arg("completion") = py::none(),
+          py::arg("session_options") = py::none(), py::kw_only(), py::arg("on_token") = py::none(),
+          py::arg("on_done") = py::none(), py::arg("completion") = py::none(),
           "Queues one generation (same arguments as runtime.generate) and returns a "
           "RequestHandle. on_token(step, tokens) streams this request's tokens (return False "
           "to stop); on_done() is called once it completed. Both run on a worker thread.")
-      .def("wait_idle", [](PyScheduler& self) {
-        py::gil_scoped_release release;
-        self.get().WaitIdle();
-      })
+      .def("wait_idle",
+           [](PyScheduler& self) {
+             py::gil_scoped_release release;
+             self.get().WaitIdle();
+           })
       .def_property_readonly("max_in_flight",
                              [](PyScheduler& self) { return self.get().options().max_in_flight; })
       .def_property_readonly("queued", [](PyScheduler& self) { return self.get().queued(); })
-      .def_property_readonly("in_flight",
-                             [](PyScheduler& self) { return self.get().in_flight(); })
+      .def_property_readonly("in_flight", [](PyScheduler& self) { return self.get().in_flight(); })
       .def_property_readonly("peak_in_flight",
                              [](PyScheduler& self) { return self.get().peak_in_flight(); });
 }

@@ -18,14 +18,18 @@ namespace {
 
 py::object AttributeValue(const AttributeProto& a) {
   switch (a.type()) {
-    case AttributeProto::INT: return py::int_(a.i());
-    case AttributeProto::FLOAT: return py::float_(a.f());
-    case AttributeProto::STRING: return py::bytes(a.s());
+    case AttributeProto::INT:
+      return py::int_(a.i());
+    case AttributeProto::FLOAT:
+      return py::float_(a.f());
+    case AttributeProto::STRING:
+      return py::bytes(a.s());
     case AttributeProto::INTS:
       return py::cast(std::vector<int64_t>(a.ints().begin(), a.ints().end()));
     case AttributeProto::FLOATS:
       return py::cast(std::vector<float>(a.floats().begin(), a.floats().end()));
-    default: return py::none();
+    default:
+      return py::none();
   }
 }
 

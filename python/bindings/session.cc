@@ -31,16 +31,16 @@ using core::runtime::KernelCall;
 using core::runtime::KernelContext;
 using core::runtime::KernelInfo;
 using core::runtime::OpsetMap;
+using core::runtime::RunOptions;
 using core::runtime::RuntimeContext;
 using core::runtime::RuntimeContextOptions;
 using core::runtime::RuntimeEvent;
 using core::runtime::RuntimeEventAction;
-using core::runtime::RunOptions;
 using core::runtime::RuntimeSession;
 using core::runtime::RuntimeSessionOptions;
-using core::runtime::SessionCache;
 using core::runtime::RuntimeValue;
 using core::runtime::RuntimeValueMap;
+using core::runtime::SessionCache;
 
 std::shared_ptr<py::object> SharedCallable(py::object fn) {
   return std::shared_ptr<py::object>(new py::object(std::move(fn)), [](py::object* p) {
@@ -95,9 +95,11 @@ class PythonKernel final : public KernelBase {
 };
 
 OpsetMap OpsetsFromPython(py::handle obj) {
-  if (py::isinstance<py::bool_>(obj) || !(py::isinstance<py::int_>(obj) || py::isinstance<py::dict>(obj)))
-    throw py::type_error("KernelContext expects an opset version (int) or a dict {domain: "
-                         "version}");
+  if (py::isinstance<py::bool_>(obj) ||
+      !(py::isinstance<py::int_>(obj) || py::isinstance<py::dict>(obj)))
+    throw py::type_error(
+        "KernelContext expects an opset version (int) or a dict {domain: "
+        "version}");
   if (py::isinstance<py::int_>(obj)) return core::runtime::default_opset(obj.cast<int64_t>());
   OpsetMap opsets;
   for (auto item : obj.cast<py::dict>())
@@ -128,9 +130,12 @@ size_t CapacityFromPython(py::handle obj) {
 
 const char* ExecutorName(RuntimeSessionOptions::ExecutorMode mode) {
   switch (mode) {
-    case RuntimeSessionOptions::ExecutorMode::kInline: return "inline";
-    case RuntimeSessionOptions::ExecutorMode::kFlowGraph: return "flow_graph";
-    default: return "auto";
+    case RuntimeSessionOptions::ExecutorMode::kInline:
+      return "inline";
+    case RuntimeSessionOptions::ExecutorMode::kFlowGraph:
+      return "flow_graph";
+    default:
+      return "auto";
   }
 }
 
@@ -181,7 +186,8 @@ void RegisterSession(py::module_& runtime) {
       "default_opset",
       [](int64_t version) {
         py::dict d;
-        for (const auto& [domain, v] : core::runtime::default_opset(version)) d[py::str(domain)] = v;
+        for (const auto& [domain, v] : core::runtime::default_opset(version))
+          d[py::str(domain)] = v;
         return d;
       },
       py::arg("onnx_version") = 18, "The default operator sets {domain: version}.");
@@ -209,8 +215,7 @@ void RegisterSession(py::module_& runtime) {
         namespace fi = core::fault_injection;
         if (site == "allocation") return fi::Arm(core::FaultSite::kAllocation, index);
         if (site == "node") return fi::Arm(core::FaultSite::kNode, index);
-        throw py::value_error("arm_fault: site must be 'allocation' or 'node', not '" + site +
-                              "'");
+        throw py::value_error("arm_fault: site must be 'allocation' or 'node', not '" + site + "'");
       },
       py::arg("site"), py::arg("index"),
       "Testing hook: the `index`-th (0-based) allocation of the runtime's allocators (site "
@@ -285,7 +290,7 @@ void RegisterSession(py::module_& runtime) {
             ctx.RegisterKernelFn(
                 domain, op_type, core::symbolic::Device::kCPU,
                 [shared](const NodeProto& node, RuntimeContext&,
-                          const KernelInfo&) -> std::unique_ptr<KernelBase> {
+                         const KernelInfo&) -> std::unique_ptr<KernelBase> {
                   auto kernel = std::make_unique<PythonKernel>(shared);
                   kernel->set_node(node);
                   return kernel;
@@ -370,9 +375,9 @@ void RegisterSession(py::module_& runtime) {
         return "RuntimeSessionOptions(intra_op_threads=" + std::to_string(o.intra_op_threads) +
                ", persistent_tensor_initial_capacity=" +
                std::to_string(o.persistent_tensor_initial_capacity) + ", executor='" +
-               ExecutorName(o.executor) + "', fold_constants=" +
-               (o.fold_constants ? "True" : "False") + ", fuse_subgraphs=" +
-               (o.fuse_subgraphs ? "True" : "False") +
+               ExecutorName(o.executor) +
+               "', fold_constants=" + (o.fold_constants ? "True" : "False") +
+               ", fuse_subgraphs=" + (o.fuse_subgraphs ? "True" : "False") +
                ", max_tensor_bytes=" + std::to_string(o.max_tensor_bytes) +
                (o.profile ? ", profile=True" : "") + ")";
       });
@@ -384,10 +389,10 @@ void RegisterSession(py::module_& runtime) {
       "concurrent runs and many PersistentValueState(session, initial) use one session.")
       .def(py::init([](py::object model, std::optional<RuntimeSessionOptions> options) {
              std::shared_ptr<const ModelProto> m = ProtoFromPython<ModelProto>(model, "model");
-             return std::make_shared<PySession>(PySession{
-                 std::make_shared<RuntimeSession>(std::move(m),
-                                                  options.value_or(RuntimeSessionOptions{})),
-                 model, ModelGuard::Of(model)});
+             return std::make_shared<PySession>(
+                 PySession{std::make_shared<RuntimeSession>(
+                               std::move(m), options.value_or(RuntimeSessionOptions{})),
+                           model, ModelGuard::Of(model)});
            }),
            py::arg("model"), py::arg("options") = py::none(),
            "A private session of `model` (runtime.cached_session gives the shared one).")
@@ -402,8 +407,9 @@ void RegisterSession(py::module_& runtime) {
             }
             std::optional<std::vector<std::string>> names = NamesFromPython(output_names);
             if (last_position_only && !names)
-              throw py::value_error("last_position_only needs output_names: the outputs "
-                                    "wanted at the last position");
+              throw py::value_error(
+                  "last_position_only needs output_names: the outputs "
+                  "wanted at the last position");
             RunOptions options;
             if (last_position_only) options.last_position_outputs = &*names;
             RuntimeValueMap outputs;
@@ -421,12 +427,14 @@ void RegisterSession(py::module_& runtime) {
           "runtime.Tensor} (only the outputs named in output_names when given; with "
           "last_position_only, those produced directly by a MatMul come back for the last "
           "row along axis -2 alone). The GIL is released while kernels run.")
-      .def("profile", [](const PySession& self) { return ProfileToPython(*self.session); },
-           "{'runs': n, 'nodes': [{'node', 'op_type', 'calls', 'total_ms'}, ...]}: wall time "
-           "per node over the session's runs, in the order nodes first ran (nested graphs' "
-           "nodes count in their parent). Needs RuntimeSessionOptions(profile=True).")
-      .def("clear_profile", [](const PySession& self) { ProfilerOf(*self.session).Clear(); },
-           "Forgets the runs profiled so far.")
+      .def(
+          "profile", [](const PySession& self) { return ProfileToPython(*self.session); },
+          "{'runs': n, 'nodes': [{'node', 'op_type', 'calls', 'total_ms'}, ...]}: wall time "
+          "per node over the session's runs, in the order nodes first ran (nested graphs' "
+          "nodes count in their parent). Needs RuntimeSessionOptions(profile=True).")
+      .def(
+          "clear_profile", [](const PySession& self) { ProfilerOf(*self.session).Clear(); },
+          "Forgets the runs profiled so far.")
       .def_property_readonly("options",
                              [](const PySession& self) { return self.session->options(); })
       .def_property_readonly(
@@ -437,8 +445,7 @@ void RegisterSession(py::module_& runtime) {
           "How many plans (one per non-equivalent context configuration) the session holds.")
       .def("__eq__",
            [](const PySession& a, py::handle b) {
-             return py::isinstance<PySession>(b) &&
-                    a.session == b.cast<const PySession&>().session;
+             return py::isinstance<PySession>(b) && a.session == b.cast<const PySession&>().session;
            })
       .def("__hash__",
            [](const PySession& self) { return std::hash<const void*>()(self.session.get()); });
@@ -474,8 +481,9 @@ void RegisterSession(py::module_& runtime) {
 
 core::runtime::NodeProfile& ProfilerOf(const RuntimeSession& session) {
   if (session.profile() == nullptr)
-    throw py::value_error("profile: this session was built without "
-                          "RuntimeSessionOptions(profile=True)");
+    throw py::value_error(
+        "profile: this session was built without "
+        "RuntimeSessionOptions(profile=True)");
   return *session.profile();
 }
 

@@ -1,10 +1,10 @@
 // runtime.TaskCompletion and runtime.PersistentValueState.
+#include <pybind11/stl.h>
+
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <pybind11/stl.h>
 
 #include "core/error.h"
 #include "executor/runtime_context.h"
@@ -37,12 +37,10 @@ class PyState {
   // runtime.RuntimeSession (shared; its own options apply).
   PyState(py::object model, py::object initial, py::object options)
       : session_object_(py::isinstance<PySession>(model) ? model : py::none()),
-        model_object_(session_object_.is_none() ? model
-                                                : model.cast<const PySession&>().model),
+        model_object_(session_object_.is_none() ? model : model.cast<const PySession&>().model),
         guard_(GuardFromPython(model)),
-        model_(session_object_.is_none()
-                   ? ProtoFromPython<ModelProto>(model, "model")
-                   : model.cast<const PySession&>().session->model_ptr()),
+        model_(session_object_.is_none() ? ProtoFromPython<ModelProto>(model, "model")
+                                         : model.cast<const PySession&>().session->model_ptr()),
         converter_(model_) {
     guard_.Check("PersistentValueState");
     if (!session_object_.is_none()) {
@@ -78,15 +76,14 @@ class PyState {
     if (!output_names.is_none()) {
       if (py::isinstance<py::str>(output_names))
         throw py::type_error("output_names must be a list of output names, not a string");
-      names = CastArgument<std::vector<std::string>>(output_names, "output_names",
-                                                     "a list of str");
+      names = CastArgument<std::vector<std::string>>(output_names, "output_names", "a list of str");
     }
     if (last_position_only && !names)
-      throw py::value_error("last_position_only needs output_names: the outputs wanted at the "
-                            "last position");
-    RuntimeValueMap values = converter_.MapFromPython(feeds, "feeds", [&](const std::string& n) {
-      return DeclaredInput(n);
-    });
+      throw py::value_error(
+          "last_position_only needs output_names: the outputs wanted at the "
+          "last position");
+    RuntimeValueMap values = converter_.MapFromPython(
+        feeds, "feeds", [&](const std::string& n) { return DeclaredInput(n); });
     bool known = false;
     for (const auto& c : contexts_) known |= c.is(context_object);
     if (!known) contexts_.push_back(context_object);
@@ -146,9 +143,8 @@ class PyState {
     return nullptr;
   }
   RuntimeValueMap ConvertInitial(py::object initial) const {
-    return converter_.MapFromPython(initial, "initial", [&](const std::string& n) {
-      return DeclaredInput(n);
-    });
+    return converter_.MapFromPython(initial, "initial",
+                                    [&](const std::string& n) { return DeclaredInput(n); });
   }
   static py::dict ToDict(const RuntimeValueMap& values) {
     py::dict d;
@@ -215,12 +211,13 @@ void RegisterState(py::module_& runtime) {
       .def_property_readonly("done", &TaskCompletion::done)
       .def_property_readonly("reason", &TaskCompletion::reason)
       .def_property_readonly(
-          "state", [](const TaskCompletion& c) {
+          "state",
+          [](const TaskCompletion& c) {
             return std::string(core::runtime::TaskCompletionStateName(c.state()));
           })
       .def("__repr__", [](const TaskCompletion& c) {
-        return std::string("TaskCompletion(") +
-               core::runtime::TaskCompletionStateName(c.state()) + ")";
+        return std::string("TaskCompletion(") + core::runtime::TaskCompletionStateName(c.state()) +
+               ")";
       });
 
   py::class_<PyState>(runtime, "PersistentValueState",

@@ -58,17 +58,17 @@ RuntimeValue StateConverter::FromPython(py::handle obj, const std::string& path,
     std::vector<RuntimeValue::Field> fields;
     for (auto item : py::reinterpret_borrow<py::dict>(obj)) {
       if (!py::isinstance<py::str>(item.first))
-        core::Throw(ErrorCode::kTypeError,
-                    "'" + path + "': struct field names must be strings, got " +
-                        TypeName(item.first));
+        core::Throw(
+            ErrorCode::kTypeError,
+            "'" + path + "': struct field names must be strings, got " + TypeName(item.first));
       const std::string name = item.first.cast<std::string>();
       const TypeProto* field_type = nullptr;
       if (s != nullptr && s->field_size() > 0) {
         for (const auto& f : s->field())
           if (f.name() == name) field_type = &f.type();
         if (field_type == nullptr)
-          core::Throw(ErrorCode::kInvalidArgument,
-                      "'" + path + "': unknown field '" + name + "' for struct '" + s->name() + "'");
+          core::Throw(ErrorCode::kInvalidArgument, "'" + path + "': unknown field '" + name +
+                                                       "' for struct '" + s->name() + "'");
       }
       fields.emplace_back(
           name, FromPython(item.second, path + "." + name, field_type, catalogue, depth + 1));

@@ -45,5 +45,4 @@ class StateConverter {
   std::shared_ptr<const ModelProto> model_;
 };
 
-
 }  // namespace onnx_light::python

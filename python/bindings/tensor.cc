@@ -163,8 +163,9 @@ void RegisterTensor(py::module_& runtime) {
                      " has no buffer-protocol representation");
         const size_t itemsize = static_cast<size_t>(core::ElementBits(t.dtype()) / 8);
         std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
-        return py::buffer_info(const_cast<void*>(t.strided_data()), static_cast<py::ssize_t>(itemsize),
-                               format, static_cast<py::ssize_t>(shape.size()), shape,
+        return py::buffer_info(const_cast<void*>(t.strided_data()),
+                               static_cast<py::ssize_t>(itemsize), format,
+                               static_cast<py::ssize_t>(shape.size()), shape,
                                ByteStrides(t, itemsize), /*readonly=*/true);
       });
 }

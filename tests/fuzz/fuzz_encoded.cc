@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "state/value_validation.h"
 #include "fuzz_util.h"
+#include "state/value_validation.h"
 
 using namespace fuzz;
 

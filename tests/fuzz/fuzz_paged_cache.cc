@@ -8,9 +8,9 @@
 
 #include "executor/runtime_context.h"
 #include "executor/runtime_session.h"
+#include "fuzz_util.h"
 #include "state/persistent_value_state.h"
 #include "state/value_validation.h"
-#include "fuzz_util.h"
 
 using namespace fuzz;
 

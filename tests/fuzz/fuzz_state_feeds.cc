@@ -10,8 +10,8 @@
 #include "core/text_parser.h"
 #include "executor/runtime_context.h"
 #include "executor/runtime_session.h"
-#include "state/persistent_value_state.h"
 #include "fuzz_util.h"
+#include "state/persistent_value_state.h"
 
 using namespace fuzz;
 
@@ -84,9 +84,9 @@ std::shared_ptr<const RuntimeSession> Session(const std::shared_ptr<const ModelP
 const std::shared_ptr<const RuntimeSession>& Model(int i) {
   static const std::shared_ptr<const RuntimeSession> models[] = {
       Session(Parse("g (float[2] x, float[2] past) => (float[2] y, float[2] present) "
-            "{ present = Add(x, past) y = Identity(present) }")),
+                    "{ present = Add(x, past) y = Identity(present) }")),
       Session(Parse("g (float[N] x, seq(float[N]) past) => (int64 y, seq(float[N]) present) "
-            "{ present = SequenceInsert(past, x) y = SequenceLength(present) }")),
+                    "{ present = SequenceInsert(past, x) y = SequenceLength(present) }")),
       Session(StructModel(false)), Session(StructModel(true))};
   return models[i % 4];
 }
@@ -103,7 +103,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   RuntimeValueMap initial;
   if (ops & 1) initial["past"] = ReadValue(r, 6);
   Expect([&] { state = std::make_unique<PersistentValueState>(session, initial); });
-  if (!state) Expect([&] { state = std::make_unique<PersistentValueState>(session, RuntimeValueMap{}); });
+  if (!state)
+    Expect([&] { state = std::make_unique<PersistentValueState>(session, RuntimeValueMap{}); });
   if (!state) return 0;
   RuntimeContext context;
   for (int step = 0; step < 3 && r.left() > 0; ++step) {

@@ -67,7 +67,8 @@ class Reader {
 // Zeros of `dtype` and `shape` (allocated through the checked Tensor constructor).
 inline Tensor Zeros(const std::string& name, DataType dtype, const Shape& shape) {
   Tensor t(name, dtype, shape);
-  if (dtype != DataType::kString && t.nbytes() > 0) std::memset(t.mutable_raw_data(), 0, t.nbytes());
+  if (dtype != DataType::kString && t.nbytes() > 0)
+    std::memset(t.mutable_raw_data(), 0, t.nbytes());
   return t;
 }
 
@@ -113,9 +114,9 @@ inline RuntimeValue ReadValue(Reader& r, int depth) {
 }
 
 inline RuntimeValue ReadValueOrThrow(Reader& r, int depth) {
-  static const DataType kTypes[] = {DataType::kFloat, DataType::kInt64, DataType::kInt32,
-                                    DataType::kFloat16, DataType::kBool, DataType::kUint8,
-                                    DataType::kDouble, DataType::kInt4, DataType::kString,
+  static const DataType kTypes[] = {DataType::kFloat,   DataType::kInt64, DataType::kInt32,
+                                    DataType::kFloat16, DataType::kBool,  DataType::kUint8,
+                                    DataType::kDouble,  DataType::kInt4,  DataType::kString,
                                     DataType::kBFloat16};
   static const char* kNames[] = {"blocks", "start", "length", "key", "value", "a", "b", ""};
   const uint8_t kind = r.U8();

@@ -72,12 +72,14 @@ std::shared_ptr<ModelProto> DecodeModel(int64_t batch, int64_t hq, int64_t hkv, 
                                         const std::string& tail = "",
                                         const std::string& opsets = "") {
   const std::string text =
-      "<ir_version: 10, opset_import: [\"\" : 23" + opsets + "]>\n"
-      "decode (" + type + Dims(batch, hq, "1", dk) + " q, " + type + Dims(batch, hkv, "S", dk) +
-      " k, " + type + Dims(batch, hkv, "S", dv) + " v, " + type + Dims(batch, hkv, "P", dk) +
-      " past_key, " + type + Dims(batch, hkv, "P", dv) + " past_value" + extra_inputs +
-      ") => (" + type + Dims(batch, hq, "1", dv) + " y, " + type + Dims(batch, hkv, "T", dk) +
-      " present_key, " + type + Dims(batch, hkv, "T", dv) + " present_value" + extra_outputs +
+      "<ir_version: 10, opset_import: [\"\" : 23" + opsets +
+      "]>\n"
+      "decode (" +
+      type + Dims(batch, hq, "1", dk) + " q, " + type + Dims(batch, hkv, "S", dk) + " k, " + type +
+      Dims(batch, hkv, "S", dv) + " v, " + type + Dims(batch, hkv, "P", dk) + " past_key, " + type +
+      Dims(batch, hkv, "P", dv) + " past_value" + extra_inputs + ") => (" + type +
+      Dims(batch, hq, "1", dv) + " y, " + type + Dims(batch, hkv, "T", dk) + " present_key, " +
+      type + Dims(batch, hkv, "T", dv) + " present_value" + extra_outputs +
       ")\n{\n  y, present_key, present_value = Attention(q, k, v, , past_key, past_value)\n" +
       tail + "}";
   auto model = std::make_shared<ModelProto>(ParseModel(text));
@@ -189,8 +191,10 @@ TEST_CASE("Per-token storage reports match the spec's four-token table") {
     CAPTURE(t);
     { state.Run(context, Token(t, 1, 1, 1, 2, 2)); }
     const Totals totals = TakeStorage(context);
-    if (t == 1) CheckTotals(totals, 2, 64, 0, 16, 0);
-    else CheckTotals(totals, 0, 0, 0, 16, 2);
+    if (t == 1)
+      CheckTotals(totals, 2, 64, 0, 16, 0);
+    else
+      CheckTotals(totals, 0, 0, 0, 16, 2);
   }
 }
 
@@ -394,8 +398,10 @@ TEST_CASE("Zero-width value caches use the dense fallback and keep their shapes"
     CHECK(out.at("present_value").tensor().shape() == Shape{1, 1, t, 0});
     const Totals totals = TakeStorage(context);
     // K: reservation (allocation on token 1, reuse after); V: one empty dense buffer.
-    if (t == 1) CheckTotals(totals, 2, 4 * 8, 0, 8, 0);
-    else CheckTotals(totals, 1, 0, 0, 8, 1);
+    if (t == 1)
+      CheckTotals(totals, 2, 4 * 8, 0, 8, 0);
+    else
+      CheckTotals(totals, 1, 0, 0, 8, 1);
   }
 }
 
@@ -553,9 +559,8 @@ TEST_CASE("Concat whose first input is the bound past appends in place") {
     Tensor k = Filled("k", {1, 1, rows, 3}, static_cast<float>(10 * t));
     const auto kv = k.ToFloatVector();
     expected.insert(expected.end(), kv.begin(), kv.end());
-    const Tensor present = state.Run(context, {{"k", RuntimeValue(std::move(k))}})
-                               .at("present")
-                               .tensor();
+    const Tensor present =
+        state.Run(context, {{"k", RuntimeValue(std::move(k))}}).at("present").tensor();
     CHECK(present.ToFloatVector() == expected);
     const Totals totals = TakeStorage(context);
     CHECK(totals.append == static_cast<size_t>(rows * 12));
@@ -588,7 +593,8 @@ class AppendKernel final : public KernelBase {
     Shape shape = past.shape();
     shape[0] += chunk.dim(0);
     auto r = call.context().ReservePersistentAppend(call, shape, 0, 0, 0);
-    for (int i = 1; i < attempts_; ++i) call.context().ReservePersistentAppend(call, shape, 0, 0, 0);
+    for (int i = 1; i < attempts_; ++i)
+      call.context().ReservePersistentAppend(call, shape, 0, 0, 0);
     if (!r) {
       Tensor& out = call.AllocateOutput(0, past.dtype(), shape);
       std::memcpy(out.mutable_raw_data(), past.raw_data(), past.nbytes());
@@ -630,10 +636,10 @@ class SabotageKernel final : public KernelBase {
 };
 
 std::shared_ptr<ModelProto> AppendModel() {
-  auto model = std::make_shared<ModelProto>(ParseModel(
-      "<ir_version: 10, opset_import: [\"\" : 18, \"test\" : 1]>\n"
-      "grow (float[N] chunk, float[P] past) => (float[T] present, float[T] echo)\n"
-      "{\n  present = test.Append(past, chunk)\n  echo = test.Sabotage(present)\n}"));
+  auto model = std::make_shared<ModelProto>(
+      ParseModel("<ir_version: 10, opset_import: [\"\" : 18, \"test\" : 1]>\n"
+                 "grow (float[N] chunk, float[P] past) => (float[T] present, float[T] echo)\n"
+                 "{\n  present = test.Append(past, chunk)\n  echo = test.Sabotage(present)\n}"));
   Bind(*model, "past", "present");
   return model;
 }
@@ -695,8 +701,11 @@ TEST_CASE("Failed and cancelled calls leave the previous prefix and length uncha
     buffer = Data(out, "present");
   }
   saboteur.fail = true;
-  ExpectError([&] { state.Run(context, Chunk({9.0f, 9.0f})); }, ErrorCode::kInvalidArgument,
-              "sabotaged after the append");
+  ExpectError(
+      [&] {
+        state.Run(context, Chunk({9.0f, 9.0f}));
+      },
+      ErrorCode::kInvalidArgument, "sabotaged after the append");
   saboteur.fail = false;
   TaskCompletion completion;
   saboteur.cancel = &completion;
@@ -723,7 +732,9 @@ TEST_CASE("Capacity is published only when the run returns the committed candida
   PersistentValueState state(AppendModel(), Past({1.0f}), Capacity(8));
   RuntimeContext context = EventContext();
   Register(context, 1, true, &none);  // returns a copy, not the candidate
-  for (int t = 0; t < 3; ++t) { state.Run(context, Chunk({2.0f})); }
+  for (int t = 0; t < 3; ++t) {
+    state.Run(context, Chunk({2.0f}));
+  }
   // No certificate survives: every run allocates a new buffer and copies the prefix.
   const Totals totals = TakeStorage(context);
   CHECK(totals.allocations == 3);
@@ -743,10 +754,10 @@ TEST_CASE("Commit checks the initialized byte count") {
       call.context().CommitPersistentAppend(call, std::move(*r), 4);
     }
   };
-  auto model = std::make_shared<ModelProto>(ParseModel(
-      "<ir_version: 10, opset_import: [\"\" : 18, \"test\" : 1]>\n"
-      "grow (float[N] chunk, float[P] past) => (float[T] present)\n"
-      "{ present = test.Short(past, chunk) }"));
+  auto model = std::make_shared<ModelProto>(
+      ParseModel("<ir_version: 10, opset_import: [\"\" : 18, \"test\" : 1]>\n"
+                 "grow (float[N] chunk, float[P] past) => (float[T] present)\n"
+                 "{ present = test.Short(past, chunk) }"));
   Bind(*model, "past", "present");
   PersistentValueState state(model, Past({1.0f}), Capacity(8));
   RuntimeContext context;
@@ -756,8 +767,12 @@ TEST_CASE("Commit checks the initialized byte count") {
                              k->set_node(node);
                              return std::unique_ptr<KernelBase>(std::move(k));
                            });
-  ExpectError([&] { state.Run(context, Chunk({2.0f, 3.0f})); }, ErrorCode::kInvalidArgument,
-              "initialized 4 bytes of the 8 reserved for persistent binding 'past'");
+  ExpectError(
+      [&] {
+        state.Run(context, Chunk({2.0f, 3.0f}));
+      },
+      ErrorCode::kInvalidArgument,
+      "initialized 4 bytes of the 8 reserved for persistent binding 'past'");
 }
 
 TEST_CASE("Two Attention layers on the flow-graph executor each append to their own caches") {
@@ -771,16 +786,15 @@ TEST_CASE("Two Attention layers on the flow-graph executor each append to their 
   }
   auto model = std::make_shared<ModelProto>(ParseModel(
       "<ir_version: 10, opset_import: [\"\" : 23]>\n"
-      "layers (float[1,2,1,2] q, float[1,1,1,2] k, float[1,1,1,2] v" + inputs +
-      ") => (float[1,2,1,2] y0, float[1,2,1,2] y1" + outputs + ")\n{\n" + body + "}"));
+      "layers (float[1,2,1,2] q, float[1,1,1,2] k, float[1,1,1,2] v" +
+      inputs + ") => (float[1,2,1,2] y0, float[1,2,1,2] y1" + outputs + ")\n{\n" + body + "}"));
   RuntimeValueMap initial;
   for (int l = 0; l < 2; ++l) {
     const std::string s = std::to_string(l);
     Bind(*model, "past_key" + s, "present_key" + s);
     Bind(*model, "past_value" + s, "present_value" + s);
     initial.emplace("past_key" + s, RuntimeValue(Filled("past_key" + s, {1, 1, 0, 2}, 0.0f)));
-    initial.emplace("past_value" + s,
-                    RuntimeValue(Filled("past_value" + s, {1, 1, 0, 2}, 0.0f)));
+    initial.emplace("past_value" + s, RuntimeValue(Filled("past_value" + s, {1, 1, 0, 2}, 0.0f)));
   }
   RuntimeSessionOptions options = Capacity(4);
   options.executor = RuntimeSessionOptions::ExecutorMode::kFlowGraph;

@@ -35,7 +35,8 @@ TEST_CASE("the heap allocator counts live and peak bytes in 64-byte units") {
   CHECK(heap.peak_bytes() == 192);
 }
 
-TEST_CASE("the heap allocator reuses a dead large block of the same rounded size, never a live one") {
+TEST_CASE(
+    "the heap allocator reuses a dead large block of the same rounded size, never a live one") {
   HeapAllocator heap(size_t{8} << 20);
   const size_t big = 3 * HeapAllocator::kLargeBlockBytes + 100;
   CHECK(HeapAllocator::RoundedSize(big) == (size_t{13} << 18));  // 3.25 MiB: 1/8 of 2 MiB steps
@@ -295,7 +296,7 @@ TEST_CASE("IoArena survives 4 threads x 10000 allocations without handing out a 
   IoArena arena;
   constexpr int kThreads = 4;
   constexpr int kIterations = 10000;
-  constexpr size_t kRing = 8;  // blocks each thread keeps alive at once
+  constexpr size_t kRing = 8;                     // blocks each thread keeps alive at once
   const size_t kSizes[] = {40, 100, 1000, 3000};  // classes 64, 128, 1024, 4096
   std::vector<int> corrupted(kThreads, 0);
   std::vector<std::thread> threads;

@@ -24,8 +24,8 @@
 namespace fs = std::filesystem;
 using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
-using google::protobuf::io::CodedInputStream;
 using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
 
 namespace {
 
@@ -70,8 +70,8 @@ fs::path NodeTestDataDir() {
   fs::create_directories(cache);
   const fs::path script = cache / "locate.py";
   std::ofstream(script) << kLocateScript;
-  std::string out = Run(python.string() + " " + script.string() + " " + cache.string() +
-                        " 2>/dev/null");
+  std::string out =
+      Run(python.string() + " " + script.string() + " " + cache.string() + " 2>/dev/null");
   while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
   out = out.substr(out.find_last_of('\n') == std::string::npos ? 0 : out.find_last_of('\n') + 1);
   REQUIRE_MESSAGE(!out.empty(), "the onnx package was not found by " << python);
@@ -168,8 +168,10 @@ TEST_CASE("Every onnx backend node test model round-trips and passes the checker
     CHECK_MESSAGE(model.unknown_fields().empty(), name << ": has fields unknown to the schema");
     if (IsCanonical(original, onnx_light::ModelProto::descriptor())) {
       ++canonical;
-      if (bytes == original) ++canonical_identical;
-      else FAIL_CHECK(name << ": canonical bytes changed by re-serialization");
+      if (bytes == original)
+        ++canonical_identical;
+      else
+        FAIL_CHECK(name << ": canonical bytes changed by re-serialization");
     }
     try {
       onnx_light::core::CheckModel(model);

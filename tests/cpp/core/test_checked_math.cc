@@ -9,8 +9,8 @@
 #include "core/tensor.h"
 #include "core/tensor_proto.h"
 #include "core/text_printer.h"
-#include "tests/cpp/expect_error.h"
 #include "onnx_light.pb.h"
+#include "tests/cpp/expect_error.h"
 
 using namespace onnx_light::core;
 using namespace onnx_light::core::runtime;
@@ -39,13 +39,22 @@ TEST_CASE("CheckedNumel refuses shapes whose non-zero dimensions overflow, even 
   CHECK(CheckedNumel(std::vector<int64_t>{}, "s") == 1);
   CHECK(CheckedNumel(std::vector<int64_t>{0, 5}, "s") == 0);
   // 2^64 wraps to 0 in unchecked int64 arithmetic: the classic way past a payload check.
-  ExpectError([] { CheckedNumel(std::vector<int64_t>{kBig, 4}, "tensor 'w'"); },
-              ErrorCode::kInvalidArgument, {"tensor 'w'", "[4611686018427387904, 4]"});
+  ExpectError(
+      [] {
+        CheckedNumel(std::vector<int64_t>{kBig, 4}, "tensor 'w'");
+      },
+      ErrorCode::kInvalidArgument, {"tensor 'w'", "[4611686018427387904, 4]"});
   // Sub-products kernels take over a valid shape (outer x inner) must fit too.
-  ExpectError([] { CheckedNumel(std::vector<int64_t>{0, kBig, 4}, "s"); },
-              ErrorCode::kInvalidArgument, "overflows");
-  ExpectError([] { CheckedNumel(std::vector<int64_t>{3, -1}, "s"); },
-              ErrorCode::kInvalidArgument, "negative dimension");
+  ExpectError(
+      [] {
+        CheckedNumel(std::vector<int64_t>{0, kBig, 4}, "s");
+      },
+      ErrorCode::kInvalidArgument, "overflows");
+  ExpectError(
+      [] {
+        CheckedNumel(std::vector<int64_t>{3, -1}, "s");
+      },
+      ErrorCode::kInvalidArgument, "negative dimension");
 }
 
 TEST_CASE("CheckedStorageBytes refuses element counts whose byte size overflows") {
@@ -65,10 +74,16 @@ TEST_CASE("CheckedCountFromDouble refuses NaN, infinities and counts past 2^62")
 }
 
 TEST_CASE("A tensor whose shape overflows is refused before anything is allocated") {
-  ExpectError([] { Tensor("x", DataType::kFloat, {kBig, 4}); }, ErrorCode::kInvalidArgument,
-              "overflows int64");
-  ExpectError([] { Tensor::Borrow("x", DataType::kFloat, {kBig, 4}, nullptr, nullptr); },
-              ErrorCode::kInvalidArgument, "overflows int64");
+  ExpectError(
+      [] {
+        Tensor("x", DataType::kFloat, {kBig, 4});
+      },
+      ErrorCode::kInvalidArgument, "overflows int64");
+  ExpectError(
+      [] {
+        Tensor::Borrow("x", DataType::kFloat, {kBig, 4}, nullptr, nullptr);
+      },
+      ErrorCode::kInvalidArgument, "overflows int64");
 }
 
 TEST_CASE("max_tensor_bytes turns a runaway allocation into an error naming the tensor and size") {

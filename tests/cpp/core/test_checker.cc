@@ -131,10 +131,10 @@ TEST_CASE("A graph output that directly returns the bound input counts as a use"
 TEST_CASE("A capture inside a nested graph counts, in every branch of an If") {
   const std::string uses_past = Out("y") + Node("Identity", "past", "y");
   const std::string no_past = Out("y") + Node("Identity", "delta", "y");
-  const std::string common = In("cond") + In("delta") + In("past") + Out("present") +
-                             Node("If", "cond", "present",
-                                  GraphAttr("then_branch", uses_past) +
-                                      GraphAttr("else_branch", "__ELSE__"));
+  const std::string common =
+      In("cond") + In("delta") + In("past") + Out("present") +
+      Node("If", "cond", "present",
+           GraphAttr("then_branch", uses_past) + GraphAttr("else_branch", "__ELSE__"));
   auto make = [&](const std::string& else_body) {
     std::string body = common;
     body.replace(body.find("__ELSE__"), 8, else_body);
@@ -155,15 +155,14 @@ TEST_CASE("A capture inside a nested graph counts, in every branch of an If") {
 
 TEST_CASE("Captures are counted through graphs nested inside nested graphs") {
   const std::string inner = Out("z") + Node("Identity", "past", "z");
-  const std::string outer = Out("y") + Node("If", "cond", "y",
-                                            GraphAttr("then_branch", inner) +
-                                                GraphAttr("else_branch", inner));
+  const std::string outer =
+      Out("y") +
+      Node("If", "cond", "y", GraphAttr("then_branch", inner) + GraphAttr("else_branch", inner));
   const std::string other = Out("y") + Node("Identity", "delta", "y");
-  ModelProto model =
-      Model(In("cond") + In("delta") + In("past") + Out("present") +
-            Node("If", "cond", "present",
-                 GraphAttr("then_branch", outer) + GraphAttr("else_branch", other)) +
-            Bind("past", "present"));
+  ModelProto model = Model(In("cond") + In("delta") + In("past") + Out("present") +
+                           Node("If", "cond", "present",
+                                GraphAttr("then_branch", outer) + GraphAttr("else_branch", other)) +
+                           Bind("past", "present"));
   CHECK(CountValueUses(model.graph(), "past") == 2);
   CHECK(Contains(CheckError(model), "found 2"));
 }
@@ -183,12 +182,11 @@ TEST_CASE("A nested graph's own input or initializer of the same name shadows th
   const std::string body_with_init =
       Out("y") + Node("Identity", "past", "y") +
       " initializer { name: \"past\" data_type: 1 dims: 2 float_data: [1, 2] }";
-  ModelProto init_shadowed =
-      Model(In("cond") + kAccumulate + Out("other") +
-            Node("If", "cond", "other",
-                 GraphAttr("then_branch", body_with_init) +
-                     GraphAttr("else_branch", body_with_init)) +
-            Bind("past", "present"));
+  ModelProto init_shadowed = Model(
+      In("cond") + kAccumulate + Out("other") +
+      Node("If", "cond", "other",
+           GraphAttr("then_branch", body_with_init) + GraphAttr("else_branch", body_with_init)) +
+      Bind("past", "present"));
   CHECK(CountValueUses(init_shadowed.graph(), "past") == 1);
   // Without the shadowing declaration the capture counts.
   const std::string capturing = Out("y") + Node("Identity", "past", "y");
@@ -203,21 +201,21 @@ TEST_CASE("A nested graph's own input or initializer of the same name shadows th
 
 TEST_CASE("Declarations, bindings and value_info are not uses") {
   // Passing: one real use plus a value_info entry and the binding itself.
-  ModelProto one = Model(kAccumulate + " value_info { " + Value("past") + " }" +
-                         Bind("past", "present"));
+  ModelProto one =
+      Model(kAccumulate + " value_info { " + Value("past") + " }" + Bind("past", "present"));
   CHECK(CountValueUses(one.graph(), "past") == 1);
   CHECK_NOTHROW(CheckModel(one));
   // Failing: declared and bound but never used.
-  ModelProto zero = Model(In("delta") + In("past") + Out("present") + " value_info { " +
-                          Value("past") + " }" + Node("Identity", "delta", "present") +
-                          Bind("past", "present"));
+  ModelProto zero =
+      Model(In("delta") + In("past") + Out("present") + " value_info { " + Value("past") + " }" +
+            Node("Identity", "delta", "present") + Bind("past", "present"));
   CHECK(CountValueUses(zero.graph(), "past") == 0);
   CHECK(Contains(CheckError(zero), "bound input 'past' must have exactly one value-use, found 0"));
 }
 
 TEST_CASE("Graphs without bindings keep ordinary sharing semantics") {
-  ModelProto model = Model(In("x") + Out("y") + Out("x") + Node("Add", "x,x", "y") +
-                           Node("Shape", "x", "s"));
+  ModelProto model =
+      Model(In("x") + Out("y") + Out("x") + Node("Add", "x,x", "y") + Node("Shape", "x", "s"));
   CHECK(CountValueUses(model.graph(), "x") == 4);
   CHECK_NOTHROW(CheckModel(model));
   CHECK_NOTHROW(CheckPersistentBindings(model.graph()));
@@ -239,24 +237,24 @@ TEST_CASE("Duplicate binding input or output names are rejected") {
   const std::string two_outputs = In("delta") + In("past") + In("past2") + Out("present") +
                                   Out("present2") + Node("Add", "delta,past", "present") +
                                   Node("Add", "delta,past2", "present2");
-  CHECK(Contains(CheckError(Model(two_outputs + Bind("past", "present") +
-                                  Bind("past", "present2"))),
-                 "persistent binding 1 (input 'past' <- output 'present2'): duplicate binding "
-                 "input name 'past'"));
-  CHECK(Contains(CheckError(Model(two_outputs + Bind("past", "present") +
-                                  Bind("past2", "present"))),
-                 "persistent binding 1 (input 'past2' <- output 'present'): duplicate binding "
-                 "output name 'present'"));
-  CHECK_NOTHROW(CheckModel(Model(two_outputs + Bind("past", "present") +
-                                 Bind("past2", "present2"))));
+  CHECK(
+      Contains(CheckError(Model(two_outputs + Bind("past", "present") + Bind("past", "present2"))),
+               "persistent binding 1 (input 'past' <- output 'present2'): duplicate binding "
+               "input name 'past'"));
+  CHECK(
+      Contains(CheckError(Model(two_outputs + Bind("past", "present") + Bind("past2", "present"))),
+               "persistent binding 1 (input 'past2' <- output 'present'): duplicate binding "
+               "output name 'present'"));
+  CHECK_NOTHROW(
+      CheckModel(Model(two_outputs + Bind("past", "present") + Bind("past2", "present2"))));
 }
 
 TEST_CASE("Bindings inside subgraphs are rejected") {
   const std::string body = In("a") + Out("b") + Node("Identity", "a", "b") + Bind("a", "b");
-  ModelProto model = Model(In("cond") + In("x") + Out("y") +
-                           Node("If", "cond", "y",
-                                " name: \"branch\"" + GraphAttr("then_branch", body) +
-                                    GraphAttr("else_branch", body)));
+  ModelProto model = Model(
+      In("cond") + In("x") + Out("y") +
+      Node("If", "cond", "y",
+           " name: \"branch\"" + GraphAttr("then_branch", body) + GraphAttr("else_branch", body)));
   const std::string message = CheckError(model);
   CHECK(Contains(message, "node 0 (If 'branch') attribute 'then_branch' > graph 'then_branch'"));
   CHECK(Contains(message, "persistent bindings are only allowed in the root graph"));
@@ -315,18 +313,20 @@ TEST_CASE("Map, optional, sparse and opaque bound types are rejected, also when 
   CHECK(Contains(CheckError(with_type("opaque_type { name: \"x\" }")),
                  "input 'past': opaque values cannot be persistent"));
   CHECK(Contains(CheckError(with_type("sequence_type { elem_type { map_type { key_type: 7 "
-                                      "value_type { " + tensor + " } } } }")),
+                                      "value_type { " +
+                                      tensor + " } } } }")),
                  "input 'past'[]: map values cannot be persistent"));
   CHECK(Contains(CheckError(with_type("struct_type { name: \"s\" field { name: \"o\" type { "
-                                      "optional_type { elem_type { " + tensor + " } } } } }")),
+                                      "optional_type { elem_type { " +
+                                      tensor + " } } } } }")),
                  "input 'past'.o: optional values cannot be persistent"));
 }
 
 TEST_CASE("Bound input and output types must be compatible, symbolic dims are allowed") {
   auto pair = [](int in_elem, const std::string& in_dims, int out_elem,
                  const std::string& out_dims) {
-    return Model(In("delta") + " input { " + Value("past", in_elem, in_dims) + " }" +
-                 " output { " + Value("present", out_elem, out_dims) + " }" +
+    return Model(In("delta") + " input { " + Value("past", in_elem, in_dims) + " }" + " output { " +
+                 Value("present", out_elem, out_dims) + " }" +
                  Node("Add", "delta,past", "present") + Bind("past", "present"));
   };
   CHECK_NOTHROW(CheckModel(pair(1, "1,seq,4", 1, "1,next,4")));
@@ -351,21 +351,21 @@ TEST_CASE("Nodes must be topologically sorted and reference defined values") {
 }
 
 TEST_CASE("Each value is defined once") {
-  CHECK(Contains(CheckError(Model(In("x") + Out("y") + Node("Relu", "x", "y") +
-                                  Node("Relu", "x", "y"))),
-                 "node 1 (Relu): output 'y' is already defined (graphs must be in SSA form)"));
+  CHECK(Contains(
+      CheckError(Model(In("x") + Out("y") + Node("Relu", "x", "y") + Node("Relu", "x", "y"))),
+      "node 1 (Relu): output 'y' is already defined (graphs must be in SSA form)"));
   CHECK(Contains(CheckError(Model(In("x") + In("x") + Out("x"))),
                  "graph input 'x' is declared twice"));
   CHECK(Contains(CheckError(Model(In("x") + Out("y") + Node("Relu", "x", "x"))),
                  "output 'x' is already defined"));
   // A subgraph node may not redefine an outer value either.
   const std::string body = Out("x") + Node("Identity", "c", "x");
-  CHECK(Contains(CheckError(Model(In("c") + In("x") + Out("y") +
-                                  Node("If", "c", "y",
-                                       GraphAttr("then_branch", body) +
-                                           GraphAttr("else_branch", body)))),
-                 "attribute 'then_branch' > graph 'then_branch': node 0 (Identity): output 'x' "
-                 "is already defined"));
+  CHECK(Contains(
+      CheckError(Model(
+          In("c") + In("x") + Out("y") +
+          Node("If", "c", "y", GraphAttr("then_branch", body) + GraphAttr("else_branch", body)))),
+      "attribute 'then_branch' > graph 'then_branch': node 0 (Identity): output 'x' "
+      "is already defined"));
   // An initializer may also be declared as an input (a default value).
   CHECK_NOTHROW(CheckModel(Model(In("x") + Out("y") + Node("Relu", "x", "y") +
                                  " initializer { name: \"x\" data_type: 1 dims: 2 float_data: "
@@ -379,26 +379,27 @@ TEST_CASE("Graph outputs must be produced") {
 
 TEST_CASE("Subgraphs see outer-scope values defined before their node") {
   const std::string body = Out("b") + Node("Add", "x,early", "b");
-  ModelProto ok = Model(In("c") + In("x") + Out("y") + Node("Relu", "x", "early") +
-                        Node("If", "c", "y",
-                             GraphAttr("then_branch", body) + GraphAttr("else_branch", body)));
+  ModelProto ok =
+      Model(In("c") + In("x") + Out("y") + Node("Relu", "x", "early") +
+            Node("If", "c", "y", GraphAttr("then_branch", body) + GraphAttr("else_branch", body)));
   CHECK_NOTHROW(CheckModel(ok));
-  ModelProto late = Model(In("c") + In("x") + Out("y") +
-                          Node("If", "c", "y",
-                               GraphAttr("then_branch", body) + GraphAttr("else_branch", body)) +
-                          Node("Relu", "x", "early"));
-  CHECK(Contains(CheckError(late), "node 0 (If) attribute 'then_branch' > graph 'then_branch': "
-                                   "node 0 (Add): input 1 'early' is not a graph input"));
+  ModelProto late =
+      Model(In("c") + In("x") + Out("y") +
+            Node("If", "c", "y", GraphAttr("then_branch", body) + GraphAttr("else_branch", body)) +
+            Node("Relu", "x", "early"));
+  CHECK(Contains(CheckError(late),
+                 "node 0 (If) attribute 'then_branch' > graph 'then_branch': "
+                 "node 0 (Add): input 1 'early' is not a graph input"));
 }
 
 TEST_CASE("Node domains must be imported or name a model-local function") {
-  CHECK(Contains(CheckError(Model(In("x") + Out("y") +
-                                  Node("Foo", "x", "y", " domain: \"custom\""))),
-                 "node 0 (custom::Foo): domain 'custom' is not imported in opset_import"));
+  CHECK(
+      Contains(CheckError(Model(In("x") + Out("y") + Node("Foo", "x", "y", " domain: \"custom\""))),
+               "node 0 (custom::Foo): domain 'custom' is not imported in opset_import"));
   CHECK_NOTHROW(CheckModel(Model(In("x") + Out("y") + Node("Foo", "x", "y", " domain: \"custom\""),
                                  "opset_import { domain: \"custom\" version: 1 }")));
-  CHECK_NOTHROW(CheckModel(Model(In("x") + Out("y") + Node("Relu", "x", "y",
-                                                            " domain: \"ai.onnx\""))));
+  CHECK_NOTHROW(
+      CheckModel(Model(In("x") + Out("y") + Node("Relu", "x", "y", " domain: \"ai.onnx\""))));
   const std::string fn =
       "functions { name: \"Double\" domain: \"local\" input: \"a\" output: \"b\" "
       "opset_import { domain: \"\" version: 18 } node { op_type: \"Add\" input: \"a\" input: "
@@ -413,10 +414,10 @@ TEST_CASE("Model-local functions must not be recursive") {
       "\"G\" domain: \"local\" input: \"a\" output: \"b\" } } "
       "functions { name: \"G\" domain: \"local\" input: \"a\" output: \"b\" node { op_type: "
       "\"F\" domain: \"local\" input: \"a\" output: \"b\" } }";
-  CHECK(Contains(CheckError(Model(In("x") + Out("y") + Node("F", "x", "y", " domain: \"local\""),
-                                  fns)),
-                 "model-local function 'local::F' is recursive (local::F -> local::G -> "
-                 "local::F)"));
+  CHECK(Contains(
+      CheckError(Model(In("x") + Out("y") + Node("F", "x", "y", " domain: \"local\""), fns)),
+      "model-local function 'local::F' is recursive (local::F -> local::G -> "
+      "local::F)"));
 }
 
 TEST_CASE("Attribute fields must agree with the attribute type") {
@@ -428,13 +429,13 @@ TEST_CASE("Attribute fields must agree with the attribute type") {
                                   Node("LeakyRelu", "x", "y",
                                        " attribute { name: \"alpha\" type: FLOAT f: 0.1 i: 2 }"))),
                  "attribute 'alpha' sets more than one value field ('f' and 'i')"));
-  CHECK(Contains(CheckError(Model(In("x") + Out("y") +
-                                  Node("LeakyRelu", "x", "y",
-                                       " attribute { name: \"alpha\" f: 0.1 }"))),
-                 "attribute 'alpha' has no type"));
-  CHECK_NOTHROW(CheckModel(Model(In("x") + Out("y") +
-                                 Node("LeakyRelu", "x", "y",
-                                      " attribute { name: \"alpha\" type: FLOAT f: 0.1 }"))));
+  CHECK(Contains(
+      CheckError(Model(In("x") + Out("y") +
+                       Node("LeakyRelu", "x", "y", " attribute { name: \"alpha\" f: 0.1 }"))),
+      "attribute 'alpha' has no type"));
+  CHECK_NOTHROW(CheckModel(
+      Model(In("x") + Out("y") +
+            Node("LeakyRelu", "x", "y", " attribute { name: \"alpha\" type: FLOAT f: 0.1 }"))));
 }
 
 TEST_CASE("ir_version must be present") {

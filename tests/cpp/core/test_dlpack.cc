@@ -117,8 +117,7 @@ TEST_CASE("non-CPU devices, vector lanes and unsupported element types are rejec
   m->dl_tensor.dtype = DLDataType{kDLComplex, 64, 1};
   CHECK_THROWS_WITH_AS(
       TensorFromDLPack(m, "q"),
-      "DLPack tensor 'q' has unsupported element type DLDataType(code=5, bits=64, lanes=1)",
-      Error);
+      "DLPack tensor 'q' has unsupported element type DLDataType(code=5, bits=64, lanes=1)", Error);
   m->dl_tensor.dtype = DLDataType{kDLFloat, 32, 4};
   CHECK_THROWS_AS(TensorFromDLPack(m, "q"), Error);
   m->dl_tensor.dtype = DLDataType{kDLInt, 4, 1};
@@ -143,10 +142,10 @@ TEST_CASE("DLPack element types map to the ONNX data types") {
   CHECK(DataTypeFromDLPack({kDLUInt, 32, 1}, n) == DataType::kUint32);
   CHECK(DataTypeFromDLPack({kDLUInt, 64, 1}, n) == DataType::kUint64);
   CHECK(DataTypeFromDLPack({kDLPackBoolCode, 8, 1}, n) == DataType::kBool);
-  for (DataType t : {DataType::kFloat16, DataType::kFloat, DataType::kDouble,
-                     DataType::kBFloat16, DataType::kInt8, DataType::kInt16, DataType::kInt32,
-                     DataType::kInt64, DataType::kUint8, DataType::kUint16, DataType::kUint32,
-                     DataType::kUint64, DataType::kBool}) {
+  for (DataType t :
+       {DataType::kFloat16, DataType::kFloat, DataType::kDouble, DataType::kBFloat16,
+        DataType::kInt8, DataType::kInt16, DataType::kInt32, DataType::kInt64, DataType::kUint8,
+        DataType::kUint16, DataType::kUint32, DataType::kUint64, DataType::kBool}) {
     CHECK(DataTypeFromDLPack(DataTypeToDLPack(t, n), n) == t);
   }
   CHECK_THROWS_WITH_AS(DataTypeToDLPack(DataType::kInt4, "w"),
@@ -197,7 +196,7 @@ TEST_CASE("TensorToDLPack shares the owner and round trips to the same data poin
   std::weak_ptr<const void> weak = t.owner();
   t = Tensor();
   CHECK_FALSE(weak.expired());  // the DLPack manager keeps the payload alive
-  back = Tensor();               // last handle: the deleter releases the shared owner
+  back = Tensor();              // last handle: the deleter releases the shared owner
   CHECK(weak.expired());
 }
 
@@ -216,8 +215,8 @@ TEST_CASE("the exported deleter alone releases the shared owner") {
 
 TEST_CASE("string, ownerless and undefined tensors are not exported") {
   Tensor s = Tensor::FromStrings("names", {1}, {"a"});
-  CHECK_THROWS_WITH_AS(TensorToDLPack(s),
-                       "string tensor 'names' cannot be exported through DLPack", Error);
+  CHECK_THROWS_WITH_AS(TensorToDLPack(s), "string tensor 'names' cannot be exported through DLPack",
+                       Error);
   float raw[1] = {0};
   Tensor u = Tensor::Unowned("raw", DataType::kFloat, {1}, raw);
   CHECK_THROWS_WITH_AS(TensorToDLPack(u),

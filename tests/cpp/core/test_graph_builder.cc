@@ -120,8 +120,9 @@ TEST_CASE("Import validates the model, its bindings and its cache initializers")
               {"GraphBuilder::Import", "persistent binding 0", "unknown input name 'gone'"});
   ModelProto paged = PagedModel();
   paged.mutable_graph()->mutable_paged_cache_initializer(0)->mutable_blocks(0)->set_length(9);
-  ExpectError([&] { GraphBuilder::Import(paged); }, ErrorCode::kInvalidModel,
-              {"paged_cache_initializer 'cache.blocks[0]'", "length 9 exceeds the page capacity 4"});
+  ExpectError(
+      [&] { GraphBuilder::Import(paged); }, ErrorCode::kInvalidModel,
+      {"paged_cache_initializer 'cache.blocks[0]'", "length 9 exceeds the page capacity 4"});
 }
 
 TEST_CASE("RenameInput moves every use, the binding, value_info and the default") {
@@ -186,9 +187,9 @@ TEST_CASE("AddNode and RemoveNode keep the graph sorted and refuse to orphan a v
   ExpectError([&] { builder.RemoveNode("neg"); }, ErrorCode::kInvalidArgument,
               {"RemoveNode 'neg'", "output 'y' is still used by", "node 2 (Abs 'abs')",
                "graph output 'y'"});
-  ExpectError([&] { builder.RemoveNode("add"); }, ErrorCode::kInvalidArgument,
-              {"output 'present'", "graph output 'present'",
-               "persistent binding 'past' <- 'present'"});
+  ExpectError(
+      [&] { builder.RemoveNode("add"); }, ErrorCode::kInvalidArgument,
+      {"output 'present'", "graph output 'present'", "persistent binding 'past' <- 'present'"});
   ExpectError([&] { builder.RemoveNode("missing"); }, ErrorCode::kInvalidArgument,
               "no node has that name");
   builder.RemoveOutput("z");
@@ -239,12 +240,12 @@ TEST_CASE("Inputs, outputs and initializers are added and removed under the bind
   CHECK(builder.Export().graph().initializer_size() == 0);
 }
 
-TEST_CASE("AddPersistentBinding is checked by CheckPersistentBindings and changes nothing if refused") {
+TEST_CASE(
+    "AddPersistentBinding is checked by CheckPersistentBindings and changes nothing if refused") {
   ModelProto model = FeedbackModel();
   model.mutable_graph()->clear_persistent_bindings();
   auto builder = GraphBuilder::Import(model);
-  ExpectError([&] { builder.AddPersistentBinding("past", "nothing"); },
-              ErrorCode::kInvalidArgument,
+  ExpectError([&] { builder.AddPersistentBinding("past", "nothing"); }, ErrorCode::kInvalidArgument,
               {"AddPersistentBinding", "unknown output name 'nothing'"});
   CHECK(builder.model().graph().persistent_bindings_size() == 0);
   builder.AddPersistentBinding("past", "present");
@@ -284,8 +285,8 @@ TEST_CASE("MakePagedCacheInitializer rejects invalid caches naming the block and
               {"paged_cache_initializer 'c.blocks[1]'", "start 3 is not contiguous (expected 2)"});
   PagedCacheProto late = Cache({2});
   late.mutable_blocks(0)->set_start(1);
-  ExpectError([&] { builder.MakePagedCacheInitializer("c", late); },
-              ErrorCode::kInvalidArgument, {"'c.blocks[0]'", "start 1 is not contiguous"});
+  ExpectError([&] { builder.MakePagedCacheInitializer("c", late); }, ErrorCode::kInvalidArgument,
+              {"'c.blocks[0]'", "start 1 is not contiguous"});
   PagedCacheProto long_block = Cache({2});
   long_block.mutable_blocks(0)->set_length(5);
   ExpectError([&] { builder.MakePagedCacheInitializer("c", long_block); },
@@ -297,8 +298,7 @@ TEST_CASE("MakePagedCacheInitializer rejects invalid caches naming the block and
               ErrorCode::kInvalidArgument, {"'c.blocks[0]'", "length 0 is not positive"});
   PagedCacheProto missing = Cache({2, 1});
   missing.mutable_blocks(1)->clear_key();
-  ExpectError([&] { builder.MakePagedCacheInitializer("c", missing); },
-              ErrorCode::kInvalidArgument,
+  ExpectError([&] { builder.MakePagedCacheInitializer("c", missing); }, ErrorCode::kInvalidArgument,
               {"paged_cache_initializer 'c'", "blocks[1]", "missing key payload"});
   PagedCacheProto external = Cache({1});
   external.mutable_blocks(0)->mutable_value()->set_data_location(TensorProto::EXTERNAL);
@@ -307,8 +307,7 @@ TEST_CASE("MakePagedCacheInitializer rejects invalid caches naming the block and
   PagedCacheProto widths = Cache({1, 1});
   widths.mutable_blocks(1)->clear_key();
   DensePage(widths.mutable_blocks(1)->mutable_key(), 4, 5, 0);
-  ExpectError([&] { builder.MakePagedCacheInitializer("c", widths); },
-              ErrorCode::kInvalidArgument,
+  ExpectError([&] { builder.MakePagedCacheInitializer("c", widths); }, ErrorCode::kInvalidArgument,
               {"'c.blocks[1]'", "widths or heads are inconsistent with earlier blocks"});
   CHECK(builder.model().graph().paged_cache_initializer_size() == 0);
 }
@@ -320,19 +319,22 @@ g (float[2] x) => (float[2] y) { y = Relu(x) })");
   CHECK(GraphBuilder::Import(plain).ExportStandardOnnx() == plain.SerializeAsString());
   ExpectError([&] { GraphBuilder::Import(FeedbackModel()).ExportStandardOnnx(); },
               ErrorCode::kInvalidModel,
-              {"standard ONNX export cannot preserve", "graph.persistent_bindings ('past' <- "
-                                                       "'present')"});
+              {"standard ONNX export cannot preserve",
+               "graph.persistent_bindings ('past' <- "
+               "'present')"});
   ExpectError([&] { ExportStandardOnnx(PagedModel()); }, ErrorCode::kInvalidModel,
               {"struct_types ('Cache')", "graph.input[0].type.struct_type",
-               "graph.encoded_initializer ('codes')", "graph.persistent_bindings ('cache' <- "
-                                                      "'next_cache')",
+               "graph.encoded_initializer ('codes')",
+               "graph.persistent_bindings ('cache' <- "
+               "'next_cache')",
                "graph.paged_cache_initializer ('cache')", "refused rather than silently dropped"});
 }
 
 TEST_CASE("The ONNX text printer refuses bindings and cache initializers, naming them") {
   ExpectError([&] { PrintModel(FeedbackModel()); }, ErrorCode::kInvalidModel,
-              {"ONNX text export cannot preserve", "graph.persistent_bindings ('past' <- "
-                                                   "'present')"});
+              {"ONNX text export cannot preserve",
+               "graph.persistent_bindings ('past' <- "
+               "'present')"});
   GraphProto cache_only = ParseGraph("g (float[2] x) => (float[2] y) { y = Relu(x) }");
   *cache_only.add_paged_cache_initializer() = Cache({1});
   cache_only.mutable_paged_cache_initializer(0)->set_name("kv");
@@ -382,19 +384,28 @@ g (float[2] x) => (float[2] y) <float[2] w = {1, 2}> { [r] y = Add(x, w) })");
   CHECK(g.output_size() == 1);
   CHECK(g.output(0).name() == "b/y");
   CHECK(g.initializer_size() == 2);
-  ExpectError([&] { MergeModels(relu, relu, {{"y", "x"}}); }, ErrorCode::kInvalidArgument,
-              {"both models use the value names 'w'", "AddPrefix"});
-  ExpectError([&] { MergeModels(relu, relu, {{"x", "x"}}); }, ErrorCode::kInvalidArgument,
-              "io_map source 'x' is not an output of the first model");
+  ExpectError(
+      [&] {
+        MergeModels(relu, relu, {{"y", "x"}});
+      },
+      ErrorCode::kInvalidArgument, {"both models use the value names 'w'", "AddPrefix"});
+  ExpectError(
+      [&] {
+        MergeModels(relu, relu, {{"x", "x"}});
+      },
+      ErrorCode::kInvalidArgument, "io_map source 'x' is not an output of the first model");
 }
 
 TEST_CASE("Extraction, prefixing and merging reject cache initializers and bindings") {
   ModelProto cache_only = PagedModel();
   cache_only.mutable_graph()->clear_persistent_bindings();
-  ExpectError([&] { ExtractModel(cache_only, {"cache", "k"}, {"next_cache"}); },
-              ErrorCode::kInvalidModel,
-              {"ExtractModel cannot preserve paged_cache_initializer 'cache'",
-               "use GraphBuilder for supported graph edits"});
+  ExpectError(
+      [&] {
+        ExtractModel(cache_only, {"cache", "k"}, {"next_cache"});
+      },
+      ErrorCode::kInvalidModel,
+      {"ExtractModel cannot preserve paged_cache_initializer 'cache'",
+       "use GraphBuilder for supported graph edits"});
   ExpectError([&] { AddPrefix(cache_only, "p/"); }, ErrorCode::kInvalidModel,
               "AddPrefix cannot preserve paged_cache_initializer 'cache'");
   const ModelProto plain = ParseModel(R"(<ir_version: 10, opset_import: ["" : 18]>

@@ -1,7 +1,6 @@
 // ReleaseMappedPages: drops a process's pages of a mapped weight (after a kernel copied it
 // into a pack) without changing what a later read sees; any other memory is left alone.
 #include <doctest/doctest.h>
-
 #include <unistd.h>
 
 #include <cstdio>

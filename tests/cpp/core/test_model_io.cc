@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -58,9 +58,28 @@ ModelProto SmallModel() {
            graph {
              name: "main"
              node { op_type: "Add" input: "delta" input: "past" output: "present" }
-             input { name: "delta" type { tensor_type { elem_type: 1 shape { dim { dim_value: 2 } } } } }
-             input { name: "past" type { tensor_type { elem_type: 1 shape { dim { dim_param: "n" } } } } }
-             output { name: "present" type { tensor_type { elem_type: 1 } } }
+             input {
+               name: "delta"
+               type {
+                 tensor_type {
+                   elem_type: 1
+                   shape { dim { dim_value: 2 } }
+                 }
+               }
+             }
+             input {
+               name: "past"
+               type {
+                 tensor_type {
+                   elem_type: 1
+                   shape { dim { dim_param: "n" } }
+                 }
+               }
+             }
+             output {
+               name: "present"
+               type { tensor_type { elem_type: 1 } }
+             }
              initializer { name: "w" data_type: 1 dims: 2 raw_data: "\000\000\200?\000\000\000@" }
              persistent_bindings { input_name: "past" output_name: "present" }
            })pb",
@@ -256,8 +275,9 @@ TEST_CASE("External data ranges are checked against the file size") {
           TensorFromProto(model.graph().initializer(1), nullptr, dir.path.string());
         }).find("lies past the end") != std::string::npos);
   // A model from bytes has no directory to resolve external data against.
-  CHECK(ErrorOf([&] { TensorFromProto(model.graph().initializer(1)); })
-            .find("needs the model's directory") != std::string::npos);
+  CHECK(ErrorOf([&] {
+          TensorFromProto(model.graph().initializer(1));
+        }).find("needs the model's directory") != std::string::npos);
 }
 
 TEST_CASE("Misaligned external tensors are copied to aligned storage, strings are refused") {

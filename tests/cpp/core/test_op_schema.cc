@@ -63,8 +63,7 @@ std::string Input(const std::string& name, const std::string& type) {
   return " input { name: \"" + name + "\" type { " + type + " } }";
 }
 std::string Output(const std::string& name, const std::string& type = "") {
-  return " output { name: \"" + name + "\"" + (type.empty() ? "" : " type { " + type + " }") +
-         " }";
+  return " output { name: \"" + name + "\"" + (type.empty() ? "" : " type { " + type + " }") + " }";
 }
 std::string IntAttr(const std::string& name, int64_t v) {
   return " attribute { name: \"" + name + "\" type: INT i: " + std::to_string(v) + " }";
@@ -160,9 +159,9 @@ TEST_CASE("PagedAttention has its own versioned schema at ai.rt opset 1") {
     REQUIRE(a.default_value.has_value());
     defaults.emplace_back(a.name, a.default_value->i());
   }
-  CHECK(defaults == std::vector<std::pair<std::string, int64_t>>{
-                        {"block_size", 16}, {"max_tokens", 4096}, {"is_causal", 1},
-                        {"left_window_size", -1}});
+  CHECK(defaults ==
+        std::vector<std::pair<std::string, int64_t>>{
+            {"block_size", 16}, {"max_tokens", 4096}, {"is_causal", 1}, {"left_window_size", -1}});
   // In force from version 1 on; nothing before; other domains and ops have none.
   CHECK(LightSchemaRegistry::Get("ai.rt", "PagedAttention", 3) == s);
   CHECK(LightSchemaRegistry::Get("ai.rt", "PagedAttention", 0) == nullptr);
@@ -175,8 +174,8 @@ TEST_CASE("QuantizePagedCache's opset-1 signature takes six inputs and no attrib
   REQUIRE(s != nullptr);
   std::vector<std::string> names;
   for (const auto& p : s->inputs()) names.push_back(p.name);
-  CHECK(names == std::vector<std::string>{"cache", "block_indices", "key_scale",
-                                          "key_zero_point", "value_scale", "value_zero_point"});
+  CHECK(names == std::vector<std::string>{"cache", "block_indices", "key_scale", "key_zero_point",
+                                          "value_scale", "value_zero_point"});
   REQUIRE(s->outputs().size() == 1);
   CHECK(s->outputs()[0].name == "quantized_cache");
   CHECK(s->attributes().empty());
@@ -221,15 +220,17 @@ TEST_CASE("absent attributes take their defaults, given ones are checked") {
   ExpectInvalid(DefaultAttention(IntAttr("is_causal", -1)),
                 kNode + "attribute 'is_causal' must be 0 or 1, got -1");
   ExpectInvalid(DefaultAttention(IntAttr("left_window_size", -2)),
-                kNode + "attribute 'left_window_size' must be -1 (unbounded) or non-negative, "
-                        "got -2");
+                kNode +
+                    "attribute 'left_window_size' must be -1 (unbounded) or non-negative, "
+                    "got -2");
 }
 
 TEST_CASE("any other attribute, and an attribute of the wrong type, is rejected") {
   ExpectInvalid(DefaultAttention(IntAttr("num_heads", 8)),
-                kNode + "attribute 'num_heads' is not an attribute of ai.rt::PagedAttention "
-                        "(opset 1) (attributes: block_size, max_tokens, is_causal, "
-                        "left_window_size)");
+                kNode +
+                    "attribute 'num_heads' is not an attribute of ai.rt::PagedAttention "
+                    "(opset 1) (attributes: block_size, max_tokens, is_causal, "
+                    "left_window_size)");
   ExpectInvalid(DefaultAttention(" attribute { name: \"block_size\" type: FLOAT f: 16 }"),
                 kNode + "attribute 'block_size' must be INT, got FLOAT");
   // Physical cache storage is deliberately not an attribute.
@@ -238,14 +239,13 @@ TEST_CASE("any other attribute, and an attribute of the wrong type, is rejected"
 }
 
 TEST_CASE("input and output counts follow the signature") {
-  const std::string in = Input("q", T(1)) + Input("k", T(1)) + Input("v", T(1)) +
-                         Input("past", kLayoutless);
-  ExpectInvalid(Model(in + Node("PagedAttention", {"q", "k", "v"}, {"y", "present"}) +
-                      Output("y")),
+  const std::string in =
+      Input("q", T(1)) + Input("k", T(1)) + Input("v", T(1)) + Input("past", kLayoutless);
+  ExpectInvalid(Model(in + Node("PagedAttention", {"q", "k", "v"}, {"y", "present"}) + Output("y")),
                 kNode + "required input 3 (past) is missing (inputs: Q, K, V, past)");
-  ExpectInvalid(Model(in + Node("PagedAttention", {"q", "k", "v", ""}, {"y", "present"}) +
-                      Output("y")),
-                kNode + "required input 3 (past) has an empty name");
+  ExpectInvalid(
+      Model(in + Node("PagedAttention", {"q", "k", "v", ""}, {"y", "present"}) + Output("y")),
+      kNode + "required input 3 (past) has an empty name");
   ExpectInvalid(Model(in + Node("PagedAttention", {"q", "k", "v", "past", "q"}, {"y", "present"}) +
                       Output("y")),
                 kNode + "takes at most 4 inputs (Q, K, V, past), got 5");
@@ -256,11 +256,13 @@ TEST_CASE("input and output counts follow the signature") {
 TEST_CASE("Q/K/V are FLOAT, FLOAT16 or BFLOAT16 tensors of rank 4") {
   for (int elem : {1, 10, 16}) CheckModel(Attention(T(elem, "1,2,3,4"), T(elem), T(elem)));
   ExpectInvalid(Attention(T(6, "1,2,3,4"), T(1), T(1)),
-                kNode + "input 0 'q' (Q) has element type INT32, expected one of FLOAT, "
-                        "FLOAT16, BFLOAT16");
+                kNode +
+                    "input 0 'q' (Q) has element type INT32, expected one of FLOAT, "
+                    "FLOAT16, BFLOAT16");
   ExpectInvalid(Attention(T(1), T(11), T(1)),
-                kNode + "input 1 'k' (K) has element type DOUBLE, expected one of FLOAT, "
-                        "FLOAT16, BFLOAT16");
+                kNode +
+                    "input 1 'k' (K) has element type DOUBLE, expected one of FLOAT, "
+                    "FLOAT16, BFLOAT16");
   ExpectInvalid(Attention(T(1), T(1), T(1, "2,3,4")),
                 kNode + "input 2 'v' (V) must have rank 4, got rank 3");
   ExpectInvalid(Attention(kLayoutless, T(1), T(1)),
@@ -269,21 +271,24 @@ TEST_CASE("Q/K/V are FLOAT, FLOAT16 or BFLOAT16 tensors of rank 4") {
                           Output("y", T(1, "1,2,3")) + Output("present")),
                 kNode + "declared output 0 'y' (Y) must have rank 4, got rank 3");
   ExpectInvalid(Attention(T(1), T(1), T(1), kLayoutless, "", Output("y", T(6)) + Output("present")),
-                kNode + "declared output 0 'y' (Y) has element type INT32, expected one of FLOAT, "
-                        "FLOAT16, BFLOAT16");
+                kNode +
+                    "declared output 0 'y' (Y) has element type INT32, expected one of FLOAT, "
+                    "FLOAT16, BFLOAT16");
 }
 
 TEST_CASE("Q/K/V share batch and new-token dimensions, K/V heads, Q heads are a multiple") {
   ExpectInvalid(Attention(T(1, "2,8,1,16"), T(1, "3,2,1,16"), T(1, "B,2,1,16")),
                 kNode + "Q 'q' and K 'k' must have the same batch size (dimension 0): 2 vs 3");
   ExpectInvalid(Attention(T(1, "B,8,1,16"), T(1, "B,2,?,16"), T(1, "B,2,4,16")),
-                kNode + "Q 'q' and V 'v' must have the same new-token length (dimension 2): "
-                        "1 vs 4");
+                kNode +
+                    "Q 'q' and V 'v' must have the same new-token length (dimension 2): "
+                    "1 vs 4");
   ExpectInvalid(Attention(T(1, "B,8,L,16"), T(1, "B,2,L,16"), T(1, "B,4,L,16")),
                 kNode + "K 'k' and V 'v' must have the same head count (dimension 1): 2 vs 4");
   ExpectInvalid(Attention(T(1, "B,6,L,16"), T(1, "B,4,L,16"), T(1, "B,H,L,16")),
-                kNode + "the head count 6 of Q 'q' must be a multiple of the K/V head count 4 "
-                        "of K 'k'");
+                kNode +
+                    "the head count 6 of Q 'q' must be a multiple of the K/V head count 4 "
+                    "of K 'k'");
   ExpectInvalid(Attention(T(1, "B,6,L,16"), T(1, "B,H,L,16"), T(1, "B,4,L,16")),
                 "the head count 6 of Q 'q' must be a multiple of the K/V head count 4 of V 'v'");
   // Grouped-query attention, equal heads, and symbolic or unknown dimensions pass.
@@ -295,24 +300,27 @@ TEST_CASE("Q/K/V share batch and new-token dimensions, K/V heads, Q heads are a 
 
 TEST_CASE("past is declared as a paged cache: layout-less, or the named cache fields") {
   CheckModel(Attention(T(1), T(1), T(1), kLayoutless));
-  CheckModel(Attention(T(1), T(1), T(1), kCacheRef, "", Output("y") + Output("present"),
-                       kCatalogue));
+  CheckModel(
+      Attention(T(1), T(1), T(1), kCacheRef, "", Output("y") + Output("present"), kCatalogue));
   // The named fields written directly in the declaration.
   const std::string block =
       "struct_type { field { name: \"start\" type { tensor_type { elem_type: 7 } } } "
       "field { name: \"length\" type { tensor_type { elem_type: 7 } } } "
       "field { name: \"key\" type { tensor_type { elem_type: 1 } } } "
       "field { name: \"value\" type { tensor_type { elem_type: 1 } } } }";
-  const std::string direct = "struct_type { name: \"cache\" field { name: \"blocks\" type { "
-                             "sequence_type { elem_type { " + block + " } } } } }";
+  const std::string direct =
+      "struct_type { name: \"cache\" field { name: \"blocks\" type { "
+      "sequence_type { elem_type { " +
+      block + " } } } } }";
   CheckModel(Attention(T(1), T(1), T(1), direct));
 
-  const std::string past = kNode + "input 3 'past' (past) must be declared as a paged cache "
-                                   "struct: ";
+  const std::string past = kNode +
+                           "input 3 'past' (past) must be declared as a paged cache "
+                           "struct: ";
   ExpectInvalid(Attention(T(1), T(1), T(1), T(1)), past + "not a struct declaration");
-  ExpectInvalid(Attention(T(1), T(1), T(1),
-                          "struct_type { field { name: \"a\" type { " + T(1) + " } } }"),
-                past + "a paged cache struct has exactly one field 'blocks'");
+  ExpectInvalid(
+      Attention(T(1), T(1), T(1), "struct_type { field { name: \"a\" type { " + T(1) + " } } }"),
+      past + "a paged cache struct has exactly one field 'blocks'");
   // Array layouts are not cache declarations.
   ExpectInvalid(Attention(T(1), T(1), T(1),
                           "struct_type { field { name: \"blocks\" type { " + T(1) + " } } }"),
@@ -328,13 +336,13 @@ TEST_CASE("past is declared as a paged cache: layout-less, or the named cache fi
   ExpectInvalid(Attention(T(1), T(1), T(1), no_value),
                 past + "a block must have exactly the fields start, length, key and value");
   ExpectInvalid(Attention(T(1), T(1), T(1), "struct_type { type_ref: \"Missing\" }"),
-                kNode + "input 3 'past' (past): struct type_ref 'Missing' is not declared in "
-                        "ModelProto.struct_types");
+                kNode +
+                    "input 3 'past' (past): struct type_ref 'Missing' is not declared in "
+                    "ModelProto.struct_types");
 }
 
 TEST_CASE("inference: Y has Q's batch, heads, length and type and V's head size") {
-  ModelProto model =
-      Attention(T(10, "B,8,L,16"), T(10, "B,2,L,16"), T(1, "?,2,L,32"), kLayoutless);
+  ModelProto model = Attention(T(10, "B,8,L,16"), T(10, "B,2,L,16"), T(1, "?,2,L,32"), kLayoutless);
   InferTypes(model);
   CHECK(TextOf(Inferred(model, "y")) == TextOf(Type(T(10, "B,8,L,32"))));
 
@@ -359,16 +367,16 @@ TEST_CASE("inference with unknown ranks keeps what is known, without an error") 
   // Undeclared inputs (produced by a node without a schema) are unknown, not errors.
   model = Model(Input("x", T(1)) + Input("past", kLayoutless) +
                 " node { op_type: \"Identity\" input: \"x\" output: \"q\" }" +
-                Node("PagedAttention", {"q", "q", "q", "past"}, {"y", "present"}) +
-                Output("y") + Output("present"));
+                Node("PagedAttention", {"q", "q", "q", "past"}, {"y", "present"}) + Output("y") +
+                Output("present"));
   InferTypes(model);
   CHECK_FALSE(model.graph().output(0).has_type());
   CHECK(TextOf(Inferred(model, "present")) == TextOf(Type(kLayoutless)));
 }
 
 TEST_CASE("inference: present preserves past's declaration, references included") {
-  ModelProto model = Attention(T(1), T(1), T(1), kCacheRef, "", Output("y") + Output("present"),
-                               kCatalogue);
+  ModelProto model =
+      Attention(T(1), T(1), T(1), kCacheRef, "", Output("y") + Output("present"), kCatalogue);
   InferTypes(model);
   const TypeProto present = Inferred(model, "present");
   CHECK(Same(present, model.graph().input(3).type()));
@@ -383,12 +391,11 @@ TEST_CASE("inference: present preserves past's declaration, references included"
 
 TEST_CASE("InferTypes preserves declarations, fills value_info, rejects contradictions") {
   // A declared output keeps its declaration; an undeclared intermediate gets value_info.
-  ModelProto model = Model(
-      Input("q", T(1, "B,8,L,16")) + Input("k", T(1, "B,2,L,16")) + Input("v", T(1, "B,2,L,32")) +
-      Input("past", kLayoutless) +
-      Node("PagedAttention", {"q", "k", "v", "past"}, {"attn_y", "present"}) +
-      " node { op_type: \"Identity\" input: \"attn_y\" output: \"y\" }" +
-      Output("y", T(1)) + Output("present", "struct_type { name: \"next\" }"));
+  ModelProto model = Model(Input("q", T(1, "B,8,L,16")) + Input("k", T(1, "B,2,L,16")) +
+                           Input("v", T(1, "B,2,L,32")) + Input("past", kLayoutless) +
+                           Node("PagedAttention", {"q", "k", "v", "past"}, {"attn_y", "present"}) +
+                           " node { op_type: \"Identity\" input: \"attn_y\" output: \"y\" }" +
+                           Output("y", T(1)) + Output("present", "struct_type { name: \"next\" }"));
   InferTypes(model);
   CHECK(TextOf(model.graph().output(0).type()) == TextOf(Type(T(1))));
   CHECK(model.graph().output(1).type().struct_type().name() == "next");
@@ -401,14 +408,16 @@ TEST_CASE("InferTypes preserves declarations, fills value_info, rejects contradi
 
   ExpectInvalid(Attention(T(1, "B,8,L,16"), T(1), T(1, "B,2,L,32"), kLayoutless, "",
                           Output("y", T(10)) + Output("present")),
-                kNode + "output 0 'y' (Y): element types differ (FLOAT vs FLOAT16) (inferred vs "
-                        "declared type)");
+                kNode +
+                    "output 0 'y' (Y): element types differ (FLOAT vs FLOAT16) (inferred vs "
+                    "declared type)");
   ExpectInvalid(Attention(T(1, "B,8,L,16"), T(1), T(1, "B,2,L,32"), kLayoutless, "",
                           Output("y", T(1, "B,8,L,99")) + Output("present")),
                 kNode + "output 0 'y' (Y): dimension 3 differs (32 vs 99)");
   ExpectInvalid(Attention(T(1), T(1), T(1), kLayoutless, "", Output("y") + Output("present", T(1))),
-                kNode + "declared output 1 'present' (present) must be declared as a paged cache "
-                        "struct: not a struct declaration");
+                kNode +
+                    "declared output 1 'present' (present) must be declared as a paged cache "
+                    "struct: not a struct declaration");
 }
 
 TEST_CASE("input types come from value_info, initializers and earlier inferred outputs") {
@@ -420,19 +429,19 @@ TEST_CASE("input types come from value_info, initializers and earlier inferred o
                 "graph 'main': node 1 (ai.rt::PagedAttention 'attn'): input 0 'q' (Q) has "
                 "element type INT32");
   // An initializer's dtype and dims.
-  ExpectInvalid(Model(Input("q", T(1)) + Input("v", T(1)) + Input("past", kLayoutless) +
-                      " initializer { name: \"k\" data_type: 1 dims: 2 dims: 2 "
-                      "raw_data: \"\\000\\000\\000\\000\\000\\000\\000\\000\\000\\000\\000\\000"
-                      "\\000\\000\\000\\000\" }" +
-                      Node("PagedAttention", {"q", "k", "v", "past"}, {"y", "present"}) +
-                      Output("y")),
-                kNode + "input 1 'k' (K) must have rank 4, got rank 2");
+  ExpectInvalid(
+      Model(Input("q", T(1)) + Input("v", T(1)) + Input("past", kLayoutless) +
+            " initializer { name: \"k\" data_type: 1 dims: 2 dims: 2 "
+            "raw_data: \"\\000\\000\\000\\000\\000\\000\\000\\000\\000\\000\\000\\000"
+            "\\000\\000\\000\\000\" }" +
+            Node("PagedAttention", {"q", "k", "v", "past"}, {"y", "present"}) + Output("y")),
+      kNode + "input 1 'k' (K) must have rank 4, got rank 2");
   // present inferred by the first node is the second node's past.
-  ModelProto chained = Model(
-      Input("q", T(1)) + Input("past", kLayoutless) +
-      Node("PagedAttention", {"q", "q", "q", "past"}, {"y1", "p1"}) +
-      Node("PagedAttention", {"q", "q", "q", "p1"}, {"y2", "p2"}, "", "attn2") + Output("y2") +
-      Output("p2"));
+  ModelProto chained =
+      Model(Input("q", T(1)) + Input("past", kLayoutless) +
+            Node("PagedAttention", {"q", "q", "q", "past"}, {"y1", "p1"}) +
+            Node("PagedAttention", {"q", "q", "q", "p1"}, {"y2", "p2"}, "", "attn2") +
+            Output("y2") + Output("p2"));
   InferTypes(chained);
   CHECK(TextOf(Inferred(chained, "p2")) == TextOf(Type(kLayoutless)));
   ExpectInvalid(Model(Input("q", T(1)) + Input("past", kLayoutless) +
@@ -446,16 +455,15 @@ TEST_CASE("input types come from value_info, initializers and earlier inferred o
 TEST_CASE("schema'd nodes in subgraphs are checked with their outer scope and inferred") {
   const std::string branch = [](const std::string& attrs) {
     return " attribute { name: \"then_branch\" type: GRAPH g { name: \"then\" " +
-           Node("PagedAttention", {"q", "q", "q", "past"}, {"y", "present"}, attrs) +
-           Output("y") + " } }"
+           Node("PagedAttention", {"q", "q", "q", "past"}, {"y", "present"}, attrs) + Output("y") +
+           " } }"
            " attribute { name: \"else_branch\" type: GRAPH g { name: \"else\" "
            " node { op_type: \"Identity\" input: \"q\" output: \"y\" } " +
            Output("y") + " } }";
   }("");
-  ModelProto model = Model(Input("c", T(9, "")) + Input("q", T(1, "1,2,3,4")) +
-                           Input("past", kLayoutless) +
-                           " node { op_type: \"If\" input: \"c\" output: \"out\"" + branch + " }" +
-                           Output("out"));
+  ModelProto model =
+      Model(Input("c", T(9, "")) + Input("q", T(1, "1,2,3,4")) + Input("past", kLayoutless) +
+            " node { op_type: \"If\" input: \"c\" output: \"out\"" + branch + " }" + Output("out"));
   InferTypes(model);
   const GraphProto& then = model.graph().node(0).attribute(0).g();
   CHECK(TextOf(then.output(0).type()) == TextOf(Type(T(1, "1,2,3,4"))));
@@ -463,27 +471,39 @@ TEST_CASE("schema'd nodes in subgraphs are checked with their outer scope and in
   CHECK(then.value_info(0).name() == "present");
 
   // A subgraph input without a type shadows the outer 'q': unknown there, not INT32.
-  ModelProto shadowed = Model(
-      Input("q", T(6)) + Input("past", kLayoutless) +
-      " node { op_type: \"Loop\" input: \"\" input: \"\" output: \"out\""
-      " attribute { name: \"body\" type: GRAPH g { name: \"body\" input { name: \"i\" } "
-      "input { name: \"cond\" } input { name: \"q\" } " +
-      Node("PagedAttention", {"q", "q", "q", "past"}, {"y", "present"}) +
-      " node { op_type: \"Identity\" input: \"cond\" output: \"c\" }" + Output("c") +
-      " } } }" + Output("out"));
+  ModelProto shadowed =
+      Model(Input("q", T(6)) + Input("past", kLayoutless) +
+            " node { op_type: \"Loop\" input: \"\" input: \"\" output: \"out\""
+            " attribute { name: \"body\" type: GRAPH g { name: \"body\" input { name: \"i\" } "
+            "input { name: \"cond\" } input { name: \"q\" } " +
+            Node("PagedAttention", {"q", "q", "q", "past"}, {"y", "present"}) +
+            " node { op_type: \"Identity\" input: \"cond\" output: \"c\" }" + Output("c") +
+            " } } }" + Output("out"));
   CheckModel(shadowed);
-  shadowed.mutable_graph()->mutable_node(0)->mutable_attribute(0)->mutable_g()->mutable_input(2)
-      ->mutable_type()->mutable_tensor_type()->set_elem_type(6);
-  ExpectInvalid(shadowed, "graph 'body': node 0 (ai.rt::PagedAttention 'attn'): input 0 'q' (Q) "
-                          "has element type INT32");
+  shadowed.mutable_graph()
+      ->mutable_node(0)
+      ->mutable_attribute(0)
+      ->mutable_g()
+      ->mutable_input(2)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->set_elem_type(6);
+  ExpectInvalid(shadowed,
+                "graph 'body': node 0 (ai.rt::PagedAttention 'attn'): input 0 'q' (Q) "
+                "has element type INT32");
 
   ModelProto broken = model;
-  auto* attr = broken.mutable_graph()->mutable_node(0)->mutable_attribute(0)->mutable_g()
-                   ->mutable_node(0)->add_attribute();
+  auto* attr = broken.mutable_graph()
+                   ->mutable_node(0)
+                   ->mutable_attribute(0)
+                   ->mutable_g()
+                   ->mutable_node(0)
+                   ->add_attribute();
   *attr = IntAttribute("block_size", 0);
-  ExpectInvalid(broken, "graph 'main' > node 0 (If) attribute 'then_branch' > graph 'then': "
-                        "node 0 (ai.rt::PagedAttention 'attn'): attribute 'block_size' must be "
-                        "positive, got 0");
+  ExpectInvalid(broken,
+                "graph 'main' > node 0 (If) attribute 'then_branch' > graph 'then': "
+                "node 0 (ai.rt::PagedAttention 'attn'): attribute 'block_size' must be "
+                "positive, got 0");
 }
 
 TEST_CASE("schema'd nodes in model-local functions are checked with the function's opsets") {
@@ -507,10 +527,10 @@ TEST_CASE("a paged_cache_initializer is a paged-cache declaration for past") {
 }
 
 TEST_CASE("ai.rt nodes without a schema (custom kernels) are not checked") {
-  CheckModel(Model(Input("x", T(6)) +
-                   Node("MyCustomKernel", {"x", "x", "x", "x", "x"}, {"y"},
-                        IntAttr("anything", -7)) +
-                   Output("y")));
+  CheckModel(
+      Model(Input("x", T(6)) +
+            Node("MyCustomKernel", {"x", "x", "x", "x", "x"}, {"y"}, IntAttr("anything", -7)) +
+            Output("y")));
 }
 
 // The block-3 example of "Selected-block quantization", as written.
@@ -551,17 +571,17 @@ TEST_CASE("QuantizePagedCache: indices, scales and zero points are typed by the 
   const std::string node = "graph 'main': node 0 (ai.rt::QuantizePagedCache 'q'): ";
   auto with = [](const std::string& indices, const std::string& scale, const std::string& zero,
                  const std::string& cache = kLayoutless, const std::string& attrs = "") {
-    return Model(Input("cache", cache) + Input("i", indices) + Input("s", scale) +
-                     Input("z", zero) +
-                     Node("QuantizePagedCache", {"cache", "i", "s", "z", "s", "z"}, {"out"}, attrs,
-                          "q") +
-                     Output("out"));
+    return Model(
+        Input("cache", cache) + Input("i", indices) + Input("s", scale) + Input("z", zero) +
+        Node("QuantizePagedCache", {"cache", "i", "s", "z", "s", "z"}, {"out"}, attrs, "q") +
+        Output("out"));
   };
   for (int zero : {3, 2, 22, 21, 26, 25, 1, 10, 16})
     CheckModel(with(T(7, "N"), T(1, ""), T(zero, "")));
   ExpectInvalid(with(T(6, "N"), T(1, ""), T(3, "")),
-                node + "input 1 'i' (block_indices) has element type INT32, expected one of "
-                       "INT64");
+                node +
+                    "input 1 'i' (block_indices) has element type INT32, expected one of "
+                    "INT64");
   ExpectInvalid(with(T(7, "1,2"), T(1, ""), T(3, "")),
                 node + "input 1 'i' (block_indices) must have rank 1, got rank 2");
   ExpectInvalid(with(T(7, "N"), T(10, ""), T(3, "")),
@@ -569,15 +589,17 @@ TEST_CASE("QuantizePagedCache: indices, scales and zero points are typed by the 
   ExpectInvalid(with(T(7, "N"), T(1, "1"), T(3, "")),
                 node + "input 2 's' (key_scale) must have rank 0, got rank 1");
   ExpectInvalid(with(T(7, "N"), T(1, ""), T(5, "")),
-                node + "input 3 'z' (key_zero_point) has element type INT16, expected one of "
-                       "INT8, UINT8, INT4, UINT4, INT2, UINT2, FLOAT, FLOAT16, BFLOAT16");
+                node +
+                    "input 3 'z' (key_zero_point) has element type INT16, expected one of "
+                    "INT8, UINT8, INT4, UINT4, INT2, UINT2, FLOAT, FLOAT16, BFLOAT16");
   ExpectInvalid(with(T(7, "N"), T(1, ""), T(3, "1")),
                 node + "input 3 'z' (key_zero_point) must have rank 0, got rank 1");
   ExpectInvalid(with(T(7, "N"), T(1, ""), T(3, ""), T(1)),
                 node + "input 0 'cache' (cache) must be declared as a paged cache struct");
   ExpectInvalid(with(T(7, "N"), T(1, ""), T(3, ""), kLayoutless, IntAttr("axis", 0)),
-                node + "attribute 'axis' is not an attribute of ai.rt::QuantizePagedCache "
-                       "(opset 1) (it takes none)");
+                node +
+                    "attribute 'axis' is not an attribute of ai.rt::QuantizePagedCache "
+                    "(opset 1) (it takes none)");
   ExpectInvalid(Model(Input("cache", kLayoutless) +
                       Node("QuantizePagedCache", {"cache"}, {"out"}, "", "q") + Output("out")),
                 node + "required input 1 (block_indices) is missing");

@@ -79,8 +79,7 @@ TEST_CASE("ToPagedCache exports every page without decoding and round-trips") {
   CHECK(out.blocks(1).encoded_value().SerializeAsString() ==
         cache->blocks(1).encoded_value().SerializeAsString());
   CHECK(out.blocks(1).length() == 1);
-  const RuntimeValue again =
-      RuntimeValue::FromPagedCache(std::make_shared<PagedCacheProto>(out));
+  const RuntimeValue again = RuntimeValue::FromPagedCache(std::make_shared<PagedCacheProto>(out));
   CHECK(again.ContentEquals(value));
 }
 

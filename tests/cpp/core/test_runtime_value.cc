@@ -23,8 +23,8 @@ RuntimeValue MakeCache(int blocks) {
     std::vector<RuntimeValue::Field> fields;
     fields.emplace_back("start", RuntimeValue(Tensor::FromInt64("start", {}, {b * 4})));
     fields.emplace_back("length", RuntimeValue(Tensor::FromInt64("length", {}, {4})));
-    fields.emplace_back("key", RuntimeValue(Tensor::FromFloat(
-                                   "key", {1, 1, 4, 2}, std::vector<float>(8, float(b)))));
+    fields.emplace_back("key", RuntimeValue(Tensor::FromFloat("key", {1, 1, 4, 2},
+                                                              std::vector<float>(8, float(b)))));
     seq.PushBack(RuntimeValue::Struct("block", std::move(fields)));
   }
   std::vector<RuntimeValue::Field> top;
@@ -117,8 +117,7 @@ TEST_CASE("BorrowView shares owners at every level and grants no write permissio
   CHECK(block2.field("key").tensor().raw_data() ==
         cache.field("blocks").elements()[2].field("key").tensor().raw_data());
   CHECK_FALSE(view.field("scale").tensor().writable());
-  CHECK(view.field("blocks").elements().tree_id() ==
-        cache.field("blocks").elements().tree_id());
+  CHECK(view.field("blocks").elements().tree_id() == cache.field("blocks").elements().tree_id());
 }
 
 TEST_CASE("editing a borrowed sequence leaves the original's elements and tree untouched") {

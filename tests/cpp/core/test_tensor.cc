@@ -109,8 +109,8 @@ TEST_CASE("Contiguous copies a strided view's values in row-major order") {
 
 TEST_CASE("Dense strides make an ordinary tensor, block queries follow the strides") {
   auto storage = std::make_shared<std::vector<float>>(6);
-  const Tensor t = Tensor::StridedView("x", DataType::kFloat, {2, 1, 3}, {3, 99, 1},
-                                       storage->data(), storage);
+  const Tensor t =
+      Tensor::StridedView("x", DataType::kFloat, {2, 1, 3}, {3, 99, 1}, storage->data(), storage);
   CHECK(t.contiguous());  // the size-1 dimension's stride does not matter
   CHECK(t.raw_data() == storage->data());
   std::shared_ptr<std::vector<float>> padded;

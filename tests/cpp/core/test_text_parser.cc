@@ -360,8 +360,7 @@ TEST_CASE("External data and named tensor literals are parsed") {
 
 TEST_CASE("Our parser builds the same messages as the onnx package's parser") {
   // The .pb files were written by onnx.parser.parse_model (tests/data/text_parser/generate.py).
-  for (const char* name :
-       {"spec", "local_function", "if_branches", "loop_body", "kitchen_sink"}) {
+  for (const char* name : {"spec", "local_function", "if_branches", "loop_body", "kitchen_sink"}) {
     CAPTURE(name);
     const ModelProto ours = ParseModel(ReadFile(DataPath(std::string(name) + ".txt")));
     const std::string reference_bytes = ReadFile(DataPath(std::string(name) + ".pb"));
@@ -394,8 +393,8 @@ const BadInput kBadInputs[] = {
      "expected ')' to close the inputs of 'Identity', found '}'"},
     {"g (flot[2] x) => (float y) { y = Identity(x) }", 1, 4, "unknown type 'flot'"},
     {"g (seq(flot) x) => (float y) { y = Identity(x) }", 1, 8, "unknown type 'flot'"},
-    {"<ir_version: 10, opset: [\"\" : 18]>\ng (float x) => (float y) { y = Identity(x) }", 1,
-     18, "unknown keyword 'opset' in the model header"},
+    {"<ir_version: 10, opset: [\"\" : 18]>\ng (float x) => (float y) { y = Identity(x) }", 1, 18,
+     "unknown keyword 'opset' in the model header"},
     {"g (float x) => (float y) {\n  y = Foo <a = 1, a = 2> (x)\n}", 2, 19,
      "duplicate attribute 'a'"},
     {"g (float x) => (float y) { y = Foo <a = 1.5e> (x) }", 1, 41,
@@ -428,8 +427,8 @@ const BadInput kBadInputs[] = {
      "a tensor value needs numeric dimensions, not 'N'"},
     {"g (float x) => (float y) <float[3] w = {1.0, 2.0}> { y = Identity(x) }", 1, 40,
      "tensor 'w' has 2 values but its shape holds 3"},
-    {"<ir_version: 99999999999999999999>\ng (float x) => (float y) { y = Identity(x) }", 1,
-     14, "integer '99999999999999999999' is out of the int64 range"},
+    {"<ir_version: 99999999999999999999>\ng (float x) => (float y) { y = Identity(x) }", 1, 14,
+     "integer '99999999999999999999' is out of the int64 range"},
     {"g (float x) => (float y) <int64[1] w = {1.5}> { y = Identity(x) }", 1, 41,
      "expected an integer, found '1.5'"},
     {"<opset_import: [onnx : 18]>\ng (float x) => (float y) { y = Identity(x) }", 1, 17,
@@ -452,8 +451,8 @@ const BadInput kBadInputs[] = {
      "expected an unsigned integer, found '-1'"},
     {"g (float[2 x) => (float y) { y = Identity(x) }", 1, 12,
      "expected ']' to close the tensor shape, found 'x'"},
-    {"g (float x) => (float y) { y = Identity(x) }\nf <a, a> (x) => (y) { y = Identity(x) }", 2,
-     7, "duplicate attribute 'a'"},
+    {"g (float x) => (float y) { y = Identity(x) }\nf <a, a> (x) => (y) { y = Identity(x) }", 2, 7,
+     "duplicate attribute 'a'"},
     {"g (float x) => (float y) <float[1] w = 1.0> { y = Identity(x) }", 1, 40,
      "expected '{' with the tensor values or '[' with its external data, found '1.0'"},
     {"g (float x) => (float y) { y = Foo <a = [@b]> (x) }", 1, 42,
@@ -481,8 +480,8 @@ TEST_CASE("Malformed texts raise TextParseError at the offending token with a cl
       CHECK(e.line() == bad.line);
       CHECK(e.column() == bad.column);
       CHECK_MESSAGE(e.message().find(bad.message) != std::string::npos, e.message());
-      const std::string prefix = "line " + std::to_string(bad.line) + ", column " +
-                                 std::to_string(bad.column) + ": ";
+      const std::string prefix =
+          "line " + std::to_string(bad.line) + ", column " + std::to_string(bad.column) + ": ";
       CHECK(std::string(e.what()) == prefix + e.message());
     }
   }
@@ -508,8 +507,8 @@ TEST_CASE("Standalone graphs, functions and nodes reject trailing text") {
 }
 
 TEST_CASE("Every truncation of a valid model is either a valid model or a TextParseError") {
-  const std::string text = ReadFile(DataPath("kitchen_sink.txt")) +
-                           ReadFile(DataPath("local_function.txt")).substr(56);
+  const std::string text =
+      ReadFile(DataPath("kitchen_sink.txt")) + ReadFile(DataPath("local_function.txt")).substr(56);
   REQUIRE_NOTHROW(ParseModel(text));
   int parsed = 0;
   for (size_t size = 0; size < text.size(); ++size) {

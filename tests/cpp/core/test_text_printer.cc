@@ -51,8 +51,8 @@ void CheckModelRoundTrip(const std::string& text) {
 }  // namespace
 
 TEST_CASE("Printed models parse back into equal messages") {
-  for (const char* name : {"spec.txt", "local_function.txt", "if_branches.txt",
-                           "loop_body.txt", "kitchen_sink.txt"}) {
+  for (const char* name :
+       {"spec.txt", "local_function.txt", "if_branches.txt", "loop_body.txt", "kitchen_sink.txt"}) {
     CAPTURE(name);
     CheckModelRoundTrip(ReadData(name));
   }

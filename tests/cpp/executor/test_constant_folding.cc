@@ -36,8 +36,7 @@ std::shared_ptr<ModelProto> TiedHeadModel() {
   )"));
 }
 
-RuntimeValueMap Run(RuntimeSession& session, RuntimeContext& context,
-                    const std::vector<float>& x) {
+RuntimeValueMap Run(RuntimeSession& session, RuntimeContext& context, const std::vector<float>& x) {
   RuntimeValueMap feeds;
   feeds["x"] = RuntimeValue(Tensor::FromFloat("x", {1, 3}, x));
   return session.Run(context, std::move(feeds));
@@ -105,8 +104,7 @@ TEST_CASE("a node that reads a graph input is never folded, even one with a defa
   CHECK(Values(session.Run(context, std::move(feeds)).at("y")) == std::vector<float>{2, 4, 6});
   RuntimeValueMap defaults;
   defaults["x"] = RuntimeValue(Tensor::FromFloat("x", {3}, {0, 0, 0}));
-  CHECK(Values(session.Run(context, std::move(defaults)).at("y")) ==
-        std::vector<float>{1, 2, 3});
+  CHECK(Values(session.Run(context, std::move(defaults)).at("y")) == std::vector<float>{1, 2, 3});
 }
 
 TEST_CASE("a constant-only node whose result is a graph output or fails stays in the plan") {

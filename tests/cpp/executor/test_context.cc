@@ -29,8 +29,7 @@ class StashKernel final : public KernelBase {
     RuntimeContext& ctx = call.context();
     log_.saw_scratch.push_back(ctx.has_value("scratch"));
     ctx.put_value("scratch", RuntimeValue(Floats("scratch", {1}, {1})));
-    log_.x_same_bytes.push_back(ctx.get_value("x").tensor().raw_data() ==
-                                call.input(0).raw_data());
+    log_.x_same_bytes.push_back(ctx.get_value("x").tensor().raw_data() == call.input(0).raw_data());
     ctx.put_value("y", call.input_value(0).BorrowView());
     RuntimeEvent event;
     event.action = RuntimeEventAction::kPersistentStorage;

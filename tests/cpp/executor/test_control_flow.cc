@@ -24,13 +24,12 @@ std::string Step(const std::string& name, std::vector<std::string> ins, const st
                  float add = 1.f) {
   std::string s = "node { name: \"" + name + "\" op_type: \"Step\" domain: \"test\" ";
   for (const auto& i : ins) s += "input: \"" + i + "\" ";
-  return s + "output: \"" + out + "\" attribute { name: \"add\" type: FLOAT f: " +
-         std::to_string(add) + " } } ";
+  return s + "output: \"" + out +
+         "\" attribute { name: \"add\" type: FLOAT f: " + std::to_string(add) + " } } ";
 }
 
 std::string TensorType(int elem, const std::string& dims) {
-  return "type { tensor_type { elem_type: " + std::to_string(elem) + " shape { " + dims +
-         " } } }";
+  return "type { tensor_type { elem_type: " + std::to_string(elem) + " shape { " + dims + " } } }";
 }
 
 std::vector<float> Values(const RuntimeValueMap& out, const std::string& name) {
@@ -43,14 +42,16 @@ TEST_CASE("If runs the chosen branch, which reads values of the enclosing graph"
   Probe probe;
   RuntimeContext ctx;
   RegisterTestKernels(ctx, probe);
-  auto model = ParseModelText(
-      kHeader + "graph { input { name: \"c\" } input { name: \"x\" } " + Step("outer", {"x"}, "o") +
-      "node { name: \"if\" op_type: \"If\" input: \"c\" output: \"y\" "
-      "attribute { name: \"then_branch\" type: GRAPH g { name: \"then\" " +
-      Step("t", {"o"}, "ty") + "output { name: \"ty\" } } } "
-      "attribute { name: \"else_branch\" type: GRAPH g { name: \"else\" " +
-      Step("e", {"o", "x"}, "ey", 10) + "output { name: \"ey\" } } } } "
-      "output { name: \"y\" } }");
+  auto model = ParseModelText(kHeader + "graph { input { name: \"c\" } input { name: \"x\" } " +
+                              Step("outer", {"x"}, "o") +
+                              "node { name: \"if\" op_type: \"If\" input: \"c\" output: \"y\" "
+                              "attribute { name: \"then_branch\" type: GRAPH g { name: \"then\" " +
+                              Step("t", {"o"}, "ty") +
+                              "output { name: \"ty\" } } } "
+                              "attribute { name: \"else_branch\" type: GRAPH g { name: \"else\" " +
+                              Step("e", {"o", "x"}, "ey", 10) +
+                              "output { name: \"ey\" } } } } "
+                              "output { name: \"y\" } }");
   RuntimeSession session(model);
   const GraphPlan& plan = session.plan(ctx);
   // The If node reads o and x implicitly, so it runs after `outer` and keeps both alive.
@@ -86,7 +87,9 @@ TEST_CASE("Loop carries values, captures outer values and stacks scan outputs") 
       "node { name: \"keep\" op_type: \"Identity\" input: \"cond_in\" output: \"cond_out\" } " +
       Step("next", {"v_in", "w"}, "v_out") + Step("copy", {"v_in"}, "s", 0) +
       "output { name: \"cond_out\" } output { name: \"v_out\" } "
-      "output { name: \"s\" " + TensorType(1, "dim { dim_value: 2 }") + " } } } } "
+      "output { name: \"s\" " +
+      TensorType(1, "dim { dim_value: 2 }") +
+      " } } } } "
       "output { name: \"v_final\" } output { name: \"trace\" } }");
   RuntimeSession session(model);
   auto run = [&](int64_t m, bool go) {
@@ -115,7 +118,8 @@ TEST_CASE("Scan slices inputs along any axis and direction and stacks outputs li
   auto scan = [&](const std::string& attrs, const std::string& input) {
     return "node { name: \"scan\" op_type: \"Scan\" input: \"s0\" input: \"" + input +
            "\" output: \"s_final\" output: \"ys\" "
-           "attribute { name: \"num_scan_inputs\" type: INT i: 1 } " + attrs +
+           "attribute { name: \"num_scan_inputs\" type: INT i: 1 } " +
+           attrs +
            "attribute { name: \"body\" type: GRAPH g { name: \"body\" "
            "input { name: \"s_in\" } input { name: \"x_t\" } " +
            Step("acc", {"s_in", "x_t", "b"}, "s_out", 0) + Step("y", {"s_out"}, "y_t", 0) +
@@ -125,7 +129,8 @@ TEST_CASE("Scan slices inputs along any axis and direction and stacks outputs li
     return ParseModelText(kHeader +
                           "graph { input { name: \"s0\" } input { name: \"b\" } "
                           "input { name: \"X\" } input { name: \"XT\" } " +
-                          scan(attrs, input) + "output { name: \"s_final\" } output { name: \"ys\" } }");
+                          scan(attrs, input) +
+                          "output { name: \"s_final\" } output { name: \"ys\" } }");
   };
   auto run = [&](const std::shared_ptr<ModelProto>& model) {
     RuntimeSession session(model);
@@ -141,17 +146,17 @@ TEST_CASE("Scan slices inputs along any axis and direction and stacks outputs li
   CHECK(forward.at("ys").tensor().shape() == Shape{3, 2});
   CHECK(Values(forward, "ys") == std::vector<float>{11, 12, 24, 26, 39, 42});
 
-  auto reversed = run(model_for(
-      "attribute { name: \"scan_input_directions\" type: INTS ints: 1 } "
-      "attribute { name: \"scan_output_directions\" type: INTS ints: 1 } ",
-      "X"));
+  auto reversed =
+      run(model_for("attribute { name: \"scan_input_directions\" type: INTS ints: 1 } "
+                    "attribute { name: \"scan_output_directions\" type: INTS ints: 1 } ",
+                    "X"));
   // Rows visited 5 6, 3 4, 1 2; outputs stacked last-iteration first.
   CHECK(Values(reversed, "ys") == std::vector<float>{39, 42, 28, 30, 15, 16});
 
-  auto axis1 = run(model_for(
-      "attribute { name: \"scan_input_axes\" type: INTS ints: 1 } "
-      "attribute { name: \"scan_output_axes\" type: INTS ints: -1 } ",
-      "XT"));
+  auto axis1 =
+      run(model_for("attribute { name: \"scan_input_axes\" type: INTS ints: 1 } "
+                    "attribute { name: \"scan_output_axes\" type: INTS ints: -1 } ",
+                    "XT"));
   CHECK(axis1.at("ys").tensor().shape() == Shape{2, 3});
   CHECK(Values(axis1, "ys") == std::vector<float>{11, 24, 39, 12, 26, 42});
 }
@@ -161,7 +166,8 @@ TEST_CASE("model-local functions run with resolved attribute references and name
   RuntimeContext ctx;
   RegisterTestKernels(ctx, probe);
   auto model = ParseModelText(
-      kHeader + "opset_import { domain: \"local\" version: 1 } "
+      kHeader +
+      "opset_import { domain: \"local\" version: 1 } "
       "functions { name: \"AddBump\" domain: \"local\" input: \"a\" input: \"b\" output: \"r\" "
       "attribute_proto { name: \"bump\" type: FLOAT f: 5 } "
       "opset_import { domain: \"test\" version: 1 } "
@@ -192,8 +198,7 @@ TEST_CASE("model-local functions run with resolved attribute references and name
     FAIL("expected an error");
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::kNotImplemented);
-    CHECK(std::string(e.what()) ==
-          "AddBump node 'call1': Step node 'inner': boom at inner");
+    CHECK(std::string(e.what()) == "AddBump node 'call1': Step node 'inner': boom at inner");
   }
 }
 
@@ -202,9 +207,11 @@ TEST_CASE("subgraph and function events share the caller's log") {
   RuntimeContext ctx(KernelContext(18), RuntimeContextOptions{.events_enabled = true});
   RegisterTestKernels(ctx, probe);
   auto model = ParseModelText(
-      kHeader + "graph { input { name: \"c\" } input { name: \"x\" } "
+      kHeader +
+      "graph { input { name: \"c\" } input { name: \"x\" } "
       "node { name: \"if\" op_type: \"If\" input: \"c\" output: \"y\" "
-      "attribute { name: \"then_branch\" type: GRAPH g { " + Step("t", {"x"}, "ty") +
+      "attribute { name: \"then_branch\" type: GRAPH g { " +
+      Step("t", {"x"}, "ty") +
       "output { name: \"ty\" } } } attribute { name: \"else_branch\" type: GRAPH g { " +
       Step("e", {"x"}, "ey") + "output { name: \"ey\" } } } } output { name: \"y\" } }");
   RuntimeSession session(model);

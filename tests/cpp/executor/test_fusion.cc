@@ -12,8 +12,8 @@
 #include "core/text_parser.h"
 #include "executor/graph_plan.h"
 #include "executor/runtime_session.h"
-#include "ops/math/constant_weight.h"
 #include "onnx_light.pb.h"
+#include "ops/math/constant_weight.h"
 
 using namespace onnx_light;
 using namespace onnx_light::core::runtime;
@@ -59,8 +59,10 @@ std::vector<float> Run(const std::shared_ptr<ModelProto>& model, bool fuse, size
   *fused = session.plan(context).fused_node_count();
   RuntimeValueMap feeds;
   feeds["x"] = RuntimeValue(Tensor::FromFloat("x", {1, 2, 4}, {0.5f, -1, 2, 3, -2, 0.25f, 1, 4}));
-  feeds["cos"] = RuntimeValue(Tensor::FromFloat("cos", {1, 2, 4}, {1, 0.5f, 0.2f, 0.9f, 0.3f, 0.7f, 0.1f, 1}));
-  feeds["sin"] = RuntimeValue(Tensor::FromFloat("sin", {1, 2, 4}, {0, 0.8f, 0.9f, 0.4f, 0.95f, 0.7f, 1, 0}));
+  feeds["cos"] =
+      RuntimeValue(Tensor::FromFloat("cos", {1, 2, 4}, {1, 0.5f, 0.2f, 0.9f, 0.3f, 0.7f, 0.1f, 1}));
+  feeds["sin"] =
+      RuntimeValue(Tensor::FromFloat("sin", {1, 2, 4}, {0, 0.8f, 0.9f, 0.4f, 0.95f, 0.7f, 1, 0}));
   return session.Run(context, std::move(feeds)).at("y").tensor().ToFloatVector();
 }
 
@@ -76,7 +78,8 @@ TEST_CASE("an exported RMS norm, rotary embedding and SiLU run as three fused no
   CHECK(plain_fused == 0);
   CHECK(plain_nodes == 16);
   REQUIRE(y.size() == ref.size());
-  for (size_t i = 0; i < y.size(); ++i) CHECK(std::abs(y[i] - ref[i]) <= 1e-6f * (1 + std::abs(ref[i])));
+  for (size_t i = 0; i < y.size(); ++i)
+    CHECK(std::abs(y[i] - ref[i]) <= 1e-6f * (1 + std::abs(ref[i])));
 }
 
 TEST_CASE("a subgraph whose inner value is also a graph output is not fused") {
@@ -88,7 +91,8 @@ TEST_CASE("a subgraph whose inner value is also a graph output is not fused") {
   const std::vector<float> ref = Run(model, false, &plain_nodes, &plain_fused);
   CHECK(fused == 1);
   CHECK(nodes == 16 - 7 + 1);
-  for (size_t i = 0; i < y.size(); ++i) CHECK(std::abs(y[i] - ref[i]) <= 1e-6f * (1 + std::abs(ref[i])));
+  for (size_t i = 0; i < y.size(); ++i)
+    CHECK(std::abs(y[i] - ref[i]) <= 1e-6f * (1 + std::abs(ref[i])));
 }
 
 namespace {
@@ -106,8 +110,10 @@ std::shared_ptr<ModelProto> GroupModel() {
       "<ir_version: 10, opset_import: [\"\" : 18]>\n"
       "g (float[1, M, 20] x, float[20, 3] w) => (float[1, M, 40] q, float[1, M, 16] k,\n"
       "  float[1, M, 200] v, float[1, M, 3] z)\n"
-      "<float[20, 40] wq = " + values(800, 1) + ", float[20, 16] wk = " + values(320, 2) +
-      ", float[20, 200] wv = " + values(4000, 3) + ">\n"
+      "<float[20, 40] wq = " +
+      values(800, 1) + ", float[20, 16] wk = " + values(320, 2) +
+      ", float[20, 200] wv = " + values(4000, 3) +
+      ">\n"
       "{\n"
       "  q = MatMul(x, wq)\n"
       "  k = MatMul(x, wk)\n"

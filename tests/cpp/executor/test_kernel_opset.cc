@@ -22,7 +22,8 @@ namespace {
 // x of shape [2, 3, 4].
 std::vector<float> Input() {
   std::vector<float> x(24);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.25f * static_cast<float>(i % 7) - 0.1f * static_cast<float>(i);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = 0.25f * static_cast<float>(i % 7) - 0.1f * static_cast<float>(i);
   return x;
 }
 
@@ -75,8 +76,7 @@ TEST_CASE("Softmax and LogSoftmax follow the model's opset, not the context's de
   for (const bool log : {false, true}) {
     CAPTURE(log);
     const std::string op = log ? "LogSoftmax" : "Softmax";
-    const std::string body =
-        "g (float[2, 3, 4] x) => (float[2, 3, 4] y) { y = " + op + "(x) }\n";
+    const std::string body = "g (float[2, 3, 4] x) => (float[2, 3, 4] y) { y = " + op + "(x) }\n";
     CHECK(Near(Run(Header(12) + body, 18), Legacy(log)));
     CHECK(Near(Run(Header(13) + body, 11), Modern(log)));
     // Unchanged when both agree.
@@ -127,8 +127,7 @@ TEST_CASE("a custom kernel's KernelInfo carries its node, since-version and the 
       },
       2);
   auto model = std::make_shared<ModelProto>(core::ParseModel(
-      Header(12, ", \"test\" : 3") +
-      "g (float[2] x) => (float[2] y) { y = test.Copy(x) }\n"));
+      Header(12, ", \"test\" : 3") + "g (float[2] x) => (float[2] y) { y = test.Copy(x) }\n"));
   model->mutable_graph()->mutable_node(0)->set_name("copy");
   RuntimeSession session(model, context);
   RuntimeValueMap feeds;

@@ -2,13 +2,13 @@
 // on the built-in math kernels, plus helpers to write models in protobuf text format.
 #pragma once
 
+#include <google/protobuf/text_format.h>
+
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/text_format.h>
 
 #include "core/error.h"
 #include "executor/attributes.h"
@@ -58,10 +58,10 @@ class CountingAllocator final : public Allocator {
 struct Probe {
   std::atomic<int> executed{0};
   std::mutex mu;
-  std::vector<std::string> order;            // node names in execution order
-  std::vector<size_t> live_at_start;         // allocator live bytes when each node started
+  std::vector<std::string> order;     // node names in execution order
+  std::vector<size_t> live_at_start;  // allocator live bytes when each node started
   CountingAllocator* allocator = nullptr;
-  std::string fail_node;                     // "Step" nodes with this name throw
+  std::string fail_node;                       // "Step" nodes with this name throw
   std::atomic<bool>* cancel_on_run = nullptr;  // set by the node named cancel_node
   std::string cancel_node;
 };
@@ -79,8 +79,7 @@ class StepKernel final : public KernelBase {
       if (probe_.allocator) probe_.live_at_start.push_back(probe_.allocator->live());
     }
     ++probe_.executed;
-    if (name == probe_.fail_node)
-      core::Throw(core::ErrorCode::kNotImplemented, "boom at " + name);
+    if (name == probe_.fail_node) core::Throw(core::ErrorCode::kNotImplemented, "boom at " + name);
     if (probe_.cancel_on_run != nullptr && name == probe_.cancel_node)
       probe_.cancel_on_run->store(true);
     const Tensor& x = call.input(0);

@@ -33,11 +33,11 @@ TEST_CASE("sequence operators build, read, edit, concatenate and split sequences
       "initializer { name: \"zero\" data_type: 7 int64_data: 0 } "
       "initializer { name: \"minus_one\" data_type: 6 int32_data: -1 } "
       "initializer { name: \"lengths\" data_type: 7 dims: 2 int64_data: [1, 2] } " +
-      Node("SequenceEmpty", {}, "e", IntAttr("dtype", 1)) + Node("SequenceInsert", {"e", "a"}, "s1") +
-      Node("SequenceInsert", {"s1", "b", "zero"}, "s2") + Node("SequenceLength", {"s2"}, "len") +
-      Node("SequenceLength", {"s1"}, "len1") + Node("SequenceAt", {"s2", "minus_one"}, "at") +
-      Node("SequenceErase", {"s2"}, "er") + Node("SequenceLength", {"er"}, "er_len") +
-      Node("SequenceAt", {"er", "zero"}, "er0") +
+      Node("SequenceEmpty", {}, "e", IntAttr("dtype", 1)) +
+      Node("SequenceInsert", {"e", "a"}, "s1") + Node("SequenceInsert", {"s1", "b", "zero"}, "s2") +
+      Node("SequenceLength", {"s2"}, "len") + Node("SequenceLength", {"s1"}, "len1") +
+      Node("SequenceAt", {"s2", "minus_one"}, "at") + Node("SequenceErase", {"s2"}, "er") +
+      Node("SequenceLength", {"er"}, "er_len") + Node("SequenceAt", {"er", "zero"}, "er0") +
       Node("ConcatFromSequence", {"s2"}, "cat", IntAttr("axis", 0)) +
       Node("ConcatFromSequence", {"s2"}, "stk", IntAttr("axis", -1) + IntAttr("new_axis", 1)) +
       Node("SequenceConstruct", {"a", "b"}, "sc") +

@@ -29,8 +29,8 @@ std::string Header() {
 
 std::string StepNode(const std::string& name, const std::string& in, const std::string& out,
                      const std::string& in2 = "") {
-  return "node { name: \"" + name + "\" op_type: \"Step\" domain: \"test\" input: \"" + in +
-         "\"" + (in2.empty() ? "" : " input: \"" + in2 + "\"") + " output: \"" + out + "\" } ";
+  return "node { name: \"" + name + "\" op_type: \"Step\" domain: \"test\" input: \"" + in + "\"" +
+         (in2.empty() ? "" : " input: \"" + in2 + "\"") + " output: \"" + out + "\" } ";
 }
 
 // x -> n0 -> t0 -> n1 -> t1 ... -> n{k-1} -> y
@@ -109,17 +109,17 @@ TEST_CASE("nodes given out of order are sorted, and cycles and undefined names a
   Probe probe;
   RuntimeContext ctx;
   RegisterTestKernels(ctx, probe);
-  auto model = ParseModelText(Header() + "graph { input { name: \"x\" } " +
-                              StepNode("second", "t", "y") + StepNode("first", "x", "t") +
-                              "output { name: \"y\" } }");
+  auto model =
+      ParseModelText(Header() + "graph { input { name: \"x\" } " + StepNode("second", "t", "y") +
+                     StepNode("first", "x", "t") + "output { name: \"y\" } }");
   RuntimeSession session(model);
   auto out = session.Run(ctx, Feed({0, 0, 0, 0}));
   CHECK(out.at("y").tensor().ToFloatVector() == std::vector<float>{2, 2, 2, 2});
   CHECK(probe.order == std::vector<std::string>{"first", "second"});
 
-  auto cyclic = ParseModelText(Header() + "graph { input { name: \"x\" } " +
-                               StepNode("p", "x", "a", "b") + StepNode("q", "a", "b") +
-                               "output { name: \"b\" } }");
+  auto cyclic =
+      ParseModelText(Header() + "graph { input { name: \"x\" } " + StepNode("p", "x", "a", "b") +
+                     StepNode("q", "a", "b") + "output { name: \"b\" } }");
   RuntimeSession bad(cyclic);
   CHECK_THROWS_WITH_AS(bad.Run(ctx, Feed({0, 0, 0, 0})),
                        doctest::Contains("the nodes form a cycle through Step node 'p'"), Error);
@@ -134,9 +134,10 @@ TEST_CASE("nodes given out of order are sorted, and cycles and undefined names a
 
 TEST_CASE("a node without a kernel is reported with its domain, opset and name") {
   RuntimeContext ctx;
-  auto model = ParseModelText(
-      Header() + "graph { input { name: \"x\" } node { name: \"mystery\" op_type: \"NoSuchOp\" "
-                 "input: \"x\" output: \"y\" } output { name: \"y\" } }");
+  auto model =
+      ParseModelText(Header() +
+                     "graph { input { name: \"x\" } node { name: \"mystery\" op_type: \"NoSuchOp\" "
+                     "input: \"x\" output: \"y\" } output { name: \"y\" } }");
   RuntimeSession session(model);
   try {
     session.Run(ctx, Feed({0, 0, 0, 0}));
@@ -155,7 +156,8 @@ TEST_CASE("feeds are validated: unknown names, missing inputs, dtype, rank and f
   auto model = ParseModelText(
       Header() +
       "graph { input { name: \"x\" type { tensor_type { elem_type: 1 shape { dim { dim_param: "
-      "\"n\" } dim { dim_value: 2 } } } } } input { name: \"bias\" " + kFloat4 + " } " +
+      "\"n\" } dim { dim_value: 2 } } } } } input { name: \"bias\" " +
+      kFloat4 + " } " +
       "initializer { name: \"bias\" data_type: 1 dims: 4 float_data: [10, 20, 30, 40] } " +
       StepNode("n", "x", "y") + "output { name: \"y\" } output { name: \"bias\" } }");
   RuntimeSession session(model);
@@ -187,17 +189,17 @@ TEST_CASE("feeds are validated: unknown names, missing inputs, dtype, rank and f
   RuntimeValueMap both;
   both["x"] = RuntimeValue(Floats("x", {1, 2}, {0, 0}));
   both["bias"] = RuntimeValue(Floats("bias", {4}, {1, 1, 1, 1}));
-  CHECK(run(std::move(both)).at("bias").tensor().ToFloatVector() ==
-        std::vector<float>{1, 1, 1, 1});
+  CHECK(run(std::move(both)).at("bias").tensor().ToFloatVector() == std::vector<float>{1, 1, 1, 1});
 }
 
 TEST_CASE("outputs are moved out of the frame and initializers are model-backed views") {
   RuntimeContext ctx;
-  auto model = ParseModelText(
-      Header() + "graph { input { name: \"x\" } initializer { name: \"w\" data_type: 1 dims: 2 "
-                 "raw_data: \"\\000\\000\\200\\077\\000\\000\\000\\100\" } "
-                 "node { name: \"id\" op_type: \"Identity\" input: \"x\" output: \"y\" } "
-                 "output { name: \"y\" } output { name: \"w\" } output { name: \"x\" } }");
+  auto model =
+      ParseModelText(Header() +
+                     "graph { input { name: \"x\" } initializer { name: \"w\" data_type: 1 dims: 2 "
+                     "raw_data: \"\\000\\000\\200\\077\\000\\000\\000\\100\" } "
+                     "node { name: \"id\" op_type: \"Identity\" input: \"x\" output: \"y\" } "
+                     "output { name: \"y\" } output { name: \"w\" } output { name: \"x\" } }");
   RuntimeSession session(model);
   Tensor x = Floats("x", {2}, {7, 8});
   const void* x_data = x.raw_data();
@@ -270,8 +272,7 @@ TEST_CASE("a failure in a wide flow graph reaches the caller and its dependants 
   RuntimeContext ctx;
   RegisterTestKernels(ctx, probe);
   RuntimeSession session(WideModel(16), {.intra_op_threads = 2, .executor = Mode::kFlowGraph});
-  CHECK_THROWS_WITH_AS(session.Run(ctx, Feed({0, 0, 0, 0})), "Step node 'na0': boom at na0",
-                       Error);
+  CHECK_THROWS_WITH_AS(session.Run(ctx, Feed({0, 0, 0, 0})), "Step node 'na0': boom at na0", Error);
   // nb0 and the sums on chain 0's path (sum0, sum8, sum12, sum14) depend on the failed node.
   for (const auto& name : probe.order)
     for (const char* dependant : {"nb0", "sum0", "sum8", "sum12", "sum14"})

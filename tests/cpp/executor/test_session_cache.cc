@@ -21,11 +21,11 @@ using onnx_light::core::ErrorCode;
 namespace {
 
 std::shared_ptr<const ModelProto> AddModel() {
-  return std::make_shared<ModelProto>(core::ParseModel(
-      "<ir_version: 10, opset_import: [\"\" : 18]>"
-      "add (float[2] x) => (float[2] y, float[2] z)"
-      "<float[2] one = {1.0, 1.0}>"
-      "{ y = Add(x, one)  z = Mul(x, one) }"));
+  return std::make_shared<ModelProto>(
+      core::ParseModel("<ir_version: 10, opset_import: [\"\" : 18]>"
+                       "add (float[2] x) => (float[2] y, float[2] z)"
+                       "<float[2] one = {1.0, 1.0}>"
+                       "{ y = Add(x, one)  z = Mul(x, one) }"));
 }
 
 RuntimeValueMap Feeds(float a, float b) {
@@ -94,8 +94,7 @@ TEST_CASE("the cache holds at most its capacity and drops the least recently use
   CHECK(cache.size() == 0);
   // A session handed out stays valid after the cache let go of it.
   RuntimeContext context;
-  CHECK(sa->Run(context, Feeds(1, 2)).at("y").tensor().ToFloatVector() ==
-        std::vector<float>{2, 3});
+  CHECK(sa->Run(context, Feeds(1, 2)).at("y").tensor().ToFloatVector() == std::vector<float>{2, 3});
   cache.set_capacity(4);
   cache.Get(a);
   cache.Clear();
@@ -112,7 +111,8 @@ TEST_CASE("a model without an owner gets a private session that is never cached"
   CHECK(cache.size() == 0);
 }
 
-TEST_CASE("equivalent contexts share one plan while custom kernels and other opsets get their own") {
+TEST_CASE(
+    "equivalent contexts share one plan while custom kernels and other opsets get their own") {
   auto session = std::make_shared<RuntimeSession>(AddModel());
   RuntimeContext a, b;
   const GraphPlan& plan = session->plan(a);
@@ -159,7 +159,9 @@ TEST_CASE("a session run returns only the outputs asked for and names unknown on
   CHECK(out.at("z").tensor().ToFloatVector() == std::vector<float>{1, 2});
   CHECK(session->Run(context, Feeds(1, 2), std::vector<std::string>{}).empty());
   test_util::ExpectError(
-      [&] { session->Run(context, Feeds(1, 2), std::vector<std::string>{"y", "w", "v"}); },
+      [&] {
+        session->Run(context, Feeds(1, 2), std::vector<std::string>{"y", "w", "v"});
+      },
       ErrorCode::kInvalidArgument,
       {"unknown output name(s) 'v', 'w'", "the graph outputs are 'y', 'z'"});
 }
@@ -176,8 +178,7 @@ TEST_CASE("attachments are made once per session and shared") {
   CHECK(session.Attachment(&key, make) == first);
   CHECK(made == 1);
   static const char failing = 0;
-  CHECK_THROWS(session.Attachment(&failing, []() -> std::shared_ptr<const void> {
-    throw std::runtime_error("no");
-  }));
+  CHECK_THROWS(session.Attachment(
+      &failing, []() -> std::shared_ptr<const void> { throw std::runtime_error("no"); }));
   CHECK(session.Attachment(&failing, make) != nullptr);  // a throwing make stored nothing
 }

@@ -77,10 +77,8 @@ TEST_CASE("a cancellation signal reaches the run's cancel hook") {
         cancelled = true;
         release = true;
       },
-      asio::bind_cancellation_slot(signal.slot(),
-                                   asio::bind_executor(io, [&](std::exception_ptr, int r) {
-                                     result = r;
-                                   })));
+      asio::bind_cancellation_slot(
+          signal.slot(), asio::bind_executor(io, [&](std::exception_ptr, int r) { result = r; })));
   signal.emit(asio::cancellation_type::terminal);
   io.run();
   CHECK(result == -1);

@@ -15,10 +15,10 @@ using namespace onnx_light::core::runtime;
 namespace {
 
 std::shared_ptr<const ModelProto> Accumulate() {
-  auto model = std::make_shared<ModelProto>(core::ParseModel(
-      "<ir_version: 10, opset_import: [\"\" : 18]>"
-      "accumulate (float[2] delta, float[2] past) => (float[2] present)"
-      "{ present = Add(delta, past) }"));
+  auto model = std::make_shared<ModelProto>(
+      core::ParseModel("<ir_version: 10, opset_import: [\"\" : 18]>"
+                       "accumulate (float[2] delta, float[2] past) => (float[2] present)"
+                       "{ present = Add(delta, past) }"));
   auto* binding = model->mutable_graph()->add_persistent_bindings();
   binding->set_input_name("past");
   binding->set_output_name("present");
@@ -70,11 +70,11 @@ TEST_CASE("AsyncRun errors arrive as exceptions and leave the state usable") {
 
 TEST_CASE("AsyncGenerate returns the prompt plus generated tokens through a future") {
   // Next token = (token + 1) mod 4 via Gather on a shifted identity; no bindings.
-  auto model = std::make_shared<ModelProto>(core::ParseModel(
-      "<ir_version: 10, opset_import: [\"\" : 18]>"
-      "counter (int64[B, S] input_ids) => (float[B, S, 4] logits)"
-      "<float[4, 4] table = {0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0}>"
-      "{ logits = Gather<axis = 0>(table, input_ids) }"));
+  auto model = std::make_shared<ModelProto>(
+      core::ParseModel("<ir_version: 10, opset_import: [\"\" : 18]>"
+                       "counter (int64[B, S] input_ids) => (float[B, S, 4] logits)"
+                       "<float[4, 4] table = {0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0}>"
+                       "{ logits = Gather<axis = 0>(table, input_ids) }"));
   RuntimeContext context(KernelContext(18));
   RuntimeValueMap feeds;
   feeds.emplace("input_ids", RuntimeValue(Tensor::FromInt64("input_ids", {1, 1}, {2})));

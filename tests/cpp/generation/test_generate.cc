@@ -22,9 +22,10 @@ const char* kTable =
 
 std::shared_ptr<const ModelProto> CachedCounter() {
   auto model = std::make_shared<ModelProto>(core::ParseModel(
-      std::string("<ir_version: 10, opset_import: [\"\" : 18, \"test\" : 1]>"
-                  "counter (int64[B, S] input_ids, int64[B, T] attention_mask, int64[B, S] position_ids,"
-                  " float[B, P] past) => (float[B, S, 6] logits, float[B, Q] present) <") +
+      std::string(
+          "<ir_version: 10, opset_import: [\"\" : 18, \"test\" : 1]>"
+          "counter (int64[B, S] input_ids, int64[B, T] attention_mask, int64[B, S] position_ids,"
+          " float[B, P] past) => (float[B, S, 6] logits, float[B, Q] present) <") +
       kTable +
       "> { ids = test.Record(input_ids) pos = test.RecordPositions(position_ids)"
       " mask = test.RecordMask(attention_mask)"
@@ -88,8 +89,10 @@ struct Fixture {
 RuntimeValueMap Feeds(std::vector<int64_t> ids, int64_t batch, bool with_cache) {
   const int64_t len = static_cast<int64_t>(ids.size()) / batch;
   RuntimeValueMap feeds;
-  feeds.emplace("input_ids", RuntimeValue(Tensor::FromInt64("input_ids", {batch, len}, std::move(ids))));
-  if (with_cache) feeds.emplace("past", RuntimeValue(Tensor("past", core::DataType::kFloat, {batch, 0})));
+  feeds.emplace("input_ids",
+                RuntimeValue(Tensor::FromInt64("input_ids", {batch, len}, std::move(ids))));
+  if (with_cache)
+    feeds.emplace("past", RuntimeValue(Tensor("past", core::DataType::kFloat, {batch, 0})));
   return feeds;
 }
 
@@ -124,8 +127,8 @@ TEST_CASE("without bindings the full growing prefix is evaluated, with the same 
   GenerationOptions options;
   options.max_new_tokens = 4;
   GenerationStats stats;
-  Tensor out = Generate(PrefixCounter(), f.context, Feeds({1, 2}, 1, false), options, {},
-                        nullptr, nullptr, &stats);
+  Tensor out = Generate(PrefixCounter(), f.context, Feeds({1, 2}, 1, false), options, {}, nullptr,
+                        nullptr, &stats);
   CHECK(Tokens(out) == std::vector<int64_t>{1, 2, 3, 4, 5, 0});
   CHECK_FALSE(stats.used_persistent_state);
   REQUIRE(f.ids.shapes.size() == 4);
@@ -175,12 +178,13 @@ TEST_CASE("a cancelled completion stops generation between tokens") {
   GenerationOptions options;
   options.max_new_tokens = 10;
   TaskCompletion cancel;
-  Tensor out = Generate(CachedCounter(), f.context, Feeds({0}, 1, true), options, {},
-                        [&](int64_t step, const std::vector<int64_t>&) {
-                          if (step == 1) cancel.Cancel("client went away");
-                          return true;
-                        },
-                        &cancel);
+  Tensor out = Generate(
+      CachedCounter(), f.context, Feeds({0}, 1, true), options, {},
+      [&](int64_t step, const std::vector<int64_t>&) {
+        if (step == 1) cancel.Cancel("client went away");
+        return true;
+      },
+      &cancel);
   CHECK(Tokens(out) == std::vector<int64_t>{0, 1, 2});
 }
 

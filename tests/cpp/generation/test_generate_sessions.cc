@@ -112,8 +112,8 @@ TEST_CASE("Generate and GenerateTask take a session directly") {
   auto session = std::make_shared<const RuntimeSession>(PackedModel());
   const auto expected = Generate(PackedModel(), context, Feeds({4, 5}), Options(5));
   GenerationStats stats;
-  const Tensor tokens = Generate(session, context, Feeds({4, 5}), Options(5), nullptr, nullptr,
-                                 &stats);
+  const Tensor tokens =
+      Generate(session, context, Feeds({4, 5}), Options(5), nullptr, nullptr, &stats);
   CHECK(tokens.ToInt64Vector() == expected.ToInt64Vector());
   CHECK(stats.used_persistent_state);
   CHECK(stats.steps == 5);

@@ -107,19 +107,18 @@ TEST_CASE("eight concurrent requests give exactly the tokens each gives alone") 
   int active = 0, most_active = 0;
   std::vector<RequestHandle> handles;
   for (const auto& prompt : kPrompts) {
-    handles.push_back(scheduler.Submit(
-        Request(prompt, 12,
-                [&](int64_t step, const std::vector<int64_t>&) {
-                  if (step == 0) {
-                    std::lock_guard<std::mutex> lock(mutex);
-                    most_active = std::max(most_active, ++active);
-                  }
-                  return true;
-                }),
-        [&](std::exception_ptr, GenerationResult) {
-          std::lock_guard<std::mutex> lock(mutex);
-          --active;
-        }));
+    handles.push_back(scheduler.Submit(Request(prompt, 12,
+                                               [&](int64_t step, const std::vector<int64_t>&) {
+                                                 if (step == 0) {
+                                                   std::lock_guard<std::mutex> lock(mutex);
+                                                   most_active = std::max(most_active, ++active);
+                                                 }
+                                                 return true;
+                                               }),
+                                       [&](std::exception_ptr, GenerationResult) {
+                                         std::lock_guard<std::mutex> lock(mutex);
+                                         --active;
+                                       }));
   }
   for (size_t i = 0; i < handles.size(); ++i) {
     GenerationResult result = handles[i].Get();
@@ -320,15 +319,14 @@ TEST_CASE("AsyncSubmit completes through co_await, futures and cancellable callb
   asio::cancellation_signal signal;
   std::vector<int64_t> cancelled_tokens;
   bool cancelled = false;
-  scheduler.AsyncSubmit(Request({2, 3}, 4),
-                        asio::bind_cancellation_slot(
-                            signal.slot(),
-                            asio::bind_executor(io2, [&](std::exception_ptr e,
-                                                         GenerationResult r) {
-                              CHECK_FALSE(e);
-                              cancelled_tokens = r.tokens.ToInt64Vector();
-                              cancelled = r.stats.cancelled;
-                            })));
+  scheduler.AsyncSubmit(
+      Request({2, 3}, 4),
+      asio::bind_cancellation_slot(
+          signal.slot(), asio::bind_executor(io2, [&](std::exception_ptr e, GenerationResult r) {
+            CHECK_FALSE(e);
+            cancelled_tokens = r.tokens.ToInt64Vector();
+            cancelled = r.stats.cancelled;
+          })));
   signal.emit(asio::cancellation_type::terminal);
   io2.run();
   CHECK(cancelled);

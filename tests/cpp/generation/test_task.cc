@@ -38,7 +38,9 @@ Task<int> Lazy() {
 // Resumes on another thread, as an async run completing on a worker would.
 struct ResumeOnThread {
   bool await_ready() { return false; }
-  void await_suspend(std::coroutine_handle<> h) { std::thread([h] { h.resume(); }).detach(); }
+  void await_suspend(std::coroutine_handle<> h) {
+    std::thread([h] { h.resume(); }).detach();
+  }
   std::thread::id await_resume() { return std::this_thread::get_id(); }
 };
 Task<std::thread::id> Hop() { co_return co_await ResumeOnThread{}; }
@@ -58,7 +60,9 @@ struct FrameProbe {
 struct ResumeOnJoinableThread {
   std::thread* thread;
   bool await_ready() { return false; }
-  void await_suspend(std::coroutine_handle<> h) { *thread = std::thread([h] { h.resume(); }); }
+  void await_suspend(std::coroutine_handle<> h) {
+    *thread = std::thread([h] { h.resume(); });
+  }
   void await_resume() {}
 };
 Task<int> FinishElsewhere(FrameProbe probe, std::thread* thread) {

@@ -57,9 +57,12 @@ inline TensorProto ScalarParam(DataType t, float f, int32_t code) {
   TensorProto p;
   p.set_data_type(static_cast<int32_t>(t));
   std::string bytes(StorageBytes(t, 1), '\0');
-  if (t == DataType::kFloat) std::memcpy(bytes.data(), &f, 4);
-  else if (t == DataType::kInt8 || t == DataType::kUint8) bytes[0] = static_cast<char>(code);
-  else PackedSet(t, bytes.data(), 0, code);
+  if (t == DataType::kFloat)
+    std::memcpy(bytes.data(), &f, 4);
+  else if (t == DataType::kInt8 || t == DataType::kUint8)
+    bytes[0] = static_cast<char>(code);
+  else
+    PackedSet(t, bytes.data(), 0, code);
   p.set_raw_data(bytes);
   return p;
 }
@@ -69,9 +72,11 @@ inline RuntimeValue AffinePage(DataType storage, float scale, int32_t zero, Shap
                                const std::vector<int32_t>& codes, bool storage_type = true) {
   auto e = std::make_shared<EncodedValueProto>();
   auto* a = e->mutable_affine();
-  if (storage_type) a->set_storage_type(static_cast<int32_t>(storage));
-  else a->set_signed_storage(storage == DataType::kInt8 || storage == DataType::kInt4 ||
-                             storage == DataType::kInt2);
+  if (storage_type)
+    a->set_storage_type(static_cast<int32_t>(storage));
+  else
+    a->set_signed_storage(storage == DataType::kInt8 || storage == DataType::kInt4 ||
+                          storage == DataType::kInt2);
   *a->mutable_scale() = ScalarParam(DataType::kFloat, scale, 0);
   *a->mutable_zero_point() = ScalarParam(storage, 0, zero);
   auto* t = e->mutable_logical_type()->mutable_tensor_type();
@@ -79,8 +84,10 @@ inline RuntimeValue AffinePage(DataType storage, float scale, int32_t zero, Shap
   for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
   std::string raw(StorageBytes(storage, ShapeNumel(dims)), '\0');
   for (size_t i = 0; i < codes.size(); ++i) {
-    if (storage == DataType::kInt8 || storage == DataType::kUint8) raw[i] = static_cast<char>(codes[i]);
-    else PackedSet(storage, raw.data(), static_cast<int64_t>(i), codes[i]);
+    if (storage == DataType::kInt8 || storage == DataType::kUint8)
+      raw[i] = static_cast<char>(codes[i]);
+    else
+      PackedSet(storage, raw.data(), static_cast<int64_t>(i), codes[i]);
   }
   e->set_raw_data(raw);
   return RuntimeValue::Encoded(e);
@@ -88,7 +95,8 @@ inline RuntimeValue AffinePage(DataType storage, float scale, int32_t zero, Shap
 
 // Dense attention in double over explicit K/V rows [B, Hkv, T, D] (T = past + L), causal
 // by default, with the left window. Q [B, H, L, D] -> Y [B, H, L, Dv].
-inline std::vector<float> ReferenceAttention(const std::vector<float>& q, const std::vector<float>& k,
+inline std::vector<float> ReferenceAttention(const std::vector<float>& q,
+                                             const std::vector<float>& k,
                                              const std::vector<float>& v, int64_t batch,
                                              int64_t heads, int64_t kv_heads, int64_t len,
                                              int64_t total, int64_t dk, int64_t dv,

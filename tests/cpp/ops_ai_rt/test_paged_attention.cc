@@ -67,12 +67,24 @@ float Reconstruct(float x, const PagedAttention::Format& f) {
   if (f.storage == TensorProto::FLOAT) return x;
   int32_t lo = 0, hi = 0;
   switch (f.storage) {
-    case TensorProto::INT8: lo = -128, hi = 127; break;
-    case TensorProto::UINT8: lo = 0, hi = 255; break;
-    case TensorProto::INT4: lo = -8, hi = 7; break;
-    case TensorProto::UINT4: lo = 0, hi = 15; break;
-    case TensorProto::INT2: lo = -2, hi = 1; break;
-    default: lo = 0, hi = 3; break;
+    case TensorProto::INT8:
+      lo = -128, hi = 127;
+      break;
+    case TensorProto::UINT8:
+      lo = 0, hi = 255;
+      break;
+    case TensorProto::INT4:
+      lo = -8, hi = 7;
+      break;
+    case TensorProto::UINT4:
+      lo = 0, hi = 15;
+      break;
+    case TensorProto::INT2:
+      lo = -2, hi = 1;
+      break;
+    default:
+      lo = 0, hi = 3;
+      break;
   }
   const float q = std::clamp(std::nearbyint(x / f.scale) + static_cast<float>(f.zero_point),
                              static_cast<float>(lo), static_cast<float>(hi));
@@ -86,7 +98,7 @@ struct Decoder {
   int64_t window = -1;
   Formats formats{};
   RuntimeValue cache = PagedAttention::EmptyCache();
-  std::vector<std::vector<float>> keys, values;  // per (b, kv head): rows as stored
+  std::vector<std::vector<float>> keys, values;              // per (b, kv head): rows as stored
   std::vector<std::vector<float>> exact_keys, exact_values;  // unquantized
   PagedAttention::Result last;
   uint32_t seed = 1;
@@ -103,7 +115,8 @@ struct Decoder {
   }
   // One call with `len` new tokens; returns max |Y - reference| (reference on stored rows).
   float Step(const PagedAttention& kernel, int64_t len,
-             const std::function<float(int, int64_t)>& value = nullptr, float* exact_error = nullptr) {
+             const std::function<float(int, int64_t)>& value = nullptr,
+             float* exact_error = nullptr) {
     auto gen = [&](int which, int64_t i) {
       return value ? value(which, i) : Noise(seed * 3 + static_cast<uint32_t>(which), i);
     };
@@ -132,8 +145,8 @@ struct Decoder {
     last = kernel.Run(q, k, v, cache);
     cache = last.present;
     const std::vector<float> qv(q.data<float>(), q.data<float>() + q.numel());
-    const auto ref = ReferenceAttention(qv, Flat(k_now), Flat(v_now), batch, heads, kv_heads,
-                                        len, total, dk, dv, causal, window);
+    const auto ref = ReferenceAttention(qv, Flat(k_now), Flat(v_now), batch, heads, kv_heads, len,
+                                        total, dk, dv, causal, window);
     const auto y = last.y.ToFloatVector();
     REQUIRE(y.size() == ref.size());
     float err = 0;
@@ -151,7 +164,9 @@ struct Decoder {
   }
 };
 
-const RuntimeSequence& Blocks(const RuntimeValue& cache) { return cache.field("blocks").elements(); }
+const RuntimeSequence& Blocks(const RuntimeValue& cache) {
+  return cache.field("blocks").elements();
+}
 
 const void* PayloadAddress(const RuntimeValue& payload) {
   return payload.is_tensor() ? payload.tensor().raw_data()
@@ -160,8 +175,9 @@ const void* PayloadAddress(const RuntimeValue& payload) {
 
 }  // namespace
 
-TEST_CASE("Dense FLOAT pages: dense attention's result, 60 append bytes and 16 scratch bytes per "
-          "call, earlier pages shared by pointer") {
+TEST_CASE(
+    "Dense FLOAT pages: dense attention's result, 60 append bytes and 16 scratch bytes per "
+    "call, earlier pages shared by pointer") {
   auto kernel = MakeKernel(PagedNode());
   Decoder dec;
   dec.Init();
@@ -182,8 +198,9 @@ TEST_CASE("Dense FLOAT pages: dense attention's result, 60 append bytes and 16 s
   }
 }
 
-TEST_CASE("The windowed fixture: six INT8/UINT4 tokens, two more with a left window of one, "
-          "writes 7 bytes, decodes 80 FLOAT bytes and uses 24 bytes of scratch") {
+TEST_CASE(
+    "The windowed fixture: six INT8/UINT4 tokens, two more with a left window of one, "
+    "writes 7 bytes, decodes 80 FLOAT bytes and uses 24 bytes of scratch") {
   const Formats formats{{TensorProto::INT8, 0.01f, 0}, {TensorProto::UINT4, 0.25f, 8}};
   auto kernel = MakeKernel(PagedNode(/*window=*/1),
                            [&](const Tensor&, const Tensor&, int64_t) { return formats; });
@@ -195,11 +212,12 @@ TEST_CASE("The windowed fixture: six INT8/UINT4 tokens, two more with a left win
   dec.Init();
   for (int call = 0; call < 3; ++call) CHECK(dec.Step(*kernel, 2) < 1e-5f);
   std::vector<const void*> before;
-  for (size_t j = 0; j < 3; ++j) before.push_back(PayloadAddress(Blocks(dec.cache)[j].field("key")));
+  for (size_t j = 0; j < 3; ++j)
+    before.push_back(PayloadAddress(Blocks(dec.cache)[j].field("key")));
   CHECK(dec.Step(*kernel, 2) < 1e-5f);
   const auto& stats = dec.last.statistics;
-  CHECK(stats.copied_bytes == 7);          // 2 * 2 INT8 codes + 2 * 3 UINT4 codes
-  CHECK(stats.dequantized_bytes == 80);    // query 0: tokens 5, 6; query 1: tokens 6, 7
+  CHECK(stats.copied_bytes == 7);        // 2 * 2 INT8 codes + 2 * 3 UINT4 codes
+  CHECK(stats.dequantized_bytes == 80);  // query 0: tokens 5, 6; query 1: tokens 6, 7
   CHECK(stats.peak_workspace_bytes == 24);
   for (size_t j = 0; j < 3; ++j)
     CHECK(PayloadAddress(Blocks(dec.cache)[j].field("key")) == before[j]);
@@ -209,8 +227,9 @@ TEST_CASE("The windowed fixture: six INT8/UINT4 tokens, two more with a left win
   CHECK(added.encoded().raw_data().size() == 3);
 }
 
-TEST_CASE("Quantized pages agree with dense attention on their reconstructed values within "
-          "1e-5 (INT4, UINT4, INT8, UINT8), with GQA, several batches and both paths") {
+TEST_CASE(
+    "Quantized pages agree with dense attention on their reconstructed values within "
+    "1e-5 (INT4, UINT4, INT8, UINT8), with GQA, several batches and both paths") {
   const PagedAttention::Format formats[] = {{TensorProto::INT4, 0.25f, 0},
                                             {TensorProto::UINT4, 0.25f, 8},
                                             {TensorProto::INT8, 0.01f, 0},
@@ -220,9 +239,8 @@ TEST_CASE("Quantized pages agree with dense attention on their reconstructed val
       CAPTURE(f.storage);
       CAPTURE(head_size);
       const Formats both{f, f};
-      auto kernel = MakeKernel(PagedNode(), [&](const Tensor&, const Tensor&, int64_t) {
-        return both;
-      });
+      auto kernel =
+          MakeKernel(PagedNode(), [&](const Tensor&, const Tensor&, int64_t) { return both; });
       Decoder dec;
       dec.batch = 2;
       dec.heads = 6;
@@ -235,8 +253,9 @@ TEST_CASE("Quantized pages agree with dense attention on their reconstructed val
     }
 }
 
-TEST_CASE("The four-step fixture with components +/-(0.173 * step) stays within the spec's "
-          "tolerances of unquantized attention") {
+TEST_CASE(
+    "The four-step fixture with components +/-(0.173 * step) stays within the spec's "
+    "tolerances of unquantized attention") {
   struct Row {
     PagedAttention::Format format;
     float tolerance;
@@ -248,32 +267,35 @@ TEST_CASE("The four-step fixture with components +/-(0.173 * step) stays within 
   for (const Row& row : rows) {
     CAPTURE(row.format.storage);
     const Formats both{row.format, row.format};
-    auto kernel = MakeKernel(PagedNode(), [&](const Tensor&, const Tensor&, int64_t) { return both; });
+    auto kernel =
+        MakeKernel(PagedNode(), [&](const Tensor&, const Tensor&, int64_t) { return both; });
     Decoder dec;
     dec.dk = dec.dv = 4;
     dec.formats = both;
     dec.Init();
     for (int step = 1; step <= 4; ++step) {
       float exact_error = 0;
-      dec.Step(*kernel, 1,
-               [&](int which, int64_t i) {
-                 const float sign = ((i + which + step) % 2 == 0) ? 1.0f : -1.0f;
-                 return sign * 0.173f * static_cast<float>(step);
-               },
-               &exact_error);
+      dec.Step(
+          *kernel, 1,
+          [&](int which, int64_t i) {
+            const float sign = ((i + which + step) % 2 == 0) ? 1.0f : -1.0f;
+            return sign * 0.173f * static_cast<float>(step);
+          },
+          &exact_error);
       CHECK(exact_error <= row.tolerance);
     }
   }
 }
 
-TEST_CASE("INT2 and UINT2 pages stay within the derived bound: |dY| <= s_v/2 + max|v| * "
-          "(exp(2 * |q|_1 * s_k / (2 sqrt(D))) - 1)") {
-  for (const PagedAttention::Format f :
-       {PagedAttention::Format{TensorProto::INT2, 0.5f, 0},
-        PagedAttention::Format{TensorProto::UINT2, 0.5f, 2}}) {
+TEST_CASE(
+    "INT2 and UINT2 pages stay within the derived bound: |dY| <= s_v/2 + max|v| * "
+    "(exp(2 * |q|_1 * s_k / (2 sqrt(D))) - 1)") {
+  for (const PagedAttention::Format f : {PagedAttention::Format{TensorProto::INT2, 0.5f, 0},
+                                         PagedAttention::Format{TensorProto::UINT2, 0.5f, 2}}) {
     CAPTURE(f.storage);
     const Formats both{f, f};
-    auto kernel = MakeKernel(PagedNode(), [&](const Tensor&, const Tensor&, int64_t) { return both; });
+    auto kernel =
+        MakeKernel(PagedNode(), [&](const Tensor&, const Tensor&, int64_t) { return both; });
     Decoder dec;
     dec.dk = dec.dv = 4;
     dec.formats = both;
@@ -309,7 +331,8 @@ TEST_CASE("Results agree across 1, 2 and 4 threads within 1e-6 on a long split c
     });
   }
   for (size_t t = 1; t < outputs.size(); ++t)
-    for (size_t i = 0; i < outputs[0].size(); ++i) CHECK(std::abs(outputs[t][i] - outputs[0][i]) < 1e-6f);
+    for (size_t i = 0; i < outputs[0].size(); ++i)
+      CHECK(std::abs(outputs[t][i] - outputs[0][i]) < 1e-6f);
 }
 
 TEST_CASE("A left window reads only the visible tokens, non-causal calls see the new tokens") {
@@ -364,7 +387,8 @@ TEST_CASE("FLOAT16 inputs give a FLOAT16 Y, FLOAT16/BFLOAT16 pages are read as F
 TEST_CASE("Per-axis, blocked and signed_storage affine pages are decoded by their parameters") {
   // [1, 1, 4, 2] INT8 codes, scale per width column (axis 3) and blocked along capacity.
   const std::vector<int32_t> codes = {10, -20, 30, -40, 50, -60, 70, -80};
-  auto per_axis = std::make_shared<EncodedValueProto>(*AffinePage(DataType::kInt8, 1, 0, {1, 1, 4, 2}, codes).encoded_ptr());
+  auto per_axis = std::make_shared<EncodedValueProto>(
+      *AffinePage(DataType::kInt8, 1, 0, {1, 1, 4, 2}, codes).encoded_ptr());
   {
     auto* a = per_axis->mutable_affine();
     a->set_axis(3);
@@ -376,7 +400,8 @@ TEST_CASE("Per-axis, blocked and signed_storage affine pages are decoded by thei
     *a->mutable_scale() = s;
     a->clear_zero_point();
   }
-  auto blocked = std::make_shared<EncodedValueProto>(*AffinePage(DataType::kInt8, 1, 0, {1, 1, 4, 2}, codes).encoded_ptr());
+  auto blocked = std::make_shared<EncodedValueProto>(
+      *AffinePage(DataType::kInt8, 1, 0, {1, 1, 4, 2}, codes).encoded_ptr());
   {
     auto* a = blocked->mutable_affine();
     a->set_axis(2);
@@ -396,13 +421,14 @@ TEST_CASE("Per-axis, blocked and signed_storage affine pages are decoded by thei
     RuntimeValue page;
     std::vector<float> expect;
   };
-  for (const Case& c : {Case{RuntimeValue::Encoded(per_axis), axis_values},
-                        Case{RuntimeValue::Encoded(blocked), block_values},
-                        Case{inferred, inferred_values}}) {
+  for (const Case& c :
+       {Case{RuntimeValue::Encoded(per_axis), axis_values},
+        Case{RuntimeValue::Encoded(blocked), block_values}, Case{inferred, inferred_values}}) {
     auto kernel = MakeKernel(PagedNode());
     const RuntimeValue dense(Tensor::FromFloat("v", {1, 1, 4, 2}, std::vector<float>(8, 0.5f)));
     const RuntimeValue past = Cache({Block(0, 4, c.page, dense)});
-    const Tensor q = Floats("q", {1, 1, 1, 2}, [](int64_t i) { return 0.3f + 0.1f * static_cast<float>(i); });
+    const Tensor q =
+        Floats("q", {1, 1, 1, 2}, [](int64_t i) { return 0.3f + 0.1f * static_cast<float>(i); });
     const Tensor k = Floats("k", {1, 1, 1, 2}, [](int64_t) { return 0.2f; });
     const Tensor v = Floats("v", {1, 1, 1, 2}, [](int64_t i) { return static_cast<float>(i); });
     auto r = kernel->Run(q, k, v, past);
@@ -446,18 +472,30 @@ TEST_CASE("Bad attributes, inputs and pages are rejected with messages naming th
   const Tensor q = Floats("q", {1, 2, 1, 4}, [](int64_t) { return 0.1f; });
   const Tensor k = Floats("k", {1, 1, 1, 4}, [](int64_t) { return 0.1f; });
   const Tensor v = Floats("v", {1, 1, 1, 4}, [](int64_t) { return 0.1f; });
-  ExpectError([&] { kernel->Run(Floats("q", {1, 3, 1, 4}, [](int64_t) { return 0.f; }), Floats("k", {1, 2, 1, 4}, [](int64_t) { return 0.f; }), Floats("v", {1, 2, 1, 4}, [](int64_t) { return 0.f; }), empty); },
-              ErrorCode::kInvalidArgument, {"multiple"});
-  ExpectError([&] { kernel->Run(q, Floats("k", {1, 1, 2, 4}, [](int64_t) { return 0.f; }), v, empty); },
-              ErrorCode::kInvalidArgument, {"share batch and length"});
-  ExpectError([&] { kernel->Run(Floats("q", {1, 2, 1, 4}, [](int64_t i) { return i == 3 ? NAN : 0.f; }), k, v, empty); },
-              ErrorCode::kInvalidArgument, {"Q holds a non-finite value at element 3"});
+  ExpectError(
+      [&] {
+        kernel->Run(Floats("q", {1, 3, 1, 4}, [](int64_t) { return 0.f; }),
+                    Floats("k", {1, 2, 1, 4}, [](int64_t) { return 0.f; }),
+                    Floats("v", {1, 2, 1, 4}, [](int64_t) { return 0.f; }), empty);
+      },
+      ErrorCode::kInvalidArgument, {"multiple"});
+  ExpectError(
+      [&] {
+        kernel->Run(q, Floats("k", {1, 1, 2, 4}, [](int64_t) { return 0.f; }), v, empty);
+      },
+      ErrorCode::kInvalidArgument, {"share batch and length"});
+  ExpectError(
+      [&] {
+        kernel->Run(Floats("q", {1, 2, 1, 4}, [](int64_t i) { return i == 3 ? NAN : 0.f; }), k, v,
+                    empty);
+      },
+      ErrorCode::kInvalidArgument, {"Q holds a non-finite value at element 3"});
   ExpectError([&] { kernel->Run(q, k, v, RuntimeValue(Tensor::FromFloat("p", {1}, {0.f}))); },
               ErrorCode::kInvalidArgument, {"past must be a paged cache"});
 
   auto page = [](int64_t cap, int64_t width) {
-    return RuntimeValue(Tensor::FromFloat("p", {1, 1, cap, width},
-                                          std::vector<float>(static_cast<size_t>(cap * width), 0.f)));
+    return RuntimeValue(Tensor::FromFloat(
+        "p", {1, 1, cap, width}, std::vector<float>(static_cast<size_t>(cap * width), 0.f)));
   };
   struct Bad {
     RuntimeValue cache;
@@ -465,21 +503,28 @@ TEST_CASE("Bad attributes, inputs and pages are rejected with messages naming th
   };
   const Bad bad[] = {
       {Cache({Block(1, 2, page(2, 4), page(2, 4))}), {"past.blocks[0]", "not contiguous"}},
-      {Cache({Block(0, 3, page(2, 4), page(2, 4))}), {"past.blocks[0]", "exceeds the page capacity 2"}},
-      {Cache({Block(0, 1, page(2, 4), page(3, 4))}), {"key capacity 2 differs from value capacity 3"}},
+      {Cache({Block(0, 3, page(2, 4), page(2, 4))}),
+       {"past.blocks[0]", "exceeds the page capacity 2"}},
+      {Cache({Block(0, 1, page(2, 4), page(3, 4))}),
+       {"key capacity 2 differs from value capacity 3"}},
       {Cache({Block(0, 0, page(2, 4), page(2, 4))}), {"length 0 is not positive"}},
       {Cache({Block(0, 2, page(2, 5), page(2, 4))}), {"past.blocks[0]", "do not fit"}},
       {Cache({Block(0, 2, page(2, 4), page(2, 4)), Block(3, 1, page(1, 4), page(1, 4))}),
        {"past.blocks[1]", "start 3 is not contiguous (expected 2)"}},
-      {Cache({Block(0, 2, RuntimeValue(Tensor::FromInt64("p", {1, 1, 2, 4}, std::vector<int64_t>(8, 0))), page(2, 4))}),
+      {Cache({Block(0, 2,
+                    RuntimeValue(Tensor::FromInt64("p", {1, 1, 2, 4}, std::vector<int64_t>(8, 0))),
+                    page(2, 4))}),
        {"past.blocks[0].key", "FLOAT, FLOAT16 or BFLOAT16"}},
-      {Cache({Block(0, 2, AffinePage(DataType::kUint4, 1, 0, {1, 1, 2, 1}, {1, 2}, false), page(2, 1))}),
+      {Cache({Block(0, 2, AffinePage(DataType::kUint4, 1, 0, {1, 1, 2, 1}, {1, 2}, false),
+                    page(2, 1))}),
        {"ambiguous"}},
   };
   for (const Bad& b : bad) {
-    const Tensor kk = Floats("k", {1, 1, 1, b.words[0] == "ambiguous" ? 1 : 4}, [](int64_t) { return 0.f; });
+    const Tensor kk =
+        Floats("k", {1, 1, 1, b.words[0] == "ambiguous" ? 1 : 4}, [](int64_t) { return 0.f; });
     const Tensor qq = Floats("q", {1, 2, 1, kk.dim(3)}, [](int64_t) { return 0.f; });
-    ExpectErrorWords([&] { kernel->Run(qq, kk, kk, b.cache); }, ErrorCode::kInvalidArgument, b.words);
+    ExpectErrorWords([&] { kernel->Run(qq, kk, kk, b.cache); }, ErrorCode::kInvalidArgument,
+                     b.words);
   }
 
   auto bad_format = [&](PagedAttention::Format f) {
@@ -488,12 +533,21 @@ TEST_CASE("Bad attributes, inputs and pages are rejected with messages naming th
     });
     selecting->Run(q, k, v, empty);
   };
-  ExpectError([&] { bad_format({TensorProto::INT16, 1, 0}); }, ErrorCode::kInvalidArgument,
-              {"key format", "unsupported page format INT16"});
-  ExpectError([&] { bad_format({TensorProto::INT8, 0, 0}); }, ErrorCode::kInvalidArgument,
-              {"scale must be positive and finite"});
-  ExpectError([&] { bad_format({TensorProto::UINT4, 1, 16}); }, ErrorCode::kInvalidArgument,
-              {"zero point 16 is outside the UINT4 range [0, 15]"});
+  ExpectError(
+      [&] {
+        bad_format({TensorProto::INT16, 1, 0});
+      },
+      ErrorCode::kInvalidArgument, {"key format", "unsupported page format INT16"});
+  ExpectError(
+      [&] {
+        bad_format({TensorProto::INT8, 0, 0});
+      },
+      ErrorCode::kInvalidArgument, {"scale must be positive and finite"});
+  ExpectError(
+      [&] {
+        bad_format({TensorProto::UINT4, 1, 16});
+      },
+      ErrorCode::kInvalidArgument, {"zero point 16 is outside the UINT4 range [0, 15]"});
 
   NodeProto small = PagedNode();
   auto* a = small.add_attribute();

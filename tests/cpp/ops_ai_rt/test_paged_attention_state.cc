@@ -65,8 +65,10 @@ std::shared_ptr<ModelProto> PagedModel() {
 RuntimeValueMap Feeds(int64_t len, uint32_t seed) {
   RuntimeValueMap feeds;
   feeds["q"] = RuntimeValue(Floats("q", {1, 4, len, 8}, [&](int64_t i) { return Noise(seed, i); }));
-  feeds["k"] = RuntimeValue(Floats("k", {1, 2, len, 8}, [&](int64_t i) { return Noise(seed + 1, i); }));
-  feeds["v"] = RuntimeValue(Floats("v", {1, 2, len, 8}, [&](int64_t i) { return Noise(seed + 2, i); }));
+  feeds["k"] =
+      RuntimeValue(Floats("k", {1, 2, len, 8}, [&](int64_t i) { return Noise(seed + 1, i); }));
+  feeds["v"] =
+      RuntimeValue(Floats("v", {1, 2, len, 8}, [&](int64_t i) { return Noise(seed + 2, i); }));
   return feeds;
 }
 
@@ -83,9 +85,8 @@ void RegisterAsTheSpecWrites(RuntimeContext& context) {
 
   context.RegisterKernelFn(
       "ai.rt", "PagedAttention", core::symbolic::Device::kCPU,
-      [](const NodeProto &node, RuntimeContext &rt) -> std::unique_ptr<KernelBase> {
-        auto kernel =
-            std::make_unique<onnx_kernels::kernel::PagedAttention>(rt.kernel_ctx());
+      [](const NodeProto& node, RuntimeContext& rt) -> std::unique_ptr<KernelBase> {
+        auto kernel = std::make_unique<onnx_kernels::kernel::PagedAttention>(rt.kernel_ctx());
         kernel->set_node(node);
         return kernel;
       });
@@ -93,8 +94,9 @@ void RegisterAsTheSpecWrites(RuntimeContext& context) {
 
 }  // namespace
 
-TEST_CASE("The spec's registration, the built-in kernel and direct calls decode alike, and the "
-          "state retains every page without a copy") {
+TEST_CASE(
+    "The spec's registration, the built-in kernel and direct calls decode alike, and the "
+    "state retains every page without a copy") {
   using onnx_light::onnx_kernels::kernel::PagedAttention;
   auto model = PagedModel();
   RuntimeContext registered;
@@ -114,7 +116,8 @@ TEST_CASE("The spec's registration, the built-in kernel and direct calls decode 
     const RuntimeValueMap feeds = Feeds(len, static_cast<uint32_t>(10 * step + 1));
     auto ya = a.Run(registered, feeds).at("y").tensor().ToFloatVector();
     auto yb = b.Run(builtin, feeds).at("y").tensor().ToFloatVector();
-    auto r = direct.Run(feeds.at("q").tensor(), feeds.at("k").tensor(), feeds.at("v").tensor(), cache);
+    auto r =
+        direct.Run(feeds.at("q").tensor(), feeds.at("k").tensor(), feeds.at("v").tensor(), cache);
     cache = r.present;
     CHECK(MaxDiff(ya, r.y.ToFloatVector()) < 1e-5f);  // pages split differently
     CHECK(yb == ya);
@@ -131,8 +134,9 @@ TEST_CASE("The spec's registration, the built-in kernel and direct calls decode 
   }
 }
 
-TEST_CASE("Steady decoding fills the exclusively held last page in place: 1,024 steps make 64 "
-          "pages, with a live view each step they make 1,024, and the view never changes") {
+TEST_CASE(
+    "Steady decoding fills the exclusively held last page in place: 1,024 steps make 64 "
+    "pages, with a live view each step they make 1,024, and the view never changes") {
   using onnx_light::onnx_kernels::kernel::PagedAttention;
   auto model = PagedModel();
   RuntimeContext context;
@@ -151,7 +155,9 @@ TEST_CASE("Steady decoding fills the exclusively held last page in place: 1,024 
       first_view_keys.push_back(
           views[0].field("blocks").elements()[0].field("key").tensor().ToFloatVector());
   }
-  const auto pages = [](const RuntimeValue& cache) { return cache.field("blocks").elements().size(); };
+  const auto pages = [](const RuntimeValue& cache) {
+    return cache.field("blocks").elements().size();
+  };
   CHECK(pages(alone.Values().at("past")) == 64);
   CHECK(pages(watched.Values().at("past")) == 1024);
   // The first view still sees one token, with the same bytes.
@@ -160,8 +166,9 @@ TEST_CASE("Steady decoding fills the exclusively held last page in place: 1,024 
         first_view_keys[0]);
 }
 
-TEST_CASE("Memory held per sequence in steady decoding is the logical bytes plus less than one "
-          "page: 1,000 tokens in 63 pages of 16 rows") {
+TEST_CASE(
+    "Memory held per sequence in steady decoding is the logical bytes plus less than one "
+    "page: 1,000 tokens in 63 pages of 16 rows") {
   using onnx_light::onnx_kernels::kernel::PagedAttention;
   auto model = PagedModel();
   RuntimeContext context;

@@ -175,10 +175,16 @@ void Run(const Case& c, DataType type = DataType::kFloat, float tol = 2e-5f) {
     in[3] = RuntimeValue(Tensor::FromBool("mask", {c.sq, mlen}, bits));
   }
   if (c.mask == 2) in[3] = RuntimeValue(Tensor::FromFloat("mask", {c.batch, 1, c.sq, mlen}, mask));
-  in[4] = RuntimeValue(Convert(Tensor::FromFloat("past_key", {c.batch, c.hkv, c.past, c.dk}, pk), type));
-  in[5] = RuntimeValue(Convert(Tensor::FromFloat("past_value", {c.batch, c.hkv, c.past, c.dv}, pv), type));
-  const RuntimeValue* inputs[6] = {&in[0], &in[1], &in[2], c.mask ? &in[3] : nullptr,
-                                   c.past > 0 ? &in[4] : nullptr, c.past > 0 ? &in[5] : nullptr};
+  in[4] = RuntimeValue(
+      Convert(Tensor::FromFloat("past_key", {c.batch, c.hkv, c.past, c.dk}, pk), type));
+  in[5] = RuntimeValue(
+      Convert(Tensor::FromFloat("past_value", {c.batch, c.hkv, c.past, c.dv}, pv), type));
+  const RuntimeValue* inputs[6] = {&in[0],
+                                   &in[1],
+                                   &in[2],
+                                   c.mask ? &in[3] : nullptr,
+                                   c.past > 0 ? &in[4] : nullptr,
+                                   c.past > 0 ? &in[5] : nullptr};
   RuntimeValue* outputs[4] = {&out[0], &out[1], &out[2], c.qk_mode >= 0 ? &out[3] : nullptr};
   KernelCall call(&ctx, node, inputs, outputs);
   kernel->Compute(call);
@@ -194,7 +200,8 @@ void Run(const Case& c, DataType type = DataType::kFloat, float tol = 2e-5f) {
     y = y4;
   }
   REQUIRE(y.size() == want.y.size());
-  for (size_t i = 0; i < y.size(); ++i) CHECK(y[i] == doctest::Approx(want.y[i]).epsilon(tol).scale(1));
+  for (size_t i = 0; i < y.size(); ++i)
+    CHECK(y[i] == doctest::Approx(want.y[i]).epsilon(tol).scale(1));
   const auto pk_out = out[1].tensor().ToFloatVector();
   const auto pv_out = out[2].tensor().ToFloatVector();
   CHECK(out[1].tensor().shape() == Shape{c.batch, c.hkv, total, c.dk});
@@ -206,8 +213,10 @@ void Run(const Case& c, DataType type = DataType::kFloat, float tol = 2e-5f) {
   if (c.qk_mode >= 0) {
     const auto qk = out[3].tensor().ToFloatVector();
     for (size_t i = 0; i < qk.size(); ++i) {
-      if (std::isinf(want.qk[i])) CHECK(std::isinf(qk[i]));
-      else CHECK(qk[i] == doctest::Approx(want.qk[i]).epsilon(tol).scale(1));
+      if (std::isinf(want.qk[i]))
+        CHECK(std::isinf(qk[i]));
+      else
+        CHECK(qk[i] == doctest::Approx(want.qk[i]).epsilon(tol).scale(1));
     }
   }
 }

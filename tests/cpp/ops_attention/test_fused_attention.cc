@@ -34,8 +34,8 @@ std::vector<float> Random(size_t n, uint32_t seed) {
 
 // y[b, h, i] = softmax_j(q . k[h / group, j] * qs * ks + mask[b, i, j]) . v; 0 when all -inf.
 std::vector<float> Reference(const std::vector<float>& q, const std::vector<float>& k,
-                             const std::vector<float>& v, const std::vector<float>& mask,
-                             Shape4 qs, int64_t hkv, int64_t t, float scale) {
+                             const std::vector<float>& v, const std::vector<float>& mask, Shape4 qs,
+                             int64_t hkv, int64_t t, float scale) {
   const int64_t group = qs.h / hkv;
   std::vector<float> y(static_cast<size_t>(qs.b * qs.h * qs.s * qs.d), 0.0f);
   for (int64_t b = 0; b < qs.b; ++b)
@@ -154,8 +154,8 @@ TEST_CASE("fused attention equals the decomposed computation for grouped heads a
         const Tensor ek = Ints({qs.b, hkv, rep, t, qs.d}), rk = Ints({qs.b, qs.h, t, qs.d});
         const Tensor ev = Ints({qs.b, hkv, rep, t, qs.d}), rv = Ints({0, -1, t, qs.d});
         Run run(0.5f, 0.25f);
-        const Tensor y = run({&qt, &kt, &vt, with_mask ? &mt : nullptr, &ek, &rk, nullptr,
-                              nullptr, &ev, &rv});
+        const Tensor y =
+            run({&qt, &kt, &vt, with_mask ? &mt : nullptr, &ek, &rk, nullptr, nullptr, &ev, &rv});
         CHECK(y.shape() == Shape{qs.b, qs.h, s, qs.d});
         CheckClose(y.ToFloatVector(), Reference(q, k, v, mask, qs, hkv, t, 0.125f), 2e-5f);
         if (with_mask) {  // the fully masked row of batch 1, query 0: zeros in every head
@@ -176,8 +176,7 @@ TEST_CASE("fused attention refuses layout operands that are not the grouped-quer
   // Heads merged in the wrong order would be [1, t, 4, 8]: not what the kernel computes.
   const Tensor wrong = Ints({1, t, qs.h, 8});
   Run run(1.0f, 1.0f);
-  CHECK_THROWS_WITH_AS(run({&q, &k, &v, nullptr, &ek, &wrong, nullptr, nullptr, &ek,
-                            &wrong}),
+  CHECK_THROWS_WITH_AS(run({&q, &k, &v, nullptr, &ek, &wrong, nullptr, nullptr, &ek, &wrong}),
                        doctest::Contains("grouped-query attention needs [1, 4, 3, 8]"),
                        core::Error);
   // K with fewer heads than Q and no repeat at all is refused too.
@@ -220,8 +219,8 @@ TEST_CASE("prompt-shaped fused attention (the tiled path) equals the decomposed 
         const Tensor ek = Ints({qs.b, hkv, rep, t, qs.d}), rk = Ints({qs.b, qs.h, t, qs.d});
         const Tensor ev = Ints({qs.b, hkv, rep, t, qs.d}), rv = Ints({0, -1, t, qs.d});
         Run run(0.5f, 0.25f);
-        const Tensor y = run({&qt, &kt, &vt, kind != kNone ? &mt : nullptr, &ek, &rk, nullptr,
-                              nullptr, &ev, &rv});
+        const Tensor y = run(
+            {&qt, &kt, &vt, kind != kNone ? &mt : nullptr, &ek, &rk, nullptr, nullptr, &ev, &rv});
         CHECK(y.shape() == Shape{qs.b, qs.h, s, qs.d});
         CheckClose(y.ToFloatVector(), Reference(q, k, v, mask, qs, hkv, t, 0.125f), 2e-5f);
       }

@@ -48,8 +48,10 @@ struct Quantized {
         for (int64_t i = 0; i < block; ++i) {
           const int q = static_cast<int>(rng() % static_cast<uint32_t>(levels));
           uint8_t* blob_bytes = b.data() + (col * k_blocks + kb) * blob;
-          if (bits == 8) blob_bytes[i] = static_cast<uint8_t>(q);
-          else blob_bytes[i / 2] = static_cast<uint8_t>(blob_bytes[i / 2] | (q << ((i & 1) * 4)));
+          if (bits == 8)
+            blob_bytes[i] = static_cast<uint8_t>(q);
+          else
+            blob_bytes[i / 2] = static_cast<uint8_t>(blob_bytes[i / 2] | (q << ((i & 1) * 4)));
           const int64_t row = kb * block + i;
           if (row < k) w[static_cast<size_t>(row * n + col)] = static_cast<double>(q - z) * s;
         }
@@ -99,8 +101,10 @@ TEST_CASE("the int4 and int8 GEMV equal the scalar reference on both paths, odd 
   for (int bits : {4, 8})
     for (int64_t block : {16, 32, 64, 128, 256})
       for (bool with_zp : {false, true})
-        for (auto nk : {std::pair<int64_t, int64_t>{37, 3 * block - 5}, {16, block},
-                        {1, 2 * block + 1}, {53, 7}})
+        for (auto nk : {std::pair<int64_t, int64_t>{37, 3 * block - 5},
+                        {16, block},
+                        {1, 2 * block + 1},
+                        {53, 7}})
           for (auto path : kPaths) {
             // Not a structured binding: clang 14 cannot capture one (CAPTURE is a lambda).
             const int64_t n = nk.first, k = nk.second;
@@ -133,7 +137,9 @@ TEST_CASE("both paths equal the reference on a real decoder shape (K = 576, N = 
 TEST_CASE("the M > 1 product (GEMV rows, then dequantized tiles into SGEMM) equals the reference") {
   for (int64_t m : {2, 5, 19})
     for (auto nkb : {std::tuple<int64_t, int64_t, int64_t>{37, 91, 32},
-                     {300, 600, 64}, {129, 17, 16}, {40, 2100, 128}}) {
+                     {300, 600, 64},
+                     {129, 17, 16},
+                     {40, 2100, 128}}) {
       const int64_t n = std::get<0>(nkb), k = std::get<1>(nkb), block = std::get<2>(nkb);
       CAPTURE(m);
       CAPTURE(n);
@@ -149,7 +155,8 @@ TEST_CASE("the M > 1 product (GEMV rows, then dequantized tiles into SGEMM) equa
     }
 }
 
-TEST_CASE("the packed copy holds the 4-bit weights, one scale and one scaled zero point per block") {
+TEST_CASE(
+    "the packed copy holds the 4-bit weights, one scale and one scaled zero point per block") {
   // Without zero points (all 8) no per-block zero point is kept.
   const Quantized symmetric(4, 40, 100, 32, false, 4);
   CHECK(contrib::PackedNBits(symmetric.Source()).bytes() ==
@@ -186,15 +193,16 @@ TEST_CASE("the int8-activation GEMV (accuracy_level 4) is the exact product of t
         contrib::QuantizeActivations(a.data(), k, k_pad, qa.data(), scales.data());
         std::vector<float> a8(static_cast<size_t>(k));
         for (int64_t i = 0; i < k; ++i)
-          a8[static_cast<size_t>(i)] = static_cast<float>(qa[static_cast<size_t>(i)]) *
-                                       scales[static_cast<size_t>(i / 32)];
+          a8[static_cast<size_t>(i)] =
+              static_cast<float>(qa[static_cast<size_t>(i)]) * scales[static_cast<size_t>(i / 32)];
         std::vector<float> avx(static_cast<size_t>(n)), portable(static_cast<size_t>(n));
         contrib::NBitsGemv(packed, a.data(), avx.data(), contrib::NBitsPath::kAvx2,
                            contrib::NBitsCompute::kInt8);
         contrib::NBitsGemv(packed, a.data(), portable.data(), contrib::NBitsPath::kPortable,
                            contrib::NBitsCompute::kInt8);
         CheckRow(q, a8.data(), avx.data());
-        for (int64_t j = 0; j < n; ++j) CHECK(avx[static_cast<size_t>(j)] == portable[static_cast<size_t>(j)]);
+        for (int64_t j = 0; j < n; ++j)
+          CHECK(avx[static_cast<size_t>(j)] == portable[static_cast<size_t>(j)]);
       }
 }
 

@@ -72,15 +72,15 @@ class Op {
     for (size_t i = 0; i < inputs.size(); ++i)
       node.add_input(inputs[i] ? "in" + std::to_string(i) : "");
     for (int i = 0; i < outputs; ++i) node.add_output("out" + std::to_string(i));
-    RuntimeContext ctx(KernelContext(
-        onnx_light::core::runtime::OpsetMap{{"", opset_}, {"com.microsoft", 1}}));
+    RuntimeContext ctx(
+        KernelContext(onnx_light::core::runtime::OpsetMap{{"", opset_}, {"com.microsoft", 1}}));
     int64_t since = 0;
     const auto* factory = onnx_light::core::runtime::BuiltinKernels().Find(
         domain_, node.op_type(), domain_.empty() ? opset_ : 1,
         onnx_light::core::symbolic::Device::kCPU, &since);
     REQUIRE(factory != nullptr);
-    auto kernel = (*factory)(
-        node, ctx, onnx_light::core::runtime::KernelInfo(node, ctx.kernel_ctx(), since));
+    auto kernel =
+        (*factory)(node, ctx, onnx_light::core::runtime::KernelInfo(node, ctx.kernel_ctx(), since));
     std::vector<RuntimeValue> in_values(inputs.size());
     std::vector<const RuntimeValue*> in_ptrs(inputs.size(), nullptr);
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -166,13 +166,27 @@ inline std::vector<int64_t> IntsOf(const Tensor& t) {
   std::vector<int64_t> v;
   for (int64_t i = 0; i < t.numel(); ++i) {
     switch (t.dtype()) {
-      case DataType::kInt8: v.push_back(t.data<int8_t>()[i]); break;
-      case DataType::kUint8: v.push_back(t.data<uint8_t>()[i]); break;
-      case DataType::kInt16: v.push_back(t.data<int16_t>()[i]); break;
-      case DataType::kUint16: v.push_back(t.data<uint16_t>()[i]); break;
-      case DataType::kInt32: v.push_back(t.data<int32_t>()[i]); break;
-      case DataType::kInt64: v.push_back(t.data<int64_t>()[i]); break;
-      default: v.push_back(onnx_light::core::PackedGet(t.dtype(), t.raw_data(), i)); break;
+      case DataType::kInt8:
+        v.push_back(t.data<int8_t>()[i]);
+        break;
+      case DataType::kUint8:
+        v.push_back(t.data<uint8_t>()[i]);
+        break;
+      case DataType::kInt16:
+        v.push_back(t.data<int16_t>()[i]);
+        break;
+      case DataType::kUint16:
+        v.push_back(t.data<uint16_t>()[i]);
+        break;
+      case DataType::kInt32:
+        v.push_back(t.data<int32_t>()[i]);
+        break;
+      case DataType::kInt64:
+        v.push_back(t.data<int64_t>()[i]);
+        break;
+      default:
+        v.push_back(onnx_light::core::PackedGet(t.dtype(), t.raw_data(), i));
+        break;
     }
   }
   return v;

@@ -2,18 +2,18 @@
 // reused pack gives the per-call results, is never served for other bytes, is built once
 // under concurrent calls, on the second call of any shape, and only for inputs the plan
 // declares constant.
+#include <tbb/task_arena.h>
+
 #include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
 
-#include <tbb/task_arena.h>
-
 #include "core/error.h"
 #include "executor/runtime_session.h"
+#include "op_test_util.h"
 #include "ops/math/constant_weight.h"
 #include "ops/math/gemm.h"
-#include "op_test_util.h"
 
 using namespace ops_math_test;
 using onnx_light::ModelProto;
@@ -146,8 +146,7 @@ TEST_CASE("SGEMM refuses a packed B of another shape or orientation") {
     FAIL("expected an error");
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::kInvalidArgument);
-    CHECK(std::string(e.what()).find("8 x 32 operand, the call needs 8 x 16") !=
-          std::string::npos);
+    CHECK(std::string(e.what()).find("8 x 32 operand, the call needs 8 x 16") != std::string::npos);
   }
 }
 
@@ -218,8 +217,8 @@ TEST_CASE("the M == 1 GEMV over a packed B matches the reference on every path")
             const std::vector<float> a_store = Random(3 * k, -1, 1, 32);
             std::vector<float> a(static_cast<size_t>(k));
             for (int64_t p = 0; p < k; ++p)
-              a[static_cast<size_t>(p)] = ta ? a_store[static_cast<size_t>(p * 3 + 1)]
-                                             : a_store[static_cast<size_t>(p)];
+              a[static_cast<size_t>(p)] =
+                  ta ? a_store[static_cast<size_t>(p * 3 + 1)] : a_store[static_cast<size_t>(p)];
             const math::PackedB packed(tb, k, n, b.data(), tb ? k : n);
             std::vector<float> c(static_cast<size_t>(n), std::nanf(""));
             math::GemmArgs g;
@@ -250,8 +249,8 @@ TEST_CASE("the M == 1 GEMV over a packed B matches the reference on every path")
 TEST_CASE("MatMul reads a constant B viewed transposed (a folded Transpose) without a copy") {
   const int64_t k = 48, n = 80;
   const Tensor e = RandF32({n, k}, -1, 1, 33);  // an embedding [vocab, hidden]
-  const Tensor view = Tensor::StridedView("eT", DataType::kFloat, {k, n}, {1, k},
-                                          e.strided_data(), e.owner());
+  const Tensor view =
+      Tensor::StridedView("eT", DataType::kFloat, {k, n}, {1, k}, e.strided_data(), e.owner());
   REQUIRE(!view.contiguous());
   REQUIRE(math::ConstantWeight::TransposedLd(view) == k);
   std::vector<float> b_dense(static_cast<size_t>(k * n));  // e^T, row-major [K, N]
@@ -305,16 +304,14 @@ TEST_CASE("MatMul never serves the cached pack for a B in other storage or of an
   // it is not the declared storage it is packed per call.
   for (int i = 0; i < 4; ++i) {
     const Tensor fresh = RandF32({k, n}, -1, 1, static_cast<uint32_t>(20 + i));
-    CheckClose(Values(mm.Run(a, fresh)), Ref(false, 5, n, k, Values(a), Values(fresh)), 1e-5,
-               1e-5);
+    CheckClose(Values(mm.Run(a, fresh)), Ref(false, 5, n, k, Values(a), Values(fresh)), 1e-5, 1e-5);
   }
   CHECK(math::BPacksForTesting() == packs + 5);
 
   // The declared bytes viewed with another shape ([32, 128]): not the declared operand.
   const Tensor wide = w.Reshaped({32, 128});
   const Tensor a32 = RandF32({3, 32}, -1, 1, 9);
-  CheckClose(Values(mm.Run(a32, wide)), Ref(false, 3, 128, 32, Values(a32), Values(w)), 1e-5,
-             1e-5);
+  CheckClose(Values(mm.Run(a32, wide)), Ref(false, 3, 128, 32, Values(a32), Values(w)), 1e-5, 1e-5);
   CHECK(math::BPacksForTesting() == packs + 6);
 
   // The declared constant itself is still served from its pack, unchanged.
@@ -523,12 +520,12 @@ TEST_CASE("a strided view over the constant's bytes is never served from its pac
   const math::PackedB* kept = weight.Get(w, false, k, n, n, values);
   REQUIRE(kept != nullptr);
   // Same data pointer, shape and dtype, transposed layout: other values at each index.
-  const Tensor transposed = Tensor::StridedView("t", DataType::kFloat, {k, n}, {1, k},
-                                                w.strided_data(), w.owner());
+  const Tensor transposed =
+      Tensor::StridedView("t", DataType::kFloat, {k, n}, {1, k}, w.strided_data(), w.owner());
   REQUIRE(!transposed.contiguous());
   CHECK(weight.Get(transposed, false, k, n, n, values) == nullptr);
   // Dense strides make an ordinary tensor over the same bytes: the same operand.
-  const Tensor dense = Tensor::StridedView("d", DataType::kFloat, {k, n}, {n, 1},
-                                           w.strided_data(), w.owner());
+  const Tensor dense =
+      Tensor::StridedView("d", DataType::kFloat, {k, n}, {n, 1}, w.strided_data(), w.owner());
   CHECK(weight.Get(dense, false, k, n, n, values) == kept);
 }

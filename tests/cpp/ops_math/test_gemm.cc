@@ -1,6 +1,6 @@
 #include "core/error.h"
-#include "ops/math/gemm.h"
 #include "op_test_util.h"
+#include "ops/math/gemm.h"
 
 using namespace ops_math_test;
 using onnx_light::core::Error;
@@ -74,8 +74,7 @@ TEST_CASE("SGEMM honours leading dimensions larger than the matrix") {
       for (int64_t j = 0; j < ldc; ++j) {
         if (j < n) {
           double s = 0;
-          for (int64_t p = 0; p < k; ++p)
-            s += static_cast<double>(a[i * lda + p]) * b[p * ldb + j];
+          for (int64_t p = 0; p < k; ++p) s += static_cast<double>(a[i * lda + p]) * b[p * ldb + j];
           CHECK(c[i * ldc + j] == doctest::Approx(s).epsilon(1e-5));
         } else {
           CHECK(c[i * ldc + j] == 7.0f);  // outside the matrix: untouched
@@ -108,13 +107,19 @@ TEST_CASE("Gemm op: transA, transB, alpha, beta and broadcasting of C") {
     std::vector<float> c_full(static_cast<size_t>(m * n));
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) c_full[i * n + j] = crow[j];
-    const Tensor y = Op("Gemm", 13).Int("transA", ta).Int("transB", tb).Float("alpha", 0.25f)
-                         .Float("beta", -1.5f).Run1({F32(as, a), F32(bs, b), F32({n}, crow)});
+    const Tensor y = Op("Gemm", 13)
+                         .Int("transA", ta)
+                         .Int("transB", tb)
+                         .Float("alpha", 0.25f)
+                         .Float("beta", -1.5f)
+                         .Run1({F32(as, a), F32(bs, b), F32({n}, crow)});
     CHECK(y.shape() == Shape{m, n});
     CheckClose(y.ToFloatVector(), RefGemm(ta, tb, m, n, k, 0.25f, a, b, -1.5f, c_full), 1e-5, 1e-5);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) c_full[i * n + j] = ccol[i];
-    const Tensor y2 = Op("Gemm", 13).Int("transA", ta).Int("transB", tb)
+    const Tensor y2 = Op("Gemm", 13)
+                          .Int("transA", ta)
+                          .Int("transB", tb)
                           .Run1({F32(as, a), F32(bs, b), F32({m, 1}, ccol)});
     CheckClose(y2.ToFloatVector(), RefGemm(ta, tb, m, n, k, 1, a, b, 1, c_full), 1e-5, 1e-5);
   }
@@ -122,13 +127,17 @@ TEST_CASE("Gemm op: transA, transB, alpha, beta and broadcasting of C") {
   CHECK(y3.ToFloatVector() == std::vector<float>{21});
   const Tensor y4 = Op("Gemm", 13).Run1({F32({1, 2}, {1, 2}), F32({2, 1}, {3, 4}), std::nullopt});
   CHECK(y4.ToFloatVector() == std::vector<float>{11});
-  const Tensor h = Op("Gemm", 13).Run1({Half(DataType::kFloat16, {1, 2}, {1, 2}),
-                                        Half(DataType::kFloat16, {2, 1}, {3, 4})});
+  const Tensor h = Op("Gemm", 13)
+                       .Run1({Half(DataType::kFloat16, {1, 2}, {1, 2}),
+                              Half(DataType::kFloat16, {2, 1}, {3, 4})});
   CHECK(h.dtype() == DataType::kFloat16);
   CHECK(h.ToFloatVector() == std::vector<float>{11});
-  const Tensor d = Op("Gemm", 13).Int("transB", 1).Float("alpha", 2).Run1(
-      {Tensor::FromDouble("a", {1, 2}, {1, 2}), Tensor::FromDouble("b", {1, 2}, {3, 4}),
-       Tensor::FromDouble("c", {1}, {0.5})});
+  const Tensor d =
+      Op("Gemm", 13)
+          .Int("transB", 1)
+          .Float("alpha", 2)
+          .Run1({Tensor::FromDouble("a", {1, 2}, {1, 2}), Tensor::FromDouble("b", {1, 2}, {3, 4}),
+                 Tensor::FromDouble("c", {1}, {0.5})});
   CHECK(d.data<double>()[0] == 22.5);
 }
 

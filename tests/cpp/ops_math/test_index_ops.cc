@@ -22,12 +22,14 @@ TEST_CASE("CumSum: forward, exclusive, reverse and both, on any axis") {
   const Tensor xi = I64({4}, {1, 2, 3, 4});
   CHECK(Op("CumSum", 14).Run1({xi, I64({}, {0})}).ToInt64Vector() ==
         std::vector<int64_t>{1, 3, 6, 10});
-  const Tensor h = Op("CumSum", 14).Run1({Half(DataType::kFloat16, {3}, {0.5f, 1, 2}), I64({}, {0})});
+  const Tensor h =
+      Op("CumSum", 14).Run1({Half(DataType::kFloat16, {3}, {0.5f, 1, 2}), I64({}, {0})});
   CHECK(h.dtype() == DataType::kFloat16);
   CHECK(h.ToFloatVector() == std::vector<float>{0.5f, 1.5f, 3.5f});
   // Odd sizes against a running double sum.
   const std::vector<float> r = Random(129 * 3, -1, 1);
-  const std::vector<float> y = Op("CumSum", 14).Run1({F32({129, 3}, r), I64({}, {0})}).ToFloatVector();
+  const std::vector<float> y =
+      Op("CumSum", 14).Run1({F32({129, 3}, r), I64({}, {0})}).ToFloatVector();
   std::vector<double> expected(r.size());
   for (int j = 0; j < 3; ++j) {
     double s = 0;
@@ -49,16 +51,20 @@ TEST_CASE("ArgMax: axis, keepdims, select_last_index and dtypes") {
   const Tensor a2 = Op("ArgMax", 13).Int("axis", 1).Int("select_last_index", 1).Run1({x});
   CHECK(a2.shape() == Shape{2, 1});
   CHECK(a2.ToInt64Vector() == std::vector<int64_t>{2, 2});
-  CHECK(Op("ArgMax", 13).Int("axis", 1).Run1({Tensor::FromInt32("x", {1, 4}, {3, -1, 9, 9})})
+  CHECK(Op("ArgMax", 13)
+            .Int("axis", 1)
+            .Run1({Tensor::FromInt32("x", {1, 4}, {3, -1, 9, 9})})
             .ToInt64Vector() == std::vector<int64_t>{2});
-  CHECK(Op("ArgMax", 13).Int("axis", 0).Run1({Half(DataType::kBFloat16, {3}, {1, 3, 2})})
+  CHECK(Op("ArgMax", 13)
+            .Int("axis", 0)
+            .Run1({Half(DataType::kBFloat16, {3}, {1, 3, 2})})
             .ToInt64Vector() == std::vector<int64_t>{1});
   const std::vector<float> r = Random(67 * 17, -1, 1);
-  const std::vector<int64_t> got = Op("ArgMax", 13).Int("axis", 1).Int("keepdims", 0)
-                                       .Run1({F32({67, 17}, r)}).ToInt64Vector();
+  const std::vector<int64_t> got =
+      Op("ArgMax", 13).Int("axis", 1).Int("keepdims", 0).Run1({F32({67, 17}, r)}).ToInt64Vector();
   for (int i = 0; i < 67; ++i)
-    CHECK(got[i] == std::max_element(r.begin() + i * 17, r.begin() + i * 17 + 17) -
-                        (r.begin() + i * 17));
+    CHECK(got[i] ==
+          std::max_element(r.begin() + i * 17, r.begin() + i * 17 + 17) - (r.begin() + i * 17));
 }
 
 TEST_CASE("TopK: largest and smallest, ties keep the lower index, any axis") {
@@ -89,17 +95,19 @@ TEST_CASE("Trilu keeps the upper or lower triangle with an offset, batched") {
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i + 1);
   const Tensor x = F32({2, 3, 4}, v);
   const Tensor up = Op("Trilu", 14).Run1({x});
-  CHECK(up.ToFloatVector() == std::vector<float>{1, 2, 3, 4, 0, 6, 7, 8, 0, 0, 11, 12,
+  CHECK(up.ToFloatVector() == std::vector<float>{1,  2,  3,  4,  0, 6,  7,  8,  0, 0, 11, 12,
                                                  13, 14, 15, 16, 0, 18, 19, 20, 0, 0, 23, 24});
   const Tensor lo = Op("Trilu", 14).Int("upper", 0).Run1({x, I64({}, {-1})});
-  CHECK(lo.ToFloatVector() == std::vector<float>{0, 0, 0, 0, 5, 0, 0, 0, 9, 10, 0, 0,
+  CHECK(lo.ToFloatVector() == std::vector<float>{0, 0, 0, 0, 5,  0, 0, 0, 9,  10, 0, 0,
                                                  0, 0, 0, 0, 17, 0, 0, 0, 21, 22, 0, 0});
   const Tensor up2 = Op("Trilu", 14).Run1({x, I64({}, {2})});
-  CHECK(up2.ToFloatVector() == std::vector<float>{0, 0, 3, 4, 0, 0, 0, 8, 0, 0, 0, 0,
+  CHECK(up2.ToFloatVector() == std::vector<float>{0, 0, 3,  4,  0, 0, 0, 8,  0, 0, 0, 0,
                                                   0, 0, 15, 16, 0, 0, 0, 20, 0, 0, 0, 0});
   const Tensor big = Op("Trilu", 14).Int("upper", 0).Run1({x, I64({}, {10})});
   CHECK(big.ToFloatVector() == v);
-  const Tensor b = Op("Trilu", 14).Int("upper", 0).Run1({Tensor::FromBool("m", {2, 2}, {true, true, true, true})});
+  const Tensor b = Op("Trilu", 14)
+                       .Int("upper", 0)
+                       .Run1({Tensor::FromBool("m", {2, 2}, {true, true, true, true})});
   CHECK(b.dtype() == DataType::kBool);
   CHECK(b.ToFloatVector() == std::vector<float>{1, 0, 1, 1});
   CHECK_THROWS_WITH_AS(Op("Trilu", 14).Run1({F32({3}, {1, 2, 3})}),

@@ -1,8 +1,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "ops/math/gemm.h"
 #include "op_test_util.h"
+#include "ops/math/gemm.h"
 
 using namespace ops_math_test;
 using onnx_light::core::Error;
@@ -97,8 +97,8 @@ TEST_CASE("MatMul on FLOAT16, BFLOAT16, DOUBLE and INT64") {
     CHECK(y.dtype() == dt);
     CHECK(y.ToFloatVector() == std::vector<float>{7.5f, 2.5f, 18.f, 3.25f});
   }
-  const Tensor d = Op("MatMul").Run1({Tensor::FromDouble("a", {1, 2}, {1.5, 2}),
-                                      Tensor::FromDouble("b", {2, 1}, {2, 0.25})});
+  const Tensor d = Op("MatMul").Run1(
+      {Tensor::FromDouble("a", {1, 2}, {1.5, 2}), Tensor::FromDouble("b", {2, 1}, {2, 0.25})});
   CHECK(d.dtype() == DataType::kDouble);
   CHECK(d.data<double>()[0] == 3.5);
   const Tensor i = Op("MatMul").Run1({I64({1, 2}, {3, 4}), I64({2, 2}, {1, 2, 3, 4})});
@@ -114,7 +114,7 @@ TEST_CASE("MatMul rejects mismatched shapes and types naming the node") {
                        doctest::Contains("MatMul node 'n_MatMul': shapes"), Error);
   CHECK_THROWS_WITH_AS(Op("MatMul").Run1({RandF32({2, 3}), I64({3, 1}, {1, 2, 3})}),
                        doctest::Contains("A is FLOAT but B is INT64"), Error);
-  CHECK_THROWS_WITH_AS(
-      Op("MatMul").Run1({Tensor::FromBool("a", {1, 1}, {true}), Tensor::FromBool("b", {1, 1}, {true})}),
-      "MatMul node 'n_MatMul': input 'A' of type BOOL is not supported", Error);
+  CHECK_THROWS_WITH_AS(Op("MatMul").Run1({Tensor::FromBool("a", {1, 1}, {true}),
+                                          Tensor::FromBool("b", {1, 1}, {true})}),
+                       "MatMul node 'n_MatMul': input 'A' of type BOOL is not supported", Error);
 }

@@ -30,8 +30,10 @@ std::vector<double> RefReduce(const std::vector<float>& x, const Shape& s,
       if (!red[d]) o += c * os;
       os *= out[d];
     }
-    if (kind == "max") acc[o] = std::max<double>(acc[o], x[i]);
-    else acc[o] += x[i];
+    if (kind == "max")
+      acc[o] = std::max<double>(acc[o], x[i]);
+    else
+      acc[o] += x[i];
     cnt[o]++;
   }
   if (kind == "mean")
@@ -47,8 +49,9 @@ TEST_CASE("ReduceSum/Mean/Max match a reference for every axis combination") {
   const std::vector<std::vector<int64_t>> cases = {
       {}, {0}, {2}, {3}, {0, 2}, {1, 3}, {2, 3}, {0, 1, 2, 3}, {0, 3}, {-1}, {-2, 0}};
   for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax"}) {
-    const std::string kind = std::string(op) == "ReduceSum" ? "sum"
-                             : std::string(op) == "ReduceMean" ? "mean" : "max";
+    const std::string kind = std::string(op) == "ReduceSum"    ? "sum"
+                             : std::string(op) == "ReduceMean" ? "mean"
+                                                               : "max";
     for (const auto& axes : cases) {
       std::vector<int64_t> norm;
       for (int64_t a : axes) norm.push_back(a < 0 ? a + 4 : a);
@@ -64,10 +67,12 @@ TEST_CASE("ReduceSum/Mean/Max match a reference for every axis combination") {
         const Tensor y = Op(op, 18).Int("keepdims", keepdims).Run1(inputs);
         Shape want;
         for (size_t d = 0; d < 4; ++d) {
-          const bool red = norm.empty() ||
-                           std::find(norm.begin(), norm.end(), static_cast<int64_t>(d)) != norm.end();
-          if (!red) want.push_back(s[d]);
-          else if (keepdims) want.push_back(1);
+          const bool red = norm.empty() || std::find(norm.begin(), norm.end(),
+                                                     static_cast<int64_t>(d)) != norm.end();
+          if (!red)
+            want.push_back(s[d]);
+          else if (keepdims)
+            want.push_back(1);
         }
         CHECK(y.shape() == want);
         CheckClose(y.ToFloatVector(), expected, 1e-5, 1e-5);
@@ -113,7 +118,8 @@ TEST_CASE("reductions on integers, FLOAT16 and BFLOAT16") {
         std::vector<int64_t>{2, 16});
   CHECK(Op("ReduceMean", 18).Run1({xi, I64({1}, {1})}).ToInt64Vector() ==
         std::vector<int64_t>{0, 5});
-  CHECK(Op("ReduceMax", 18).Run1({Tensor::FromVector<uint8_t>("x", DataType::kUint8, {3}, {1, 200, 3})})
+  CHECK(Op("ReduceMax", 18)
+            .Run1({Tensor::FromVector<uint8_t>("x", DataType::kUint8, {3}, {1, 200, 3})})
             .ToInt64Vector() == std::vector<int64_t>{200});
   for (DataType dt : {DataType::kFloat16, DataType::kBFloat16}) {
     const Tensor y = Op("ReduceMean", 18).Run1({Half(dt, {2, 2}, {1, 2, 3, 5}), I64({1}, {0})});

@@ -56,25 +56,28 @@ TEST_CASE("RotaryEmbedding: 4-D and 3-D, interleaved or not, with and without po
           if (with_pos) inputs.push_back(I64({b, s}, pos));
           const Tensor y = op.Run1(inputs);
           CHECK(y.shape() == xs);
-          CheckClose(y.ToFloatVector(),
-                     RefRotary(x, b, s, h, d, rank4, cos, sin, with_pos ? &pos : nullptr, r,
-                               interleaved),
-                     1e-6, 1e-6);
+          CheckClose(
+              y.ToFloatVector(),
+              RefRotary(x, b, s, h, d, rank4, cos, sin, with_pos ? &pos : nullptr, r, interleaved),
+              1e-6, 1e-6);
         }
 }
 
 TEST_CASE("RotaryEmbedding on FLOAT16 and a hand-checked rotation") {
   // One head of 4, rotated by 90 degrees on the first pair and 0 on the second.
   const Tensor x = F32({1, 1, 1, 4}, {1, 2, 3, 4});
-  const Tensor y = Op("RotaryEmbedding", 23).Run1({x, F32({1, 1, 2}, {0, 1}), F32({1, 1, 2}, {1, 0})});
+  const Tensor y =
+      Op("RotaryEmbedding", 23).Run1({x, F32({1, 1, 2}, {0, 1}), F32({1, 1, 2}, {1, 0})});
   // non-interleaved pairs (x0, x2) and (x1, x3): (1, 3) -> (-3, 1); (2, 4) unchanged.
   CHECK(y.ToFloatVector() == std::vector<float>{-3, 2, 1, 4});
-  const Tensor yi = Op("RotaryEmbedding", 23).Int("interleaved", 1)
+  const Tensor yi = Op("RotaryEmbedding", 23)
+                        .Int("interleaved", 1)
                         .Run1({x, F32({1, 1, 2}, {0, 1}), F32({1, 1, 2}, {1, 0})});
   CHECK(yi.ToFloatVector() == std::vector<float>{-2, 1, 3, 4});
-  const Tensor h = Op("RotaryEmbedding", 23).Run1({Half(DataType::kFloat16, {1, 1, 1, 4}, {1, 2, 3, 4}),
-                                                   Half(DataType::kFloat16, {1, 1, 2}, {0, 1}),
-                                                   Half(DataType::kFloat16, {1, 1, 2}, {1, 0})});
+  const Tensor h = Op("RotaryEmbedding", 23)
+                       .Run1({Half(DataType::kFloat16, {1, 1, 1, 4}, {1, 2, 3, 4}),
+                              Half(DataType::kFloat16, {1, 1, 2}, {0, 1}),
+                              Half(DataType::kFloat16, {1, 1, 2}, {1, 0})});
   CHECK(h.dtype() == DataType::kFloat16);
   CHECK(h.ToFloatVector() == std::vector<float>{-3, 2, 1, 4});
 }
@@ -86,10 +89,13 @@ TEST_CASE("RotaryEmbedding errors name the node") {
                        "attribute",
                        Error);
   CHECK_THROWS_WITH_AS(
-      Op("RotaryEmbedding", 23).Int("num_heads", 2).Run1({x, RandF32({1, 2, 4}), RandF32({1, 2, 4})}),
+      Op("RotaryEmbedding", 23)
+          .Int("num_heads", 2)
+          .Run1({x, RandF32({1, 2, 4}), RandF32({1, 2, 4})}),
       doctest::Contains("without position_ids, cos_cache and sin_cache must have shape [1, 2, 2]"),
       Error);
-  CHECK_THROWS_WITH_AS(Op("RotaryEmbedding", 23).Int("num_heads", 1).Run1(
-                           {x, RandF32({4, 4}), RandF32({4, 4}), I64({1, 2}, {0, 4})}),
+  CHECK_THROWS_WITH_AS(Op("RotaryEmbedding", 23)
+                           .Int("num_heads", 1)
+                           .Run1({x, RandF32({4, 4}), RandF32({4, 4}), I64({1, 2}, {0, 4})}),
                        doctest::Contains("position id 4 is outside the caches' [0, 4)"), Error);
 }

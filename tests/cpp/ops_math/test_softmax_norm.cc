@@ -2,9 +2,9 @@
 #include <limits>
 
 #include "core/error.h"
+#include "op_test_util.h"
 #include "ops/math/gemm.h"
 #include "ops/math/rowops.h"
-#include "op_test_util.h"
 
 using namespace ops_math_test;
 using onnx_light::core::Error;
@@ -53,8 +53,7 @@ TEST_CASE("Softmax and LogSoftmax match a double reference on any axis and odd s
     const std::vector<float> x = Random(30, -5, 5);
     for (int64_t axis : {0, 1, -1}) {
       const Tensor y = Op(op, 13).Int("axis", axis).Run1({F32(s, x)});
-      CheckClose(y.ToFloatVector(), RefSoftmax(x, s, axis < 0 ? axis + 3 : axis, log), 2e-6,
-                 1e-7);
+      CheckClose(y.ToFloatVector(), RefSoftmax(x, s, axis < 0 ? axis + 3 : axis, log), 2e-6, 1e-7);
     }
     // Opsets before 13 flatten from `axis` (default 1) on.
     const Tensor y = Op(op, 11).Run1({F32(s, x)});
@@ -162,9 +161,12 @@ TEST_CASE("LayerNormalization matches a double reference, both row paths, with o
     CAPTURE(d);
     const std::vector<float> x = Random(4 * d, -3, 3, 1), scale = Random(d, 0.5f, 2, 2),
                              bias = Random(d, -1, 1, 3);
-    const std::vector<Tensor> out = Op("LayerNormalization", 17).Float("epsilon", 1e-3f)
-                                        .Run({F32({2, 2, d}, x), F32({d}, scale), F32({d}, bias)}, 3);
-    CheckClose(out[0].ToFloatVector(), RefLayerNorm(x, 4, d, scale, &bias, 1e-3, false), 1e-5, 1e-5);
+    const std::vector<Tensor> out =
+        Op("LayerNormalization", 17)
+            .Float("epsilon", 1e-3f)
+            .Run({F32({2, 2, d}, x), F32({d}, scale), F32({d}, bias)}, 3);
+    CheckClose(out[0].ToFloatVector(), RefLayerNorm(x, 4, d, scale, &bias, 1e-3, false), 1e-5,
+               1e-5);
     CHECK(out[1].shape() == Shape{2, 2, 1});
     CHECK(out[1].dtype() == DataType::kFloat);
     CHECK(out[2].shape() == Shape{2, 2, 1});
@@ -184,7 +186,8 @@ TEST_CASE("LayerNormalization matches a double reference, both row paths, with o
   const std::vector<float> s5 = Random(5, 0.5f, 1.5f);
   std::vector<float> s15;
   for (int i = 0; i < 3; ++i) s15.insert(s15.end(), s5.begin(), s5.end());
-  const Tensor y = Op("LayerNormalization", 17).Int("axis", 1).Run1({F32({2, 3, 5}, x), F32({5}, s5)});
+  const Tensor y =
+      Op("LayerNormalization", 17).Int("axis", 1).Run1({F32({2, 3, 5}, x), F32({5}, s5)});
   CheckClose(y.ToFloatVector(), RefLayerNorm(x, 2, 15, s15, nullptr, 1e-5, false), 1e-5, 1e-5);
 }
 
@@ -200,7 +203,8 @@ TEST_CASE("RMSNormalization and SimplifiedLayerNormalization match a double refe
     CheckClose(s[0].ToFloatVector(), RefLayerNorm(x, 3, d, scale, nullptr, 1e-6, true), 1e-5, 1e-5);
     CHECK(s[1].shape() == Shape{3, 1});
     // onnxruntime's fusion writes the op in the default domain.
-    const Tensor s0 = Op("SimplifiedLayerNormalization", 18).Float("epsilon", 1e-6f)
+    const Tensor s0 = Op("SimplifiedLayerNormalization", 18)
+                          .Float("epsilon", 1e-6f)
                           .Run1({F32({3, d}, x), F32({d}, scale)});
     CHECK(s0.ToFloatVector() == s[0].ToFloatVector());
     for (bool simd : {true, false}) {
@@ -213,15 +217,18 @@ TEST_CASE("RMSNormalization and SimplifiedLayerNormalization match a double refe
   // FLOAT16 X: Y is FLOAT16, also with a FLOAT scale (Y takes X's type).
   const std::vector<float> x = RoundTo(DataType::kFloat16, Random(64, -2, 2));
   const std::vector<float> sc = RoundTo(DataType::kFloat16, Random(64, 0.5f, 1.5f));
-  const Tensor h = Op("RMSNormalization", 23).Run1({Half(DataType::kFloat16, {64}, x),
-                                                    Half(DataType::kFloat16, {64}, sc)});
+  const Tensor h =
+      Op("RMSNormalization", 23)
+          .Run1({Half(DataType::kFloat16, {64}, x), Half(DataType::kFloat16, {64}, sc)});
   CHECK(h.dtype() == DataType::kFloat16);
   CheckClose(h.ToFloatVector(), RefLayerNorm(x, 1, 64, sc, nullptr, 1e-5, true), 1e-3, 1e-3);
-  const Tensor f = Op("RMSNormalization", 23).Run1({Half(DataType::kFloat16, {64}, x), F32({64}, sc)});
+  const Tensor f =
+      Op("RMSNormalization", 23).Run1({Half(DataType::kFloat16, {64}, x), F32({64}, sc)});
   CHECK(f.dtype() == DataType::kFloat16);
   CheckClose(f.ToFloatVector(), RefLayerNorm(x, 1, 64, sc, nullptr, 1e-5, true), 1e-3, 1e-3);
-  const Tensor b = Op("LayerNormalization", 17).Run1({Half(DataType::kBFloat16, {64}, x),
-                                                      Half(DataType::kBFloat16, {64}, sc)});
+  const Tensor b =
+      Op("LayerNormalization", 17)
+          .Run1({Half(DataType::kBFloat16, {64}, x), Half(DataType::kBFloat16, {64}, sc)});
   CHECK(b.dtype() == DataType::kBFloat16);
 }
 
@@ -230,8 +237,9 @@ TEST_CASE("normalisation errors name the node and the bad input") {
                        "LayerNormalization node 'n_LayerNormalization': input 'Scale' of shape [3] "
                        "does not broadcast to the normalised shape [4]",
                        Error);
-  CHECK_THROWS_WITH_AS(Op("RMSNormalization", 23).Int("axis", 2).Run1({RandF32({2, 4}), RandF32({4})}),
-                       doctest::Contains("axis 2 is out of range for rank 2"), Error);
+  CHECK_THROWS_WITH_AS(
+      Op("RMSNormalization", 23).Int("axis", 2).Run1({RandF32({2, 4}), RandF32({4})}),
+      doctest::Contains("axis 2 is out of range for rank 2"), Error);
   try {
     Op("LayerNormalization", 17).Int("stash_type", 11).Run1({RandF32({2, 4}), RandF32({4})});
     FAIL("expected an error");

@@ -13,8 +13,8 @@ using onnx_light::core::ErrorCode;
 namespace {
 
 // Runs `op` on FLOAT data of odd sizes and compares with `ref` evaluated in double.
-void CheckUnaryFloat(const std::string& op, const std::function<double(double)>& ref,
-                     float lo, float hi, double rtol = 2e-6, double atol = 1e-7) {
+void CheckUnaryFloat(const std::string& op, const std::function<double(double)>& ref, float lo,
+                     float hi, double rtol = 2e-6, double atol = 1e-7) {
   for (int64_t n : {1, 3, 17, 67, 129, 40000}) {
     CAPTURE(op);
     CAPTURE(n);
@@ -40,28 +40,43 @@ void CheckUnaryFloat(const std::string& op, const std::function<double(double)>&
   const std::vector<double> xd = {0.25, 0.5, 0.75};
   const Tensor yd = Op(op, 20).Run1({Tensor::FromDouble("x", {3}, xd)});
   REQUIRE(yd.dtype() == DataType::kDouble);
-  for (int i = 0; i < 3; ++i) CHECK(yd.data<double>()[i] == doctest::Approx(ref(xd[i])).epsilon(1e-14));
+  for (int i = 0; i < 3; ++i)
+    CHECK(yd.data<double>()[i] == doctest::Approx(ref(xd[i])).epsilon(1e-14));
 }
 
 }  // namespace
 
 TEST_CASE("elementwise float ops match the math library on odd sizes and 16-bit types") {
-  CheckUnaryFloat("Exp", [](double x) { return std::exp(x); }, -5, 5);
-  CheckUnaryFloat("Log", [](double x) { return std::log(x); }, 0.01f, 10);
-  CheckUnaryFloat("Sqrt", [](double x) { return std::sqrt(x); }, 0, 10);
-  CheckUnaryFloat("Tanh", [](double x) { return std::tanh(x); }, -4, 4);
-  CheckUnaryFloat("Erf", [](double x) { return std::erf(x); }, -3, 3);
-  CheckUnaryFloat("Sin", [](double x) { return std::sin(x); }, -6, 6, 2e-6, 1e-6);
-  CheckUnaryFloat("Cos", [](double x) { return std::cos(x); }, -6, 6, 2e-6, 1e-6);
-  CheckUnaryFloat("Reciprocal", [](double x) { return 1.0 / x; }, 0.1f, 5);
-  CheckUnaryFloat("Neg", [](double x) { return -x; }, -5, 5);
-  CheckUnaryFloat("Relu", [](double x) { return x > 0 ? x : 0; }, -5, 5);
-  CheckUnaryFloat("Sigmoid", [](double x) { return 1 / (1 + std::exp(-x)); }, -20, 20);
-  CheckUnaryFloat("Softplus", [](double x) { return std::log1p(std::exp(x)); }, -20, 20);
-  CheckUnaryFloat("HardSigmoid", [](double x) { return std::clamp(double{0.2f} * x + double{0.5f}, 0.0, 1.0); },
-                  -5, 5);
-  CheckUnaryFloat("Gelu", [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); },
-                  -5, 5, 2e-6, 1e-6);
+  CheckUnaryFloat(
+      "Exp", [](double x) { return std::exp(x); }, -5, 5);
+  CheckUnaryFloat(
+      "Log", [](double x) { return std::log(x); }, 0.01f, 10);
+  CheckUnaryFloat(
+      "Sqrt", [](double x) { return std::sqrt(x); }, 0, 10);
+  CheckUnaryFloat(
+      "Tanh", [](double x) { return std::tanh(x); }, -4, 4);
+  CheckUnaryFloat(
+      "Erf", [](double x) { return std::erf(x); }, -3, 3);
+  CheckUnaryFloat(
+      "Sin", [](double x) { return std::sin(x); }, -6, 6, 2e-6, 1e-6);
+  CheckUnaryFloat(
+      "Cos", [](double x) { return std::cos(x); }, -6, 6, 2e-6, 1e-6);
+  CheckUnaryFloat(
+      "Reciprocal", [](double x) { return 1.0 / x; }, 0.1f, 5);
+  CheckUnaryFloat(
+      "Neg", [](double x) { return -x; }, -5, 5);
+  CheckUnaryFloat(
+      "Relu", [](double x) { return x > 0 ? x : 0; }, -5, 5);
+  CheckUnaryFloat(
+      "Sigmoid", [](double x) { return 1 / (1 + std::exp(-x)); }, -20, 20);
+  CheckUnaryFloat(
+      "Softplus", [](double x) { return std::log1p(std::exp(x)); }, -20, 20);
+  CheckUnaryFloat(
+      "HardSigmoid", [](double x) { return std::clamp(double{0.2f} * x + double{0.5f}, 0.0, 1.0); },
+      -5, 5);
+  CheckUnaryFloat(
+      "Gelu", [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -5, 5, 2e-6,
+      1e-6);
 }
 
 TEST_CASE("Gelu with approximate=tanh uses the tanh formula") {
@@ -69,15 +84,16 @@ TEST_CASE("Gelu with approximate=tanh uses the tanh formula") {
   const Tensor y = Op("Gelu", 20).Str("approximate", "tanh").Run1({F32({129}, x)});
   std::vector<double> expected;
   for (double v : x)
-    expected.push_back(0.5 * v *
-                       (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))));
+    expected.push_back(0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))));
   CheckClose(y.ToFloatVector(), expected, 2e-6, 1e-6);
   CHECK_THROWS_WITH_AS(Op("Gelu", 20).Str("approximate", "fast").Run1({F32({1}, {1.f})}),
                        doctest::Contains("Gelu node 'n_Gelu'"), Error);
 }
 
 TEST_CASE("HardSigmoid honours alpha and beta") {
-  const Tensor y = Op("HardSigmoid").Float("alpha", 0.5f).Float("beta", 0.25f)
+  const Tensor y = Op("HardSigmoid")
+                       .Float("alpha", 0.5f)
+                       .Float("beta", 0.25f)
                        .Run1({F32({4}, {-1.f, 0.f, 1.f, 3.f})});
   CHECK(y.ToFloatVector() == std::vector<float>{0.f, 0.25f, 0.75f, 1.f});
 }
@@ -190,7 +206,7 @@ TEST_CASE("16-bit exp-based ops convert in blocks and match float within their r
       CHECK(y.dtype() == dt);
       std::vector<double> expected;
       for (double v : x)
-        expected.push_back(std::string(op) == "Exp" ? std::exp(v)
+        expected.push_back(std::string(op) == "Exp"    ? std::exp(v)
                            : std::string(op) == "Tanh" ? std::tanh(v)
                                                        : 1 / (1 + std::exp(-v)));
       CheckClose(y.ToFloatVector(), expected, dt == DataType::kFloat16 ? 1e-3 : 8e-3, 1e-7);

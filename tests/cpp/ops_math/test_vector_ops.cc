@@ -23,10 +23,12 @@ TEST_CASE("WeightedRowSum adds the weighted rows to y for every length and strid
       for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7) % 13) - 6.0f;
       for (size_t i = 0; i < w.size(); ++i) w[i] = 0.25f * static_cast<float>(i % 5) - 0.5f;
       std::vector<float> y(static_cast<size_t>(n)), want(static_cast<size_t>(n));
-      for (int64_t j = 0; j < n; ++j) y[static_cast<size_t>(j)] = want[static_cast<size_t>(j)] = 0.5f * j;
+      for (int64_t j = 0; j < n; ++j)
+        y[static_cast<size_t>(j)] = want[static_cast<size_t>(j)] = 0.5f * j;
       for (int64_t t = 0; t < rows; ++t)
         for (int64_t j = 0; j < n; ++j)
-          want[static_cast<size_t>(j)] += w[static_cast<size_t>(t)] * x[static_cast<size_t>(t * stride + j)];
+          want[static_cast<size_t>(j)] +=
+              w[static_cast<size_t>(t)] * x[static_cast<size_t>(t * stride + j)];
       math::WeightedRowSum(w.data(), rows, x.data(), stride, y.data(), n);
       for (int64_t j = 0; j < n; ++j)
         CHECK(std::abs(y[static_cast<size_t>(j)] - want[static_cast<size_t>(j)]) <= 1e-4f);
@@ -35,7 +37,9 @@ TEST_CASE("WeightedRowSum adds the weighted rows to y for every length and strid
 
 namespace {
 
-float Pattern(size_t i, int mod, float offset) { return static_cast<float>((i * 7) % mod) - offset; }
+float Pattern(size_t i, int mod, float offset) {
+  return static_cast<float>((i * 7) % mod) - offset;
+}
 
 }  // namespace
 
@@ -57,7 +61,8 @@ TEST_CASE("GroupDots scores every head against every key row for all head and ke
           for (int64_t t = 0; t < keys; ++t) {
             float want = 0;
             for (int64_t i = 0; i < d; ++i)
-              want += q[static_cast<size_t>(g * q_stride + i)] * k[static_cast<size_t>(t * k_stride + i)];
+              want += q[static_cast<size_t>(g * q_stride + i)] *
+                      k[static_cast<size_t>(t * k_stride + i)];
             CHECK(s[static_cast<size_t>(g * s_stride + t)] == doctest::Approx(want).epsilon(1e-5));
           }
           for (int64_t t = keys; t < s_stride; ++t)  // nothing written past the keys
@@ -85,7 +90,8 @@ TEST_CASE("GroupWeightedRowSums adds each head's weighted value rows to its outp
           for (int64_t t = 0; t < rows; ++t)
             for (int64_t j = 0; j < n; ++j)
               want[static_cast<size_t>(g * y_stride + j)] +=
-                  w[static_cast<size_t>(g * w_stride + t)] * x[static_cast<size_t>(t * x_stride + j)];
+                  w[static_cast<size_t>(g * w_stride + t)] *
+                  x[static_cast<size_t>(t * x_stride + j)];
         math::GroupWeightedRowSums(w.data(), w_stride, heads, x.data(), x_stride, rows, y.data(),
                                    y_stride, n);
         for (size_t i = 0; i < y.size(); ++i) CHECK(std::abs(y[i] - want[i]) <= 1e-3f);
@@ -126,7 +132,8 @@ TEST_CASE("ScaleAddMax scales, adds the bias, keeps -inf exact and returns the m
     CAPTURE(n);
     std::vector<float> s(static_cast<size_t>(n)), bias(static_cast<size_t>(n));
     for (int64_t t = 0; t < n; ++t) {
-      s[static_cast<size_t>(t)] = t % 3 == 0 ? inf : static_cast<float>(t) - 4.0f;  // +inf * -inf bias
+      s[static_cast<size_t>(t)] =
+          t % 3 == 0 ? inf : static_cast<float>(t) - 4.0f;  // +inf * -inf bias
       bias[static_cast<size_t>(t)] = t % 3 == 0 ? -inf : 0.5f * static_cast<float>(t);
     }
     std::vector<float> plain = s;

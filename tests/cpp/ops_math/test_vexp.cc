@@ -4,8 +4,8 @@
 #include <functional>
 #include <limits>
 
-#include "ops/math/vexp.h"
 #include "op_test_util.h"
+#include "ops/math/vexp.h"
 
 using namespace ops_math_test;
 namespace math = onnx_light::ops::math;
@@ -18,7 +18,7 @@ constexpr math::VecPath kAllPaths[] = {math::VecPath::kPortable, math::VecPath::
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr double kFltMax = std::numeric_limits<float>::max();
-constexpr double kFltMin = std::numeric_limits<float>::min();      // smallest normal
+constexpr double kFltMin = std::numeric_limits<float>::min();          // smallest normal
 constexpr double kSubStep = std::numeric_limits<float>::denorm_min();  // 2^-149
 
 // Every `stride`-th float bit pattern in [lo, hi] (both signs handled), plus lo and hi.
@@ -100,7 +100,8 @@ TEST_CASE("vector exp: within 1.5e-7 relative of exp over a dense sweep of float
   REQUIRE(x.size() > 4000000);
   for (math::VecPath path : kAllPaths) {
     CAPTURE(static_cast<int>(path));
-    CheckAgainst(x, Run(math::VecExp, x, path), [](double v) { return std::exp(v); }, 1.5e-7);
+    CheckAgainst(
+        x, Run(math::VecExp, x, path), [](double v) { return std::exp(v); }, 1.5e-7);
   }
   CHECK(SameBits(Run(math::VecExp, x, math::VecPath::kAvx512),
                  Run(math::VecExp, x, math::VecPath::kAvx2)));
@@ -155,8 +156,8 @@ TEST_CASE("vector sigmoid: within 3e-7 relative over a dense sweep, 0, 1 and NaN
   for (math::VecPath path : kAllPaths) {
     CAPTURE(static_cast<int>(path));
     CheckAgainst(x, Run(math::VecSigmoid, x, path), RefSigmoid, 3e-7);
-    const std::vector<float> edges = {-kInf, kInf, -200.0f, 200.0f, 0.0f, -0.0f,
-                                      std::numeric_limits<float>::quiet_NaN()};
+    const std::vector<float> edges = {
+        -kInf, kInf, -200.0f, 200.0f, 0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN()};
     const std::vector<float> y = Run(math::VecSigmoid, edges, path);
     CHECK(y[0] == 0.0f);
     CHECK(y[1] == 1.0f);
@@ -174,13 +175,15 @@ TEST_CASE("vector tanh: within 3e-7 relative over a dense sweep, odd, +-1 at the
   const std::vector<float> x = Sweep(-12.0f, 12.0f, 487);
   for (math::VecPath path : kAllPaths) {
     CAPTURE(static_cast<int>(path));
-    CheckAgainst(x, Run(math::VecTanh, x, path), [](double v) { return std::tanh(v); }, 3e-7);
+    CheckAgainst(
+        x, Run(math::VecTanh, x, path), [](double v) { return std::tanh(v); }, 3e-7);
     // Around the switch from the polynomial to the exp form.
     const std::vector<float> mid = Sweep(0.6f, 0.65f, 1);
-    CheckAgainst(mid, Run(math::VecTanh, mid, path), [](double v) { return std::tanh(v); },
-                 3e-7);
-    const std::vector<float> edges = {-kInf, kInf, -20.0f, 20.0f, 0.0f, -0.0f, 1e-40f, -1e-40f,
-                                      std::numeric_limits<float>::quiet_NaN()};
+    CheckAgainst(
+        mid, Run(math::VecTanh, mid, path), [](double v) { return std::tanh(v); }, 3e-7);
+    const std::vector<float> edges = {-kInf,  kInf,    -20.0f,
+                                      20.0f,  0.0f,    -0.0f,
+                                      1e-40f, -1e-40f, std::numeric_limits<float>::quiet_NaN()};
     const std::vector<float> y = Run(math::VecTanh, edges, path);
     CHECK(y[0] == -1.0f);
     CHECK(y[1] == 1.0f);

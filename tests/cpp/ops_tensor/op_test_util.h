@@ -90,9 +90,8 @@ struct Op {
     }
     RuntimeContext ctx{KernelContext(opset)};
     int64_t since = 0;
-    const KernelFactory* factory =
-        BuiltinKernels().Find("", node.op_type(), opset, onnx_light::core::symbolic::Device::kCPU,
-                              &since);
+    const KernelFactory* factory = BuiltinKernels().Find(
+        "", node.op_type(), opset, onnx_light::core::symbolic::Device::kCPU, &since);
     REQUIRE_MESSAGE(factory != nullptr, node.op_type());
     auto kernel = (*factory)(node, ctx, KernelInfo(node, ctx.kernel_ctx(), since));
     KernelCall call(&ctx, node, in_ptrs, out_ptrs);

@@ -29,7 +29,8 @@ TEST_CASE("Mul broadcasts in both directions against a naive reference") {
   std::vector<float> want;
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 4; ++j)
-      for (int k = 0; k < 3; ++k) want.push_back(av[static_cast<size_t>(i * 3 + k)] * bv[static_cast<size_t>(j)]);
+      for (int k = 0; k < 3; ++k)
+        want.push_back(av[static_cast<size_t>(i * 3 + k)] * bv[static_cast<size_t>(j)]);
   CHECK(Values<float>(y) == want);
 }
 
@@ -43,15 +44,15 @@ TEST_CASE("a large broadcast Sub runs in parallel and matches the naive loop") {
   int64_t bad = 0;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
-      if (p[r * cols + c] != a[static_cast<size_t>(r * cols + c)] - b[static_cast<size_t>(c)]) ++bad;
+      if (p[r * cols + c] != a[static_cast<size_t>(r * cols + c)] - b[static_cast<size_t>(c)])
+        ++bad;
   CHECK(bad == 0);
 }
 
 TEST_CASE("Div truncates integers toward zero and rejects a zero divisor by name") {
-  Tensor y = Op("Div").Run1({I64({4}, {7, -7, 7, std::numeric_limits<int64_t>::min()}),
-                             I64({4}, {2, 2, -2, -1})});
-  CHECK(Values<int64_t>(y) ==
-        std::vector<int64_t>{3, -3, -3, std::numeric_limits<int64_t>::min()});
+  Tensor y = Op("Div").Run1(
+      {I64({4}, {7, -7, 7, std::numeric_limits<int64_t>::min()}), I64({4}, {2, 2, -2, -1})});
+  CHECK(Values<int64_t>(y) == std::vector<int64_t>{3, -3, -3, std::numeric_limits<int64_t>::min()});
   const std::string msg = ErrorOf([] { Op("Div").Run1({I32({2}, {1, 2}), I32({2}, {1, 0})}); });
   CHECK(msg == "Div node 'n': integer division by zero (divisor 'in1')");
   CHECK(Values<float>(Op("Div").Run1({F({2}, {1, -1}), F({}, {0})})) ==
@@ -74,13 +75,18 @@ TEST_CASE("FLOAT16 Add computes in float and rounds to half") {
 }
 
 TEST_CASE("binary ops report incompatible shapes, mixed types and unsupported types") {
-  CHECK(ErrorOf([] { Op("Add").Run1({F({2, 3}, {1, 2, 3, 4, 5, 6}), F({2}, {1, 2})}); }) ==
-        "Add node 'n': cannot broadcast the shapes of 'in0' [2, 3] and 'in1' [2]");
-  CHECK(ErrorOf([] { Op("Mul").Run1({F({1}, {1}), I64({1}, {1})}); }) ==
-        "Mul node 'n': inputs must have the same type, got FLOAT ('in0') and INT64 ('in1')");
+  CHECK(ErrorOf([] {
+          Op("Add").Run1({F({2, 3}, {1, 2, 3, 4, 5, 6}), F({2}, {1, 2})});
+        }) == "Add node 'n': cannot broadcast the shapes of 'in0' [2, 3] and 'in1' [2]");
+  CHECK(ErrorOf([] {
+          Op("Mul").Run1({F({1}, {1}), I64({1}, {1})});
+        }) == "Mul node 'n': inputs must have the same type, got FLOAT ('in0') and INT64 ('in1')");
   core::ErrorCode code{};
-  CHECK(ErrorOf([] { Op("Add").Run1({B({1}, {true}), B({1}, {true})}); }, &code) ==
-        "Add node 'n': input of type BOOL is not supported");
+  CHECK(ErrorOf(
+            [] {
+              Op("Add").Run1({B({1}, {true}), B({1}, {true})});
+            },
+            &code) == "Add node 'n': input of type BOOL is not supported");
   CHECK(code == core::ErrorCode::kNotImplemented);
 }
 

@@ -14,12 +14,15 @@ TEST_CASE("Reshape returns a view on the input's bytes with 0 and -1 resolved") 
 TEST_CASE("Reshape with allowzero keeps a literal 0 and rejects bad shapes by name") {
   Tensor y = Op("Reshape", 14).Int("allowzero", 1).Run1({F({0, 3}, {}), I64({2}, {3, 0})});
   CHECK(y.shape() == Shape{3, 0});
-  CHECK(ErrorOf([] { Op("Reshape").Run1({F({2, 3}, {1, 2, 3, 4, 5, 6}), I64({2}, {4, -1})}); }) ==
-        "Reshape node 'n': cannot reshape input of shape [2, 3] to [4, -1]");
-  CHECK(ErrorOf([] { Op("Reshape").Run1({F({2, 3}, {1, 2, 3, 4, 5, 6}), I64({2}, {-1, -1})}); }) ==
-        "Reshape node 'n': shape [-1, -1] has more than one -1");
-  CHECK(ErrorOf([] { Op("Reshape").Run1({F({6}, {1, 2, 3, 4, 5, 6}), I64({2}, {5, 0})}); }) ==
-        "Reshape node 'n': shape [5, 0] copies dimension 1 but the input has shape [6]");
+  CHECK(ErrorOf([] {
+          Op("Reshape").Run1({F({2, 3}, {1, 2, 3, 4, 5, 6}), I64({2}, {4, -1})});
+        }) == "Reshape node 'n': cannot reshape input of shape [2, 3] to [4, -1]");
+  CHECK(ErrorOf([] {
+          Op("Reshape").Run1({F({2, 3}, {1, 2, 3, 4, 5, 6}), I64({2}, {-1, -1})});
+        }) == "Reshape node 'n': shape [-1, -1] has more than one -1");
+  CHECK(ErrorOf([] {
+          Op("Reshape").Run1({F({6}, {1, 2, 3, 4, 5, 6}), I64({2}, {5, 0})});
+        }) == "Reshape node 'n': shape [5, 0] copies dimension 1 but the input has shape [6]");
 }
 
 TEST_CASE("Transpose permutes dimensions, by default reversing them") {
@@ -30,12 +33,14 @@ TEST_CASE("Transpose permutes dimensions, by default reversing them") {
   const float* p = y.data<float>();
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 2; ++j)
-      for (int k = 0; k < 4; ++k) CHECK(p[(i * 2 + j) * 4 + k] == v[static_cast<size_t>((j * 3 + i) * 4 + k)]);
+      for (int k = 0; k < 4; ++k)
+        CHECK(p[(i * 2 + j) * 4 + k] == v[static_cast<size_t>((j * 3 + i) * 4 + k)]);
   Tensor t = Op("Transpose").Run1({F({2, 3}, {1, 2, 3, 4, 5, 6})});
   CHECK(t.shape() == Shape{3, 2});
   CHECK(Values<float>(t) == std::vector<float>{1, 4, 2, 5, 3, 6});
-  CHECK(ErrorOf([] { Op("Transpose").Ints("perm", {0, 0}).Run1({F({1, 1}, {1})}); }) ==
-        "Transpose node 'n': perm repeats axis 0");
+  CHECK(ErrorOf([] {
+          Op("Transpose").Ints("perm", {0, 0}).Run1({F({1, 1}, {1})});
+        }) == "Transpose node 'n': perm repeats axis 0");
 }
 
 TEST_CASE("Transpose of FLOAT16 and STRING moves elements unchanged") {
@@ -48,12 +53,16 @@ TEST_CASE("Transpose of FLOAT16 and STRING moves elements unchanged") {
 }
 
 TEST_CASE("Concat joins along a negative axis, including empty inputs") {
-  Tensor y = Op("Concat").Int("axis", -1).Run1(
-      {F({2, 1}, {1, 2}), F({2, 0}, {}), F({2, 2}, {3, 4, 5, 6})});
+  Tensor y = Op("Concat")
+                 .Int("axis", -1)
+                 .Run1({F({2, 1}, {1, 2}), F({2, 0}, {}), F({2, 2}, {3, 4, 5, 6})});
   CHECK(y.shape() == Shape{2, 3});
   CHECK(Values<float>(y) == std::vector<float>{1, 3, 4, 2, 5, 6});
-  CHECK(ErrorOf([] { Op("Concat").Int("axis", 0).Run1({F({2, 1}, {1, 2}), F({1, 2}, {3, 4})}); }) ==
-        "Concat node 'n': inputs must match in every dimension but axis 0: 'in0' [2, 1] and 'in1' [1, 2]");
+  CHECK(ErrorOf([] {
+          Op("Concat").Int("axis", 0).Run1({F({2, 1}, {1, 2}), F({1, 2}, {3, 4})});
+        }) ==
+        "Concat node 'n': inputs must match in every dimension but axis 0: 'in0' [2, 1] and 'in1' "
+        "[1, 2]");
 }
 
 TEST_CASE("Gather picks rows with negative indices and keeps the indices' shape") {
@@ -64,8 +73,9 @@ TEST_CASE("Gather picks rows with negative indices and keeps the indices' shape"
   Tensor c = Op("Gather").Int("axis", 1).Run1({data, I32({}, {1})});
   CHECK(c.shape() == Shape{3});
   CHECK(Values<float>(c) == std::vector<float>{2, 4, 6});
-  CHECK(ErrorOf([&] { Op("Gather").Run1({data, I64({1}, {3})}); }) ==
-        "Gather node 'n': index 3 is out of range for axis 0 of size 3 (data shape [3, 2])");
+  CHECK(ErrorOf([&] {
+          Op("Gather").Run1({data, I64({1}, {3})});
+        }) == "Gather node 'n': index 3 is out of range for axis 0 of size 3 (data shape [3, 2])");
 }
 
 TEST_CASE("Shape returns the dimensions, sliced and clamped by start and end") {
@@ -83,7 +93,8 @@ TEST_CASE("Constant hands out the same read-only bytes on every call") {
   Tensor y = op.Run1({});
   CHECK(Values<int64_t>(y) == std::vector<int64_t>{1, 2, 3});
   CHECK(!y.writable());
-  CHECK(Values<float>(Op("Constant").Float("value_float", 2.5f).Run1({})) == std::vector<float>{2.5f});
+  CHECK(Values<float>(Op("Constant").Float("value_float", 2.5f).Run1({})) ==
+        std::vector<float>{2.5f});
   CHECK(Op("Constant").Float("value_float", 2.5f).Run1({}).shape() == Shape{});
   CHECK(Op("Constant").Str("value_string", "hi").Run1({}).strings()[0] == "hi");
   Op t("Constant");

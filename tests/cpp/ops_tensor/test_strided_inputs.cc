@@ -98,8 +98,8 @@ TEST_CASE("MatMul reads a strided operand matrix by matrix") {
 }
 
 TEST_CASE("Attention reads strided past_key and past_value in place") {
-  const Tensor q = F({1, 3, 1, 4}, {0.1f, 0.2f, 0.3f, 0.4f, -0.1f, 0.5f, 0.0f, 0.2f,
-                                    0.3f, -0.2f, 0.1f, 0.0f});
+  const Tensor q =
+      F({1, 3, 1, 4}, {0.1f, 0.2f, 0.3f, 0.4f, -0.1f, 0.5f, 0.0f, 0.2f, 0.3f, -0.2f, 0.1f, 0.0f});
   const Tensor k = F({1, 3, 1, 4}, std::vector<float>(12, 0.25f));
   const Tensor v = F({1, 3, 1, 4}, std::vector<float>(12, 1.5f));
   const Tensor view = Cache(), dense = Cache().Contiguous();

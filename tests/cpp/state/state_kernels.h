@@ -19,10 +19,10 @@ namespace state_test {
 using namespace onnx_light::core::runtime;
 
 struct StepProbe {
-  std::atomic<int> calls{0};             // Compute calls so far (all nodes)
-  std::atomic<int> fail_at{-1};          // the Compute call index that throws
+  std::atomic<int> calls{0};     // Compute calls so far (all nodes)
+  std::atomic<int> fail_at{-1};  // the Compute call index that throws
   std::mutex mu;
-  std::vector<const void*> input_data;   // data pointer of input 0 per call
+  std::vector<const void*> input_data;                // data pointer of input 0 per call
   std::function<void(const std::string& node)> hook;  // runs at the start of each call
 };
 
@@ -60,20 +60,20 @@ class WrongShapeKernel final : public KernelBase {
 };
 
 inline void RegisterStateKernels(RuntimeContext& context, StepProbe& probe) {
-  context.RegisterKernelFn("test", "Step", onnx_light::core::symbolic::Device::kCPU,
-                           [&probe](const onnx_light::NodeProto& node, RuntimeContext&,
-                                    const KernelInfo&) {
-                             auto k = std::make_unique<StepKernel>(probe);
-                             k->set_node(node);
-                             return std::unique_ptr<KernelBase>(std::move(k));
-                           });
-  context.RegisterKernelFn("test", "WrongShape", onnx_light::core::symbolic::Device::kCPU,
-                           [](const onnx_light::NodeProto& node, RuntimeContext&,
-                              const KernelInfo&) {
-                             auto k = std::make_unique<WrongShapeKernel>();
-                             k->set_node(node);
-                             return std::unique_ptr<KernelBase>(std::move(k));
-                           });
+  context.RegisterKernelFn(
+      "test", "Step", onnx_light::core::symbolic::Device::kCPU,
+      [&probe](const onnx_light::NodeProto& node, RuntimeContext&, const KernelInfo&) {
+        auto k = std::make_unique<StepKernel>(probe);
+        k->set_node(node);
+        return std::unique_ptr<KernelBase>(std::move(k));
+      });
+  context.RegisterKernelFn(
+      "test", "WrongShape", onnx_light::core::symbolic::Device::kCPU,
+      [](const onnx_light::NodeProto& node, RuntimeContext&, const KernelInfo&) {
+        auto k = std::make_unique<WrongShapeKernel>();
+        k->set_node(node);
+        return std::unique_ptr<KernelBase>(std::move(k));
+      });
 }
 
 inline std::shared_ptr<onnx_light::ModelProto> Parse(const std::string& text) {
@@ -97,7 +97,8 @@ inline std::shared_ptr<onnx_light::ModelProto> ChainModel(int nodes) {
   }
   auto model = Parse(
       "<ir_version: 10, opset_import: [\"\" : 18, \"test\" : 1]>\n"
-      "chain (float[2] delta, float[2] past) => (float[2] present) {\n" + body + "}");
+      "chain (float[2] delta, float[2] past) => (float[2] present) {\n" +
+      body + "}");
   Bind(*model, "past", "present");
   return model;
 }

@@ -21,8 +21,10 @@ inline onnx_light::TypeProto TensorType(int32_t elem, const std::vector<Dim>& di
     auto* shape = tt->mutable_shape();
     for (const auto& d : dims) {
       auto* dim = shape->add_dim();
-      if (std::holds_alternative<int64_t>(d)) dim->set_dim_value(std::get<int64_t>(d));
-      else dim->set_dim_param(std::get<std::string>(d));
+      if (std::holds_alternative<int64_t>(d))
+        dim->set_dim_value(std::get<int64_t>(d));
+      else
+        dim->set_dim_param(std::get<std::string>(d));
     }
   }
   return t;

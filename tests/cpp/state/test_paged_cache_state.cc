@@ -110,13 +110,16 @@ RuntimeValueMap Feeds(float k, float v) {
   return feeds;
 }
 
-const RuntimeSequence& Blocks(const RuntimeValue& cache) { return cache.field("blocks").elements(); }
+const RuntimeSequence& Blocks(const RuntimeValue& cache) {
+  return cache.field("blocks").elements();
+}
 
 }  // namespace
 
 TEST_CASE("An omitted bound input is seeded from its paged_cache_initializer without a copy") {
   auto model = PagedModel(true);
-  const void* default_key = model->graph().paged_cache_initializer(0).blocks(0).key().raw_data().data();
+  const void* default_key =
+      model->graph().paged_cache_initializer(0).blocks(0).key().raw_data().data();
   PersistentValueState state(model, {});
   RuntimeValue seeded = state.Values().at("cache");
   REQUIRE(Blocks(seeded).size() == 1);

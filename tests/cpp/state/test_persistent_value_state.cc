@@ -37,21 +37,17 @@ TEST_CASE("The spec's C++ feedback loop returns [2, 2] after two calls") {
   auto* binding = model.mutable_graph()->add_persistent_bindings();
   binding->set_input_name("past");
   binding->set_output_name("present");
-  PersistentValueState state(
-      model,
-      {{"past", RuntimeValue(Tensor::FromFloat("past", {2}, {0.f, 0.f}))}});
+  PersistentValueState state(model,
+                             {{"past", RuntimeValue(Tensor::FromFloat("past", {2}, {0.f, 0.f}))}});
   RuntimeContext context(KernelContext(18));
-  auto outputs = state.Run(
-      context,
-      {{"delta", RuntimeValue(Tensor::FromFloat("delta", {2}, {1.f, 1.f}))}});
+  auto outputs =
+      state.Run(context, {{"delta", RuntimeValue(Tensor::FromFloat("delta", {2}, {1.f, 1.f}))}});
   CHECK(Read(outputs["present"]) == std::vector<float>{1.f, 1.f});
-  outputs = state.Run(
-      context,
-      {{"delta", RuntimeValue(Tensor::FromFloat("delta", {2}, {1.f, 1.f}))}});
+  outputs =
+      state.Run(context, {{"delta", RuntimeValue(Tensor::FromFloat("delta", {2}, {1.f, 1.f}))}});
   CHECK(Read(outputs["present"]) == std::vector<float>{2.f, 2.f});
   CHECK(Read(state.Values().at("past")) == std::vector<float>{2.f, 2.f});
-  state.Reset(
-      {{"past", RuntimeValue(Tensor::FromFloat("past", {2}, {0.f, 0.f}))}});
+  state.Reset({{"past", RuntimeValue(Tensor::FromFloat("past", {2}, {0.f, 0.f}))}});
   CHECK(Read(state.Values().at("past")) == std::vector<float>{0.f, 0.f});
   state.Close();
   CHECK(state.closed());
@@ -116,8 +112,11 @@ TEST_CASE("A failing kernel at any node position leaves the old state readable a
     RuntimeValue before = state.Values().at("past");
     CHECK(Read(before) == std::vector<float>{4.f, 14.f});
     probe.fail_at = probe.calls.load() + position;
-    ExpectError([&] { state.Run(context, {{"delta", F2("delta", 1, 1)}}); }, ErrorCode::kRuntime,
-                {"injected failure", "Step"});
+    ExpectError(
+        [&] {
+          state.Run(context, {{"delta", F2("delta", 1, 1)}});
+        },
+        ErrorCode::kRuntime, {"injected failure", "Step"});
     RuntimeValue after = state.Values().at("past");
     CHECK(after.tensor().raw_data() == before.tensor().raw_data());
     CHECK(Read(after) == std::vector<float>{4.f, 14.f});
@@ -149,8 +148,11 @@ TEST_CASE("A cancelled completion rejects the call and leaves the state unchange
   PersistentValueState state(model, {{"past", F2("past", 0, 0)}});
   TaskCompletion completion;
   completion.Cancel("request no longer needed");
-  ExpectError([&] { state.Run(context, {{"delta", F2("delta", 1, 1)}}, &completion); },
-              ErrorCode::kCancelled, {"request no longer needed"});
+  ExpectError(
+      [&] {
+        state.Run(context, {{"delta", F2("delta", 1, 1)}}, &completion);
+      },
+      ErrorCode::kCancelled, {"request no longer needed"});
   CHECK(probe.calls.load() == 0);
   CHECK(Read(state.Values().at("past")) == std::vector<float>{0.f, 0.f});
 
@@ -158,8 +160,11 @@ TEST_CASE("A cancelled completion rejects the call and leaves the state unchange
   state.Run(context, {{"delta", F2("delta", 1, 1)}}, &ok);
   CHECK(ok.state() == TaskCompletion::State::kCompleted);
   ExpectError([&] { ok.Cancel("late"); }, ErrorCode::kFailedPrecondition, {"completed"});
-  ExpectError([&] { state.Run(context, {{"delta", F2("delta", 1, 1)}}, &ok); },
-              ErrorCode::kFailedPrecondition, {"single-use"});
+  ExpectError(
+      [&] {
+        state.Run(context, {{"delta", F2("delta", 1, 1)}}, &ok);
+      },
+      ErrorCode::kFailedPrecondition, {"single-use"});
   CHECK(Read(state.Values().at("past")) == std::vector<float>{2.f, 2.f});
 }
 
@@ -175,8 +180,11 @@ TEST_CASE("A cancel during the last kernel wins the publication race and publish
     (void)node;
     if (probe.calls.load() == 3) completion.Cancel("stop now");
   };
-  ExpectError([&] { state.Run(context, {{"delta", F2("delta", 1, 1)}}, &completion); },
-              ErrorCode::kCancelled, {"stop now"});
+  ExpectError(
+      [&] {
+        state.Run(context, {{"delta", F2("delta", 1, 1)}}, &completion);
+      },
+      ErrorCode::kCancelled, {"stop now"});
   CHECK(probe.calls.load() == 3);
   CHECK(Read(state.Values().at("past")) == std::vector<float>{0.f, 0.f});
   probe.hook = nullptr;
@@ -250,11 +258,18 @@ TEST_CASE("Overlapping calls, resets and closes on one state are detected") {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return inside; });
   }
-  ExpectError([&] { state.Run(context, {{"delta", F2("delta", 1, 1)}}); },
-              ErrorCode::kFailedPrecondition, {"must not overlap"});
-  ExpectError([&] { state.Reset({{"past", F2("past", 0, 0)}}); }, ErrorCode::kFailedPrecondition,
-              {"reset", "must not overlap"});
-  ExpectError([&] { state.Close(); }, ErrorCode::kFailedPrecondition, {"close", "must not overlap"});
+  ExpectError(
+      [&] {
+        state.Run(context, {{"delta", F2("delta", 1, 1)}});
+      },
+      ErrorCode::kFailedPrecondition, {"must not overlap"});
+  ExpectError(
+      [&] {
+        state.Reset({{"past", F2("past", 0, 0)}});
+      },
+      ErrorCode::kFailedPrecondition, {"reset", "must not overlap"});
+  ExpectError([&] { state.Close(); }, ErrorCode::kFailedPrecondition,
+              {"close", "must not overlap"});
   CHECK(Read(state.Values().at("past")) == std::vector<float>{0.f, 0.f});  // reads are fine
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -273,26 +288,48 @@ TEST_CASE("Construction and calls reject bad names, each naming the key") {
   RegisterStateKernels(context, probe);
   ExpectError([&] { PersistentValueState(model, {}); }, ErrorCode::kInvalidArgument,
               {"missing initial value", "'past'"});
-  ExpectError([&] { PersistentValueState(model, {{"past", F2("past", 0, 0)}, {"cache", F2("c", 0, 0)}}); },
-              ErrorCode::kInvalidArgument, {"unknown initial value name 'cache'"});
-  ExpectError([&] { PersistentValueState(model, {{"past", F2("past", 0, 0)}, {"delta", F2("d", 0, 0)}}); },
-              ErrorCode::kInvalidArgument, {"'delta'", "not persistent"});
-  ExpectError([&] { PersistentValueState(model, {{"past", RuntimeValue(Tensor::FromFloat("p", {3}, {0, 0, 0}))}}); },
-              ErrorCode::kInvalidArgument, {"'past'", "[3]"});
+  ExpectError(
+      [&] {
+        PersistentValueState(model, {{"past", F2("past", 0, 0)}, {"cache", F2("c", 0, 0)}});
+      },
+      ErrorCode::kInvalidArgument, {"unknown initial value name 'cache'"});
+  ExpectError(
+      [&] {
+        PersistentValueState(model, {{"past", F2("past", 0, 0)}, {"delta", F2("d", 0, 0)}});
+      },
+      ErrorCode::kInvalidArgument, {"'delta'", "not persistent"});
+  ExpectError(
+      [&] {
+        PersistentValueState(model,
+                             {{"past", RuntimeValue(Tensor::FromFloat("p", {3}, {0, 0, 0}))}});
+      },
+      ErrorCode::kInvalidArgument, {"'past'", "[3]"});
   PersistentValueState state(model, {{"past", F2("past", 0, 0)}});
-  ExpectError([&] { state.Run(context, {{"delta", F2("d", 1, 1)}, {"past", F2("p", 1, 1)}}); },
-              ErrorCode::kInvalidArgument, {"'past'", "override"});
-  ExpectError([&] { state.Run(context, {{"delta", F2("d", 1, 1)}, {"request.cache", F2("p", 1, 1)}}); },
-              ErrorCode::kInvalidArgument, {"'request.cache'", "unknown"});
+  ExpectError(
+      [&] {
+        state.Run(context, {{"delta", F2("d", 1, 1)}, {"past", F2("p", 1, 1)}});
+      },
+      ErrorCode::kInvalidArgument, {"'past'", "override"});
+  ExpectError(
+      [&] {
+        state.Run(context, {{"delta", F2("d", 1, 1)}, {"request.cache", F2("p", 1, 1)}});
+      },
+      ErrorCode::kInvalidArgument, {"'request.cache'", "unknown"});
   ExpectError([&] { state.Run(context, {}); }, ErrorCode::kInvalidArgument, {"'delta'"});
   ExpectError([&] { state.Reset({}); }, ErrorCode::kInvalidArgument, {"'past'"});
   CHECK(probe.calls.load() == 0);
   state.Close();
   state.Close();  // idempotent
-  ExpectError([&] { state.Run(context, {{"delta", F2("d", 1, 1)}}); },
-              ErrorCode::kFailedPrecondition, {"closed"});
-  ExpectError([&] { state.Reset({{"past", F2("past", 0, 0)}}); }, ErrorCode::kFailedPrecondition,
-              {"closed"});
+  ExpectError(
+      [&] {
+        state.Run(context, {{"delta", F2("d", 1, 1)}});
+      },
+      ErrorCode::kFailedPrecondition, {"closed"});
+  ExpectError(
+      [&] {
+        state.Reset({{"past", F2("past", 0, 0)}});
+      },
+      ErrorCode::kFailedPrecondition, {"closed"});
   ExpectError([&] { state.Values(); }, ErrorCode::kFailedPrecondition, {"closed"});
   ExpectError([&] { state.model(); }, ErrorCode::kFailedPrecondition, {"closed"});
 }
@@ -300,12 +337,18 @@ TEST_CASE("Construction and calls reject bad names, each naming the key") {
 TEST_CASE("Binding declarations are checked: duplicates, dangling names, types, subgraphs") {
   auto dup_input = ChainModel(1);
   Bind(*dup_input, "past", "present");
-  ExpectError([&] { PersistentValueState(dup_input, {{"past", F2("past", 0, 0)}}); },
-              ErrorCode::kInvalidModel, {"duplicate binding input name 'past'"});
+  ExpectError(
+      [&] {
+        PersistentValueState(dup_input, {{"past", F2("past", 0, 0)}});
+      },
+      ErrorCode::kInvalidModel, {"duplicate binding input name 'past'"});
   auto dangling = ChainModel(1);
   Bind(*dangling, "past2", "present2");
-  ExpectError([&] { PersistentValueState(dangling, {{"past", F2("past", 0, 0)}}); },
-              ErrorCode::kInvalidModel, {"unknown input name 'past2'"});
+  ExpectError(
+      [&] {
+        PersistentValueState(dangling, {{"past", F2("past", 0, 0)}});
+      },
+      ErrorCode::kInvalidModel, {"unknown input name 'past2'"});
   auto strings = Parse(
       "<ir_version: 10, opset_import: [\"\" : 18]>\n"
       "g (string[1] past) => (string[1] present) { present = Identity(past) }");
@@ -316,15 +359,21 @@ TEST_CASE("Binding declarations are checked: duplicates, dangling names, types, 
       "<ir_version: 10, opset_import: [\"\" : 18]>\n"
       "g (float[2] past) => (float[3] present) { present = Identity(past) }");
   Bind(*mismatch, "past", "present");
-  ExpectError([&] { PersistentValueState(mismatch, {{"past", F2("past", 0, 0)}}); },
-              ErrorCode::kInvalidModel, {"'past' <- output 'present'", "dimension 0"});
+  ExpectError(
+      [&] {
+        PersistentValueState(mismatch, {{"past", F2("past", 0, 0)}});
+      },
+      ErrorCode::kInvalidModel, {"'past' <- output 'present'", "dimension 0"});
   auto twice = Parse(
       "<ir_version: 10, opset_import: [\"\" : 18, \"test\" : 1]>\n"
       "g (float[2] past) => (float[2] present) { t = test.Step(past)\n"
       "present = test.Step(t, past) }");
   Bind(*twice, "past", "present");
-  ExpectError([&] { PersistentValueState(twice, {{"past", F2("past", 0, 0)}}); },
-              ErrorCode::kInvalidModel, {"'past'", "2"});
+  ExpectError(
+      [&] {
+        PersistentValueState(twice, {{"past", F2("past", 0, 0)}});
+      },
+      ErrorCode::kInvalidModel, {"'past'", "2"});
   auto nested = ChainModel(1);
   auto* node = nested->mutable_graph()->add_node();
   node->set_op_type("If");
@@ -334,8 +383,11 @@ TEST_CASE("Binding declarations are checked: duplicates, dangling names, types, 
   auto* inner = attr->mutable_g()->add_persistent_bindings();
   inner->set_input_name("a");
   inner->set_output_name("b");
-  ExpectError([&] { PersistentValueState(nested, {{"past", F2("past", 0, 0)}}); },
-              ErrorCode::kInvalidModel, {"'then'", "only allowed in the root graph"});
+  ExpectError(
+      [&] {
+        PersistentValueState(nested, {{"past", F2("past", 0, 0)}});
+      },
+      ErrorCode::kInvalidModel, {"'then'", "only allowed in the root graph"});
 }
 
 TEST_CASE("The state keeps the model and the supplied contexts alive") {

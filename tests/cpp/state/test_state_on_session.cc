@@ -75,8 +75,7 @@ std::shared_ptr<const ModelProto> Decode() {
 RuntimeValueMap EmptyCaches() {
   RuntimeValueMap initial;
   initial.emplace("past_key", RuntimeValue(Tensor("past_key", DataType::kFloat, {1, 1, 0, 2})));
-  initial.emplace("past_value",
-                  RuntimeValue(Tensor("past_value", DataType::kFloat, {1, 1, 0, 3})));
+  initial.emplace("past_value", RuntimeValue(Tensor("past_value", DataType::kFloat, {1, 1, 0, 3})));
   return initial;
 }
 
@@ -124,8 +123,7 @@ TEST_CASE("States built on one shared session run like states built on the model
     auto out_alone = alone.Run(context, Delta(1, 2));
     CHECK(Read(out_a.at("present")) == Read(out_alone.at("present")));
     CHECK(Read(out_a.at("doubled")) == std::vector<float>{2, 4});
-    CHECK(Read(out_b.at("present")) ==
-          std::vector<float>{10.f + (i + 1), 20.f + 2.f * (i + 1)});
+    CHECK(Read(out_b.at("present")) == std::vector<float>{10.f + (i + 1), 20.f + 2.f * (i + 1)});
   }
   // Compiled once: both states use the session's one plan; neither built its own session.
   CHECK(session->plan_count() == 1);
@@ -152,8 +150,8 @@ TEST_CASE("The bindings are validated once per session and still rejected on a s
   bad->mutable_graph()->mutable_persistent_bindings(0)->set_output_name("missing");
   auto bad_session = std::make_shared<const RuntimeSession>(bad);
   for (int i = 0; i < 2; ++i)
-    ExpectError([&] { PersistentValueState s(bad_session, Past(0, 0)); },
-                ErrorCode::kInvalidModel, "missing");
+    ExpectError([&] { PersistentValueState s(bad_session, Past(0, 0)); }, ErrorCode::kInvalidModel,
+                "missing");
   ExpectError([&] { PersistentValueState s(bad, Past(0, 0)); }, ErrorCode::kInvalidModel,
               "missing");
   // Initial values are still checked per state.
@@ -232,8 +230,7 @@ TEST_CASE("Run with output_names returns only those and still publishes the boun
   // A bound output asked for is the retained buffer itself.
   out = state.Run(context, Delta(1, 1), std::vector<std::string>{"present", "present"});
   CHECK(out.size() == 1);
-  CHECK(out.at("present").tensor().raw_data() ==
-        state.Values().at("past").tensor().raw_data());
+  CHECK(out.at("present").tensor().raw_data() == state.Values().at("past").tensor().raw_data());
   CHECK(Read(out.at("present")) == std::vector<float>{3, 5});
 }
 

@@ -88,8 +88,8 @@ TEST_CASE("Exactly one of a concurrent cancel and publication wins, every time")
     canceller.join();
     // Publication won <=> the cancel raised; otherwise the token is cancelled.
     REQUIRE(won == cancel_threw);
-    REQUIRE(c.state() == (won ? TaskCompletion::State::kCompleted
-                              : TaskCompletion::State::kCancelled));
+    REQUIRE(c.state() ==
+            (won ? TaskCompletion::State::kCompleted : TaskCompletion::State::kCancelled));
     REQUIRE(c.cancel_flag().load() == !won);
     (won ? published : cancelled)++;
   }

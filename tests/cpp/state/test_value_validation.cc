@@ -40,8 +40,11 @@ TEST_CASE("A tensor is checked by element type, rank and concrete dimensions") {
   v.ValidatePersistent("past", Floats({2}), TensorType(kF, {int64_t{2}}));
   ExpectError([&] { v.ValidatePersistent("past", Floats({3}), TensorType(kF, {int64_t{2}})); },
               ErrorCode::kInvalidArgument, {"'past'", "[3]", "[2]"});
-  ExpectError([&] { v.ValidatePersistent("past", Floats({2, 1}), TensorType(kF, {int64_t{2}})); },
-              ErrorCode::kInvalidArgument, {"'past'", "rank 2"});
+  ExpectError(
+      [&] {
+        v.ValidatePersistent("past", Floats({2, 1}), TensorType(kF, {int64_t{2}}));
+      },
+      ErrorCode::kInvalidArgument, {"'past'", "rank 2"});
   ExpectError(
       [&] {
         v.ValidatePersistent("past", RuntimeValue(Tensor::FromInt64("p", {2}, {1, 2})),
@@ -55,13 +58,14 @@ TEST_CASE("A symbolic dimension binds to one size within a value") {
   AddStruct(model, "pair",
             {{"a", TensorType(kF, {std::string("N")})}, {"b", TensorType(kF, {std::string("N")})}});
   ValueValidator v(model);
-  v.ValidatePersistent("cache", RuntimeValue::Struct("pair", {{"a", Floats({3})}, {"b", Floats({3})}}),
+  v.ValidatePersistent("cache",
+                       RuntimeValue::Struct("pair", {{"a", Floats({3})}, {"b", Floats({3})}}),
                        StructRef("pair"));
   ExpectError(
       [&] {
-        v.ValidatePersistent(
-            "cache", RuntimeValue::Struct("pair", {{"a", Floats({3})}, {"b", Floats({4})}}),
-            StructRef("pair"));
+        v.ValidatePersistent("cache",
+                             RuntimeValue::Struct("pair", {{"a", Floats({3})}, {"b", Floats({4})}}),
+                             StructRef("pair"));
       },
       ErrorCode::kInvalidArgument, {"'cache.b'", "'N'", "4", "3"});
 }
@@ -74,7 +78,9 @@ TEST_CASE("String tensors are rejected, also nested in a struct or a sequence") 
   ExpectError([&] { v.ValidatePersistent("past", text, TensorType(0, {}, false)); },
               ErrorCode::kInvalidArgument, {"'past'", "string"});
   ExpectError(
-      [&] { v.ValidatePersistent("cache", RuntimeValue::Struct("s", {{"text", text}}), StructRef("s")); },
+      [&] {
+        v.ValidatePersistent("cache", RuntimeValue::Struct("s", {{"text", text}}), StructRef("s"));
+      },
       ErrorCode::kInvalidArgument, {"'cache.text'", "string"});
   RuntimeSequence seq;
   seq.PushBack(text);
@@ -99,8 +105,8 @@ TEST_CASE("Map, optional, sparse and opaque declarations are rejected, also nest
   sparse.mutable_sparse_tensor_type()->set_elem_type(kF);
   TypeProto opaque;
   opaque.mutable_opaque_type()->set_name("blob");
-  for (const auto& entry : {std::pair{map, "map"}, {optional, "optional"},
-                            {sparse, "sparse"}, {opaque, "opaque"}}) {
+  for (const auto& entry :
+       {std::pair{map, "map"}, {optional, "optional"}, {sparse, "sparse"}, {opaque, "opaque"}}) {
     const auto& type = entry.first;  // not a structured binding: clang 14 cannot capture one
     const char* word = entry.second;
     ExpectError([&] { v.CheckPersistentDeclaration("state", type); }, ErrorCode::kNotImplemented,
@@ -118,9 +124,11 @@ TEST_CASE("Map, optional, sparse and opaque declarations are rejected, also nest
 
 TEST_CASE("Structs are complete: missing, extra and unknown fields are rejected by name") {
   ModelProto model;
-  AddStruct(model, "kv", {{"k", TensorType(kF, {int64_t{2}})}, {"v", TensorType(kF, {int64_t{2}})}});
+  AddStruct(model, "kv",
+            {{"k", TensorType(kF, {int64_t{2}})}, {"v", TensorType(kF, {int64_t{2}})}});
   ValueValidator v(model);
-  v.ValidatePersistent("cache", RuntimeValue::Struct("kv", {{"k", Floats({2})}, {"v", Floats({2})}}),
+  v.ValidatePersistent("cache",
+                       RuntimeValue::Struct("kv", {{"k", Floats({2})}, {"v", Floats({2})}}),
                        StructRef("kv"));
   ExpectError(
       [&] {
@@ -130,11 +138,11 @@ TEST_CASE("Structs are complete: missing, extra and unknown fields are rejected 
       ErrorCode::kInvalidArgument, {"'cache'", "missing field 'v'"});
   ExpectError(
       [&] {
-        v.ValidatePersistent("cache",
-                             RuntimeValue::Struct("kv", {{"k", Floats({2})},
-                                                         {"v", Floats({2})},
-                                                         {"w", Floats({2})}}),
-                             StructRef("kv"));
+        v.ValidatePersistent(
+            "cache",
+            RuntimeValue::Struct("kv",
+                                 {{"k", Floats({2})}, {"v", Floats({2})}, {"w", Floats({2})}}),
+            StructRef("kv"));
       },
       ErrorCode::kInvalidArgument, {"'cache'", "'w'"});
   ExpectError([&] { v.CheckPersistentDeclaration("cache", StructRef("nope")); },
@@ -164,9 +172,9 @@ TEST_CASE("Sequences are validated element-wise and unchanged trees are memoized
                         StructRef("p"));
   ExpectError(
       [&] {
-        v2.ValidatePersistent(
-            "c", RuntimeValue::Struct("p", {{"items", value}, {"extra", Floats({5})}}),
-            StructRef("p"));
+        v2.ValidatePersistent("c",
+                              RuntimeValue::Struct("p", {{"items", value}, {"extra", Floats({5})}}),
+                              StructRef("p"));
       },
       ErrorCode::kInvalidArgument, {"'c.extra'", "'W'"});
   CHECK(v2.sequence_memo_hits() == 1);
@@ -227,7 +235,8 @@ TEST_CASE("Ownerless tensor storage cannot be retained") {
   float data[2] = {0.f, 0.f};
   ExpectError(
       [&] {
-        v.ValidatePersistent("past", RuntimeValue(Tensor::Unowned("p", DataType::kFloat, {2}, data)),
+        v.ValidatePersistent("past",
+                             RuntimeValue(Tensor::Unowned("p", DataType::kFloat, {2}, data)),
                              TensorType(kF, {int64_t{2}}));
       },
       ErrorCode::kInvalidArgument, {"'past'", "owner"});
@@ -239,20 +248,26 @@ TEST_CASE("Affine encoded values are checked against the logical type without de
   const TypeProto decl = TensorType(kF, {int64_t{2}, std::string("T")});
   // Per-tensor INT8: 2x4 codes = 8 bytes.
   v.ValidatePersistent("k", RuntimeValue::Encoded(Affine({2, 4}, kI8, 8)), decl);
-  ExpectError([&] { v.ValidatePersistent("k", RuntimeValue::Encoded(Affine({2, 4}, kI8, 7)), decl); },
-              ErrorCode::kInvalidArgument, {"'k'", "7 bytes", "need 8"});
+  ExpectError(
+      [&] {
+        v.ValidatePersistent("k", RuntimeValue::Encoded(Affine({2, 4}, kI8, 7)), decl);
+      },
+      ErrorCode::kInvalidArgument, {"'k'", "7 bytes", "need 8"});
   // INT4 packs two codes per byte.
   v.ValidatePersistent("k", RuntimeValue::Encoded(Affine({2, 4}, kI4, 4)), decl);
   // Per-axis: scale has dims[axis] entries.
   v.ValidatePersistent("k", RuntimeValue::Encoded(Affine({2, 4}, kU8, 8, {4}, 1)), decl);
   ExpectError(
-      [&] { v.ValidatePersistent("k", RuntimeValue::Encoded(Affine({2, 4}, kU8, 8, {2}, 1)), decl); },
+      [&] {
+        v.ValidatePersistent("k", RuntimeValue::Encoded(Affine({2, 4}, kU8, 8, {2}, 1)), decl);
+      },
       ErrorCode::kInvalidArgument, {"'k'", "scale shape [2]", "[4]"});
   // Blocked along axis 1 with block 3: ceil(4 / 3) = 2 scales per row.
   v.ValidatePersistent("k", RuntimeValue::Encoded(Affine({2, 4}, kU8, 8, {2, 2}, 1, 3)), decl);
   ExpectError(
       [&] {
-        v.ValidatePersistent("k", RuntimeValue::Encoded(Affine({2, 4}, kU8, 8, {2, 4}, 1, 3)), decl);
+        v.ValidatePersistent("k", RuntimeValue::Encoded(Affine({2, 4}, kU8, 8, {2, 4}, 1, 3)),
+                             decl);
       },
       ErrorCode::kInvalidArgument, {"'k'", "block_size 3"});
   // The logical type must match the declaration.
@@ -263,7 +278,11 @@ TEST_CASE("Affine encoded values are checked against the logical type without de
       ErrorCode::kInvalidArgument, {"'k'", "[3, 4]"});
   // Non-concrete logical shapes are rejected.
   auto symbolic = Affine({2, 4}, kI8, 8);
-  symbolic->mutable_logical_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(1)->set_dim_param("T");
+  symbolic->mutable_logical_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(1)
+      ->set_dim_param("T");
   ExpectError([&] { v.ValidatePersistent("k", RuntimeValue::Encoded(symbolic), decl); },
               ErrorCode::kInvalidArgument, {"'k'", "not concrete"});
   // External payloads must be loaded first.
@@ -274,11 +293,14 @@ TEST_CASE("Affine encoded values are checked against the logical type without de
 }
 
 TEST_CASE("signed_storage infers the unique code width and rejects ambiguous sizes") {
-  CHECK(ResolveAffineStorageType("value 'k'", [] {
-          AffineLayoutProto l;
-          l.set_signed_storage(true);
-          return l;
-        }(), 8, 4) == DataType::kInt4);
+  CHECK(ResolveAffineStorageType(
+            "value 'k'",
+            [] {
+              AffineLayoutProto l;
+              l.set_signed_storage(true);
+              return l;
+            }(),
+            8, 4) == DataType::kInt4);
   AffineLayoutProto unsigned_layout;
   unsigned_layout.set_signed_storage(false);
   CHECK(ResolveAffineStorageType("value 'k'", unsigned_layout, 8, 2) == DataType::kUint2);
@@ -313,7 +335,8 @@ TEST_CASE("parameter_ref resolves in the value's shared parameter catalogue") {
 
 TEST_CASE("Structured encodings are checked against the declared struct and byte size") {
   ModelProto model;
-  AddStruct(model, "kv", {{"k", TensorType(kF, {int64_t{2}})}, {"v", TensorType(kI8, {int64_t{3}})}});
+  AddStruct(model, "kv",
+            {{"k", TensorType(kF, {int64_t{2}})}, {"v", TensorType(kI8, {int64_t{3}})}});
   ValueValidator v(model);
   auto e = std::make_shared<EncodedValueProto>();
   e->mutable_struct_type()->set_type_ref("kv");
@@ -339,14 +362,20 @@ TEST_CASE("Paged caches are validated by page ranges and capacities without deco
   };
   v.ValidatePersistent("past", cache({}), layoutless);
   v.ValidatePersistent("past", cache({Page(0, 4, 4), Page(4, 1, 8)}), layoutless);
-  ExpectError([&] { v.ValidatePersistent("past", cache({Page(0, 4, 4), Page(5, 1, 8)}), layoutless); },
-              ErrorCode::kInvalidArgument, {"'past.blocks[1]'", "contiguous"});
+  ExpectError(
+      [&] {
+        v.ValidatePersistent("past", cache({Page(0, 4, 4), Page(5, 1, 8)}), layoutless);
+      },
+      ErrorCode::kInvalidArgument, {"'past.blocks[1]'", "contiguous"});
   ExpectError([&] { v.ValidatePersistent("past", cache({Page(0, 5, 4)}), layoutless); },
               ErrorCode::kInvalidArgument, {"'past.blocks[0]'", "exceeds"});
   ExpectError([&] { v.ValidatePersistent("past", cache({Page(0, 0, 4)}), layoutless); },
               ErrorCode::kInvalidArgument, {"'past.blocks[0]'", "not positive"});
-  ExpectError([&] { v.ValidatePersistent("past", cache({Page(0, 2, 4, 2), Page(2, 1, 4, 3)}), layoutless); },
-              ErrorCode::kInvalidArgument, {"'past.blocks[1]'", "widths"});
+  ExpectError(
+      [&] {
+        v.ValidatePersistent("past", cache({Page(0, 2, 4, 2), Page(2, 1, 4, 3)}), layoutless);
+      },
+      ErrorCode::kInvalidArgument, {"'past.blocks[1]'", "widths"});
   ExpectError(
       [&] {
         v.ValidatePersistent("past", RuntimeValue::Struct("x", {{"a", Floats({1})}}), layoutless);
