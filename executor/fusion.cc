@@ -30,8 +30,7 @@ class GraphIndex {
     auto it = producer_.find(name);
     if (it == producer_.end()) return -1;
     const NodeProto& n = graph_.node(it->second);
-    return n.op_type() == op && (n.domain().empty() || n.domain() == "ai.onnx") ? it->second
-                                                                                : -1;
+    return n.op_type() == op && (n.domain().empty() || n.domain() == "ai.onnx") ? it->second : -1;
   }
   const std::vector<int>& Readers(const std::string& name) const {
     static const std::vector<int> none;
@@ -119,9 +118,9 @@ class AttentionMatch {
     n.set_op_type("ScaledDotProductAttention");
     n.set_domain("ai.onnx_light.fused");
     n.set_name((m2.name().empty() ? m2.output(0) : m2.name()) + "/fused_attention");
-    for (const std::string& in : std::vector<std::string>{q, k, v, mask, k_expand, k_reshape,
-                                                          transpose_in_, transpose_out_,
-                                                          v_expand, v_reshape})
+    for (const std::string& in :
+         std::vector<std::string>{q, k, v, mask, k_expand, k_reshape, transpose_in_, transpose_out_,
+                                  v_expand, v_reshape})
       n.add_input(in);
     n.add_output(m2.output(0));
     for (auto [name, value] : {std::pair{"q_scale", q_scale}, std::pair{"k_scale", k_scale}}) {
@@ -209,8 +208,7 @@ class AttentionMatch {
       if (slice.input_size() > 4 && ConstInts(constant_, slice.input(4)) != std::vector<int64_t>{1})
         return false;
       auto norm = [](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + 4 : v, 0, 4); };
-      if (norm((*starts)[0]) != parts[i].first || norm((*ends)[0]) != parts[i].second)
-        return false;
+      if (norm((*starts)[0]) != parts[i].first || norm((*ends)[0]) != parts[i].second) return false;
       nodes.push_back(s);
       nodes.push_back(shape);
     }
@@ -302,12 +300,13 @@ Fusion MakeFusion(std::set<int> removed, const char* op, const std::string& name
 
 // [W *] X / sqrt(ReduceMean(Pow(X, 2), [-1]) + eps), the reciprocal as Reciprocal + Mul or
 // as Div -> RMSNormalization(X[, W]), W a constant vector.
-std::optional<Fusion> MatchRmsNorm(const GraphIndex& ix, const ConstantFn& constant, int final_mul) {
+std::optional<Fusion> MatchRmsNorm(const GraphIndex& ix, const ConstantFn& constant,
+                                   int final_mul) {
   std::set<int> taken = {final_mul};
   const NodeProto& last = ix.node(final_mul);
   auto normalized = [&](const std::string& name, std::string* x, float* eps) -> bool {
     std::set<int> mine;  // merged into `taken` only on a match
-    std::string root;  // Sqrt(...) output
+    std::string root;    // Sqrt(...) output
     if (int m = ix.Producer(name, "Mul"); m >= 0) {
       const NodeProto& mul = ix.node(m);
       for (int side = 0; side < 2 && root.empty(); ++side)
@@ -335,7 +334,8 @@ std::optional<Fusion> MatchRmsNorm(const GraphIndex& ix, const ConstantFn& const
     const NodeProto& reduce = ix.node(rm);
     const AttributeProto* keep = Attr(reduce, "keepdims");
     std::optional<std::vector<int64_t>> axes;
-    if (reduce.input_size() > 1) axes = ConstInts(constant, reduce.input(1));
+    if (reduce.input_size() > 1)
+      axes = ConstInts(constant, reduce.input(1));
     else if (const AttributeProto* a = Attr(reduce, "axes"))
       axes = std::vector<int64_t>(a->ints().begin(), a->ints().end());
     if ((keep != nullptr && keep->i() != 1) || !IsLastAxis(axes)) return false;
@@ -378,8 +378,8 @@ std::optional<Fusion> MatchRotary(const GraphIndex& ix, const ConstantFn& consta
   const NodeProto& add = ix.node(final_add);
   if (add.input_size() != 2) return std::nullopt;
   constexpr int64_t kNoAxis = std::numeric_limits<int64_t>::min();
-  auto slice_of = [&](const std::string& name, const std::string& x, int64_t* start,
-                      int64_t* end, int64_t* axis) -> int {
+  auto slice_of = [&](const std::string& name, const std::string& x, int64_t* start, int64_t* end,
+                      int64_t* axis) -> int {
     const int s = ix.Producer(name, "Slice");
     if (s < 0 || ix.node(s).input(0) != x || ix.node(s).input_size() < 4) return -1;
     const NodeProto& n = ix.node(s);
@@ -450,8 +450,8 @@ std::optional<Fusion> MatchMatMulGroup(const GraphIndex& ix, const ConstantFn& c
   int64_t k = -1;
   for (int reader : ix.Readers(a)) {
     const NodeProto& mm = ix.node(reader);
-    if (ix.Producer(mm.output(0), "MatMul") != reader || mm.input_size() != 2 ||
-        mm.input(0) != a || mm.input(1) == a)
+    if (ix.Producer(mm.output(0), "MatMul") != reader || mm.input_size() != 2 || mm.input(0) != a ||
+        mm.input(1) == a)
       continue;
     const Tensor* b = constant(mm.input(1));
     if (b == nullptr || b->dtype() != DataType::kFloat || b->rank() != 2 || !b->contiguous() ||
@@ -492,7 +492,15 @@ std::optional<Fusion> MatchDequantizeMatMul(const GraphIndex& ix, const Constant
   n.add_input(mm.input(0));
   for (const auto& in : dq.input()) n.add_input(in);
   n.add_output(mm.output(0));
-  *n.add_attribute() = *Attr(dq, "block_size");
+  const AttributeProto* block = Attr(dq, "block_size");
+  AttributeProto* b = n.add_attribute();
+  if (block != nullptr && block->i() != 0) {
+    *b = *block;
+  } else {  // per-tensor or per-column scales, repeated over blocks of this many rows
+    b->set_name("block_size");
+    b->set_type(AttributeProto::INT);
+    b->set_i(kWholeColumnBlock);
+  }
   return f;
 }
 
@@ -521,23 +529,32 @@ bool Private(const GraphIndex& ix, const Fusion& f,
 bool PackableDequantize(const NodeProto& dq, const Tensor* x, const Tensor* scale,
                         const Tensor* zero_point) {
   if (dq.op_type() != "DequantizeLinear" || !(dq.domain().empty() || dq.domain() == "ai.onnx") ||
-      x == nullptr || scale == nullptr || x->rank() != 2 || scale->rank() != 2 ||
-      scale->dtype() != DataType::kFloat)
+      x == nullptr || scale == nullptr || x->rank() != 2 || scale->dtype() != DataType::kFloat)
     return false;
   const DataType t = x->dtype();
   if (t != DataType::kInt4 && t != DataType::kUint4 && t != DataType::kInt8 &&
       t != DataType::kUint8)
     return false;
-  const AttributeProto* axis = Attr(dq, "axis");
-  const AttributeProto* block = Attr(dq, "block_size");
   const AttributeProto* out = Attr(dq, "output_dtype");
-  if (axis == nullptr || (axis->i() != 0 && axis->i() != -2) || block == nullptr ||
-      block->i() < 16 || block->i() > 256 || (block->i() & (block->i() - 1)) != 0 ||
-      (out != nullptr && out->i() != 0 && out->i() != static_cast<int64_t>(DataType::kFloat)))
+  if (out != nullptr && out->i() != 0 && out->i() != static_cast<int64_t>(DataType::kFloat))
     return false;
-  const int64_t k = x->dim(0), n = x->dim(1), blocks = (k + block->i() - 1) / block->i();
-  if (scale->dim(0) != blocks || scale->dim(1) != n) return false;
-  return zero_point == nullptr || (zero_point->dtype() == t && zero_point->shape() == scale->shape());
+  if (zero_point != nullptr && (zero_point->dtype() != t || zero_point->shape() != scale->shape()))
+    return false;
+  const AttributeProto* axis_attr = Attr(dq, "axis");
+  const AttributeProto* block = Attr(dq, "block_size");
+  const int64_t axis = axis_attr == nullptr ? 1 : axis_attr->i();  // DequantizeLinear's default
+  const int64_t k = x->dim(0), n = x->dim(1);
+  if (block == nullptr || block->i() == 0) {
+    // Per-tensor (one scale) or per output column (axis 1, scale [N]): DequantizeMatMul
+    // repeats the scale over blocks of kWholeColumnBlock rows.
+    if (scale->numel() == 1 && scale->rank() <= 1) return true;
+    return (axis == 1 || axis == -1) && scale->rank() == 1 && scale->dim(0) == n;
+  }
+  if ((axis != 0 && axis != -2) || scale->rank() != 2 || block->i() < 16 || block->i() > 256 ||
+      (block->i() & (block->i() - 1)) != 0)
+    return false;
+  const int64_t blocks = (k + block->i() - 1) / block->i();
+  return scale->dim(0) == blocks && scale->dim(1) == n;
 }
 
 std::vector<Fusion> FindFusions(const GraphProto& graph, const std::vector<bool>& alive,
@@ -564,8 +581,10 @@ std::vector<Fusion> FindFusions(const GraphProto& graph, const std::vector<bool>
         keep(match.Run(i));
       }
     } else if (ix.Producer(y, "Mul") == i) {
-      if (auto f = MatchRmsNorm(ix, constant, i)) keep(std::move(f));
-      else keep(MatchSilu(ix, i));
+      if (auto f = MatchRmsNorm(ix, constant, i))
+        keep(std::move(f));
+      else
+        keep(MatchSilu(ix, i));
     } else if (ix.Producer(y, "Add") == i) {
       keep(MatchRotary(ix, constant, i));
     }

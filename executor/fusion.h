@@ -36,9 +36,13 @@ struct Fusion {
 };
 
 // Whether `dq` is a DequantizeLinear that DequantizeMatMul can take as its MatMul's B: x a
-// constant [K, N] INT4/UINT4/INT8/UINT8, blocked along K (axis 0, block_size 16..256, a power
-// of two), FLOAT scale [ceil(K / block), N], zero point absent or of x's type and the
-// scale's shape, FLOAT output.
+// constant [K, N] INT4/UINT4/INT8/UINT8 with FLOAT scales either blocked along K (axis 0,
+// block_size 16..256, a power of two, scale [ceil(K / block), N]), per output column (axis 1,
+// scale [N]) or per tensor (one scale); zero point absent or of x's type and the scale's
+// shape; FLOAT output.
+// The block DequantizeMatMul is given for per-column and per-tensor scales (any size works:
+// every block of a column has the same scale; larger blocks mean fewer scale products).
+inline constexpr int64_t kWholeColumnBlock = 128;
 bool PackableDequantize(const NodeProto& dq, const Tensor* x, const Tensor* scale,
                         const Tensor* zero_point);
 

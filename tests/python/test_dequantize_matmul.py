@@ -1,10 +1,10 @@
 """Standard ONNX weight-only quantization: MatMul(A, DequantizeLinear(W)) of a constant
 weight blocked along K (INT4/UINT4/INT8/UINT8, with and without zero points, K a multiple of
-the block or not) runs as ai.onnx_light.fused::DequantizeMatMul on the packed quantized
-weight: the same result as onnxruntime on the same file (DequantizeLinear then MatMul, within
-1e-4 relative), the plan
+the block or not), or scaled per output column or per tensor, runs as
+ai.onnx_light.fused::DequantizeMatMul on the packed quantized weight: the same result as
+onnxruntime on the same file (DequantizeLinear then MatMul, within 1e-4 relative), the plan
 neither folds the DequantizeLinear nor runs it per call, and a DequantizeLinear the fusion
-cannot take (per-tensor scale, a second reader) keeps the ordinary path."""
+cannot take (scales per row of K, a second reader) keeps the ordinary path."""
 from __future__ import annotations
 
 import collections
@@ -25,21 +25,32 @@ def quantized(name, dtype, values):
     return helper.make_tensor(name, elem, list(values.shape), values.flatten().tolist())
 
 
+# Scale layouts besides blocks: (scale shape for W [k, n], DequantizeLinear attributes).
+LAYOUTS = {
+    "per_tensor": (lambda k, n: (), {}),
+    "per_tensor_1d": (lambda k, n: (1,), {}),
+    "per_column": (lambda k, n: (n,), {"axis": 1}),
+    "per_column_default_axis": (lambda k, n: (n,), {}),
+    "per_column_axis_-1": (lambda k, n: (n,), {"axis": -1}),
+    "per_row": (lambda k, n: (k,), {"axis": 0}),
+}
+
+
 def build(dtype="int4", k=96, n=40, block=32, zero_point=True, second_reader=False,
-          per_tensor=False, m=3, seed=0):
+          layout=None, m=3, seed=0):
     rng = np.random.default_rng(seed)
     _, lo, hi = TYPES[dtype]
     blocks = (k + block - 1) // block
     w = rng.integers(lo, hi + 1, (k, n))
     inits = [quantized("w", dtype, w)]
-    scale_shape = () if per_tensor else (blocks, n)
+    scale_shape = LAYOUTS[layout][0](k, n) if layout else (blocks, n)
     inits.append(numpy_helper.from_array(
         (rng.random(scale_shape) * 0.1 + 0.01).astype(np.float32), "scale"))
     dq_inputs = ["w", "scale"]
     if zero_point:
         inits.append(quantized("zp", dtype, rng.integers(lo, hi + 1, scale_shape)))
         dq_inputs.append("zp")
-    attrs = {} if per_tensor else {"axis": 0, "block_size": block}
+    attrs = LAYOUTS[layout][1] if layout else {"axis": 0, "block_size": block}
     nodes = [helper.make_node("DequantizeLinear", dq_inputs, ["wf"], name="dq", **attrs),
              helper.make_node("MatMul", ["a", "wf"], ["y"], name="mm")]
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
@@ -84,14 +95,30 @@ def test_a_blocked_weight_runs_packed_and_matches_onnxruntime(dtype, zero_point,
     assert ops == {"DequantizeMatMul": 1}
 
 
-def test_the_packed_weight_is_smaller_than_its_float_form():
+@pytest.mark.parametrize("dtype", sorted(TYPES))
+@pytest.mark.parametrize("zero_point", [True, False])
+@pytest.mark.parametrize("layout", ["per_tensor", "per_tensor_1d", "per_column",
+                                    "per_column_default_axis", "per_column_axis_-1"])
+@pytest.mark.parametrize("k,m", [(96, 3), (300, 1)])
+def test_per_column_and_per_tensor_scales_run_packed_and_match_onnxruntime(dtype, zero_point,
+                                                                           layout, k, m):
+    data, feeds = build(dtype, k=k, zero_point=zero_point, layout=layout, m=m)
+    ours, theirs, ops = run_both(data, feeds)
+    scale = np.abs(theirs["y"]).max()
+    np.testing.assert_allclose(ours["y"], theirs["y"], rtol=1e-4, atol=1e-4 * scale)
+    assert ops == {"DequantizeMatMul": 1}
+
+
+@pytest.mark.parametrize("layout", [None, "per_column", "per_tensor"])
+def test_the_packed_weight_is_smaller_than_its_float_form(layout):
     k, n = 512, 256
-    data, feeds = build("int4", k=k, n=n, block=32)
+    data, feeds = build("int4", k=k, n=n, block=32, layout=layout)
     before = runtime.packed_weight_bytes()
     ours, theirs, _ = run_both(data, feeds)
     np.testing.assert_allclose(ours["y"], theirs["y"], rtol=1e-4,
                                atol=1e-4 * np.abs(theirs["y"]).max())
-    # 4-bit values, a float scale and zero point per 32 of them: under a quarter of FLOAT.
+    # 4-bit values, a float scale and zero point per block (32, or 128 when the scales are
+    # per column or per tensor): under a quarter of FLOAT.
     grown = runtime.packed_weight_bytes() - before
     assert 0 < grown < k * n * 4 // 4
 
@@ -108,7 +135,7 @@ def test_without_fusion_the_plan_folds_the_dequantize_once():
 
 
 def test_a_dequantize_the_fusion_cannot_take_keeps_the_ordinary_path():
-    for data, feeds in (build("int8", per_tensor=True), build("int4", second_reader=True)):
+    for data, feeds in (build("int8", layout="per_row"), build("int4", second_reader=True)):
         ours, theirs, ops = run_both(data, feeds)
         for name in theirs:
             np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-4,
