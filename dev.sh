@@ -11,7 +11,12 @@ mode=${1:-demo}
 shift || true
 
 apt_packages=(g++ make ninja-build cmake libprotobuf-dev protobuf-compiler libtbb-dev
-  libasio-dev pybind11-dev doctest-dev libbenchmark-dev libdlpack-dev python3-dev)
+  libasio-dev pybind11-dev doctest-dev libbenchmark-dev libdlpack-dev python3-dev
+  ccache clang-format)
+
+# ccache keys on paths relative to the checkout, so build/ and build-wheel/ (pip wheel .)
+# share compiled objects, and a rebuild after `git checkout` of an old commit is quick.
+export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
 
 ensure_apt() {
   local missing=()
@@ -52,9 +57,12 @@ build() {
   if [ ! -f build/CMakeCache.txt ]; then
     echo "== configuring (build/)"
     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$py" \
+      -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
       -DCMAKE_POLICY_VERSION_MINIMUM=3.5 > build-configure.log 2>&1 || {
       cat build-configure.log; exit 1; }
     mv build-configure.log build/configure.log
+  elif ! grep -q '^CMAKE_CXX_COMPILER_LAUNCHER:.*ccache' build/CMakeCache.txt; then
+    cmake -B build -DCMAKE_CXX_COMPILER_LAUNCHER=ccache > build/configure.log 2>&1
   fi
   echo "== building"
   local start=$SECONDS
