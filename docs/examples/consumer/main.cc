@@ -2,11 +2,11 @@
 // that knows onnx-light only through its installed package (find_package). Greedy decoding of
 // a character-level toy decoder whose cache is fed back through persistent_bindings; the
 // tokens must equal what Generate() gives for the same prompt. Exits 0 when they do.
+#include <algorithm>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
 #include <asio/use_awaitable.hpp>
-#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -36,9 +36,13 @@ std::shared_ptr<const onnx_light::ModelProto> BuildModel() {
   const std::string v = std::to_string(kVocab);
   auto model = std::make_shared<onnx_light::ModelProto>(onnx_light::core::ParseModel(
       "<ir_version: 10, opset_import: [\"\" : 18]>"
-      "chars (int64[B, S] input_ids, float[B, P] past) => (float[B, S, " + v + "] logits,"
+      "chars (int64[B, S] input_ids, float[B, P] past) => (float[B, S, " +
+      v +
+      "] logits,"
       " float[B, Q] present)"
-      "<float[" + v + ", " + v + "] table = {" + table + "}, float[" + v + "] w = {" + w + "},"
+      "<float[" +
+      v + ", " + v + "] table = {" + table + "}, float[" + v + "] w = {" + w +
+      "},"
       " int64[1] axis1 = {1}, int64[1] axis2 = {2}>"
       "{ f = Cast<to = 1>(input_ids)  present = Concat<axis = 1>(past, f)"
       "  s = ReduceSum<keepdims = 1>(present, axis1)  s3 = Unsqueeze(s, axis2)"
@@ -51,8 +55,7 @@ std::shared_ptr<const onnx_light::ModelProto> BuildModel() {
 }
 
 RuntimeValue Ids(const std::vector<int64_t>& ids) {
-  return RuntimeValue(
-      Tensor::FromInt64("input_ids", {1, static_cast<int64_t>(ids.size())}, ids));
+  return RuntimeValue(Tensor::FromInt64("input_ids", {1, static_cast<int64_t>(ids.size())}, ids));
 }
 
 int64_t ArgmaxOfLastRow(const Tensor& logits) {
@@ -92,12 +95,11 @@ int main() {
 
   std::vector<int64_t> tokens;
   asio::io_context io;
-  asio::co_spawn(
-      io, GenerateGreedy(model, context, ids),
-      [&](std::exception_ptr error, std::vector<int64_t> result) {
-        if (error) std::rethrow_exception(error);
-        tokens = std::move(result);
-      });
+  asio::co_spawn(io, GenerateGreedy(model, context, ids),
+                 [&](std::exception_ptr error, std::vector<int64_t> result) {
+                   if (error) std::rethrow_exception(error);
+                   tokens = std::move(result);
+                 });
   io.run();
 
   RuntimeValueMap feeds;
@@ -107,11 +109,10 @@ int main() {
   options.max_new_tokens = kNewTokens;
   const std::vector<int64_t> direct =
       Generate(model, context, std::move(feeds), options).ToInt64Vector();
-  const std::vector<int64_t> expected(direct.begin() + static_cast<long>(ids.size()),
-                                      direct.end());
+  const std::vector<int64_t> expected(direct.begin() + static_cast<long>(ids.size()), direct.end());
   std::string text;
   for (int64_t t : tokens) text += static_cast<char>(32 + t);
-  std::printf("\"%s\" -> \"%s\" (%zu tokens, same as Generate: %s)\n", prompt.c_str(),
-              text.c_str(), tokens.size(), tokens == expected ? "yes" : "NO");
+  std::printf("\"%s\" -> \"%s\" (%zu tokens, same as Generate: %s)\n", prompt.c_str(), text.c_str(),
+              tokens.size(), tokens == expected ? "yes" : "NO");
   return tokens == expected ? 0 : 1;
 }
