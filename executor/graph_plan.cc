@@ -139,12 +139,10 @@ std::vector<std::string> ImplicitInputs(const NodeProto& node) {
 // Build
 
 std::unique_ptr<GraphPlan> GraphPlan::BuildModel(std::shared_ptr<const ModelProto> model,
-                                                 RuntimeContext& context, bool fold_constants,
-                                                 bool fuse_subgraphs) {
+                                                 RuntimeContext& context,
+                                                 PlanBuildScope options) {
   OL_CHECK(model != nullptr, ErrorCode::kInvalidArgument, "null model");
-  PlanBuildScope scope;
-  scope.fold_constants = fold_constants;
-  scope.fuse_subgraphs = fuse_subgraphs;
+  PlanBuildScope scope = std::move(options);
   scope.model = model.get();
   scope.opsets = context.kernel_ctx();
   for (const auto& o : model->opset_import()) scope.opsets.set_opset(o.domain(), o.version());
@@ -527,6 +525,12 @@ void GraphPlan::ApplyFusions(std::vector<int>& order, std::vector<std::vector<in
   };
   for (Fusion& f : FindFusions(*graph_, alive, constant_tensor, graph_output)) {
     if (BuiltinKernels().Find(f.node.domain(), f.node.op_type(), 1) == nullptr) continue;
+    if (f.node.op_type() == "DequantizeMatMul" && scope_.dequantize_matmul_accuracy_level != 0) {
+      AttributeProto* level = f.node.add_attribute();
+      level->set_name("accuracy_level");
+      level->set_type(AttributeProto::INT);
+      level->set_i(scope_.dequantize_matmul_accuracy_level);
+    }
     const int index = n_graph + static_cast<int>(synthesized_.size());
     synthesized_.push_back(std::make_unique<NodeProto>(std::move(f.node)));
     const NodeProto& node = *synthesized_.back();

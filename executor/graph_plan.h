@@ -58,6 +58,8 @@ struct PlanBuildScope {
   bool fold_constants = true;
   // Replace exported subgraphs by fused kernels (executor/fusion.h).
   bool fuse_subgraphs = true;
+  // The accuracy_level the fused DequantizeMatMul nodes get (RuntimeSessionOptions).
+  int dequantize_matmul_accuracy_level = 0;
 };
 // Non-null only inside GraphPlan::Build (on the building thread).
 const PlanBuildScope* CurrentPlanBuildScope();
@@ -113,10 +115,11 @@ class GraphPlan {
   static std::unique_ptr<GraphPlan> Build(const GraphProto& graph, RuntimeContext& context,
                                           const PlanBuildScope& scope,
                                           const std::vector<std::string>& captures = {});
-  // A root plan for `model`'s main graph.
+  // A root plan for `model`'s main graph; `options` gives the switches (fold_constants,
+  // fuse_subgraphs, ...), the model and its opsets are filled in here.
   static std::unique_ptr<GraphPlan> BuildModel(std::shared_ptr<const ModelProto> model,
-                                               RuntimeContext& context, bool fold_constants = true,
-                                               bool fuse_subgraphs = true);
+                                               RuntimeContext& context,
+                                               PlanBuildScope options);
 
   const GraphProto& graph() const { return *graph_; }
   size_t slot_count() const { return slot_names_.size(); }

@@ -83,6 +83,12 @@ RuntimeSession::RuntimeSession(std::shared_ptr<const ModelProto> model,
            "RuntimeSessionOptions.intra_op_threads must be >= 0, got " +
                std::to_string(options_.intra_op_threads));
   CheckNodeArity(*model_);  // extra inputs/outputs would be silently ignored by kernels
+  OL_CHECK(options_.dequantize_matmul_accuracy_level == 0 ||
+               options_.dequantize_matmul_accuracy_level == 4,
+           ErrorCode::kInvalidArgument,
+           "RuntimeSessionOptions.dequantize_matmul_accuracy_level must be 0 (float) or 4 (int8 "
+           "activations), got " +
+               std::to_string(options_.dequantize_matmul_accuracy_level));
   impl_ = std::make_unique<Impl>(options_.intra_op_threads);
   if (options_.profile) impl_->profile = std::make_unique<NodeProfile>();
 }
@@ -121,8 +127,11 @@ RuntimeSession::CachedPlan& RuntimeSession::Cached(RuntimeContext& context) cons
   cached->opsets = context.kernel_ctx().opsets();
   cached->allocator = &context.allocator();
   cached->shareable = context.custom_kernels().empty();
-  cached->plan =
-      GraphPlan::BuildModel(model_, context, options_.fold_constants, options_.fuse_subgraphs);
+  PlanBuildScope plan_options;
+  plan_options.fold_constants = options_.fold_constants;
+  plan_options.fuse_subgraphs = options_.fuse_subgraphs;
+  plan_options.dequantize_matmul_accuracy_level = options_.dequantize_matmul_accuracy_level;
+  cached->plan = GraphPlan::BuildModel(model_, context, std::move(plan_options));
   impl_->plans.push_back(std::move(cached));
   return *impl_->plans.back();
 }

@@ -49,6 +49,11 @@ struct RuntimeSessionOptions {
   // Replace subgraphs exporters write (torch's decomposed attention) by fused kernels when
   // the plan is built (executor/fusion.h). Off: the graph's own nodes run.
   bool fuse_subgraphs = true;
+  // MatMul(A, DequantizeLinear(W)) fused into DequantizeMatMul computes exactly in float (0,
+  // the default) or, at 4, quantizes A to int8 per 32 values as MatMulNBits accuracy_level 4
+  // (and onnxruntime's session.qdq_matmulnbits_accuracy_level) do: 4-bit weights with blocks
+  // of a multiple of 32, at most 4 rows; errors ~1e-2 relative. Other values are refused.
+  int dequantize_matmul_accuracy_level = 0;
   // Largest tensor (in bytes) one allocation of a run may request; a larger one fails with
   // kResourceExhausted naming the node and the size instead of exhausting the machine.
   // Default: half the physical memory (core::DefaultMaxTensorBytes()); 0 = unlimited.

@@ -11,7 +11,8 @@
 // once into the MatMulNBits tiles (ops/contrib/nbits_gemm.h) with the zero points as floats
 // (signed types shifted to unsigned: q + 8 or q + 128, the zero point likewise), and every
 // product runs on those tiles in float arithmetic (exactly DequantizeLinear then MatMul, up to
-// the summation order).
+// the summation order), unless the session asks for accuracy_level 4: then the activations are
+// quantized to int8 as MatMulNBits accuracy_level 4 does (ops/contrib/nbits_gemm.h).
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -123,7 +124,8 @@ class DequantizeMatMul final : public core::runtime::KernelBase {
     shape.back() = n;
     Tensor& y = call.AllocateOutput(0, DataType::kFloat, shape);
     if (a.numel() == 0) return;
-    contrib::NBitsGemm(*packed_, a.numel() / k, a.data<float>(), y.mutable_data<float>());
+    contrib::NBitsGemm(*packed_, a.numel() / k, a.data<float>(), y.mutable_data<float>(),
+                       contrib::NBitsPath::kAuto, compute_);
   }
 
  private:
@@ -145,10 +147,14 @@ class DequantizeMatMul final : public core::runtime::KernelBase {
  protected:
   void Configure(const NodeProto& node) override {
     block_ = core::runtime::AttrInt(node, "block_size", 0);
+    // Set by the plan from RuntimeSessionOptions::dequantize_matmul_accuracy_level.
+    if (core::runtime::AttrInt(node, "accuracy_level", 0) == 4)
+      compute_ = contrib::NBitsCompute::kInt8;
   }
 
  private:
   int64_t block_ = 0;
+  contrib::NBitsCompute compute_ = contrib::NBitsCompute::kFloat;
   Tensor constant_[4];
   mutable std::once_flag once_;
   mutable std::unique_ptr<const contrib::PackedNBits> packed_;

@@ -320,7 +320,7 @@ void RegisterSession(py::module_& runtime) {
   py::class_<RuntimeSessionOptions>(runtime, "RuntimeSessionOptions")
       .def(py::init([](int intra_op_threads, py::object capacity, const std::string& executor,
                        bool fold_constants, bool fuse_subgraphs, py::object max_tensor_bytes,
-                       bool profile) {
+                       bool profile, int dequantize_matmul_accuracy_level) {
              if (intra_op_threads < 0)
                throw py::value_error("intra_op_threads must be >= 0, got " +
                                      std::to_string(intra_op_threads));
@@ -333,18 +333,25 @@ void RegisterSession(py::module_& runtime) {
              if (!max_tensor_bytes.is_none())
                o.max_tensor_bytes = SizeFromPython(max_tensor_bytes, "max_tensor_bytes");
              o.profile = profile;
+             o.dequantize_matmul_accuracy_level = dequantize_matmul_accuracy_level;
              return o;
            }),
            py::kw_only(), py::arg("intra_op_threads") = 0,
            py::arg("persistent_tensor_initial_capacity") = 32, py::arg("executor") = "auto",
            py::arg("fold_constants") = true, py::arg("fuse_subgraphs") = true,
            py::arg("max_tensor_bytes") = py::none(), py::arg("profile") = false,
+           py::arg("dequantize_matmul_accuracy_level") = 0,
            "max_tensor_bytes: the largest tensor one allocation of a run may request (None: "
            "half the physical memory; 0: unlimited); a larger one raises MemoryError naming "
            "the node and the size. profile: time every node of every run; the session's (or "
-           "state's) profile() gives the totals, onnx_light.profiling.profile_table a table.")
+           "state's) profile() gives the totals, onnx_light.profiling.profile_table a table. "
+           "dequantize_matmul_accuracy_level: 0 computes MatMul(A, DequantizeLinear(W)) "
+           "exactly in float; 4 quantizes A to int8 per 32 values, as onnxruntime does.")
       .def_readwrite("profile", &RuntimeSessionOptions::profile,
                      "Time every node of every run (RuntimeSession.profile()).")
+      .def_readwrite("dequantize_matmul_accuracy_level",
+                     &RuntimeSessionOptions::dequantize_matmul_accuracy_level,
+                     "0: MatMul(A, DequantizeLinear(W)) exactly in float; 4: A quantized to int8.")
       .def_property(
           "max_tensor_bytes", [](const RuntimeSessionOptions& o) { return o.max_tensor_bytes; },
           [](RuntimeSessionOptions& o, py::object v) {
@@ -379,7 +386,12 @@ void RegisterSession(py::module_& runtime) {
                "', fold_constants=" + (o.fold_constants ? "True" : "False") +
                ", fuse_subgraphs=" + (o.fuse_subgraphs ? "True" : "False") +
                ", max_tensor_bytes=" + std::to_string(o.max_tensor_bytes) +
-               (o.profile ? ", profile=True" : "") + ")";
+               (o.profile ? ", profile=True" : "") +
+               (o.dequantize_matmul_accuracy_level
+                    ? ", dequantize_matmul_accuracy_level=" +
+                          std::to_string(o.dequantize_matmul_accuracy_level)
+                    : "") +
+               ")";
       });
 
   py::class_<PySession, std::shared_ptr<PySession>>(

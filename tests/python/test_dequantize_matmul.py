@@ -141,3 +141,47 @@ def test_a_dequantize_the_fusion_cannot_take_keeps_the_ordinary_path():
             np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-4,
                                        atol=1e-4 * np.abs(theirs[name]).max())
         assert "DequantizeMatMul" not in ops
+
+
+def run_int8(data, feeds, level=4):
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(21)),
+                                     events_enabled=True)
+    options = runtime.RuntimeSessionOptions(dequantize_matmul_accuracy_level=level)
+    out = runtime.RuntimeSession(data, options).run(context, feeds)
+    ops = collections.Counter(e.op_type for e in context.events()
+                              if e.action == runtime.RuntimeEventAction.kKernel)
+    return np.from_dlpack(out["y"]).copy(), ops
+
+
+@pytest.mark.parametrize("dtype", ["int4", "uint4"])
+@pytest.mark.parametrize("zero_point", [True, False])
+@pytest.mark.parametrize("m", [1, 3])
+def test_accuracy_level_4_quantizes_the_activations_as_onnxruntime_does(dtype, zero_point, m):
+    data, feeds = build(dtype, k=256, n=48, block=32, zero_point=zero_point, m=m)
+    ours, ops = run_int8(data, feeds)
+    assert ops == {"DequantizeMatMul": 1}
+    exact, theirs, _ = run_both(data, feeds)
+    # onnxruntime's own optimized session rewrites the pair into MatMulNBits with int8
+    # activations (session.qdq_matmulnbits_accuracy_level defaults to 4).
+    optimized = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    (reference,) = optimized.run(["y"], feeds)
+    scale = np.abs(theirs["y"]).max()
+    assert not np.array_equal(ours, exact["y"])  # the activations really were quantized
+    np.testing.assert_allclose(ours, reference, rtol=0, atol=1e-5 * scale)
+    np.testing.assert_allclose(ours, theirs["y"], rtol=0, atol=2e-2 * scale)
+
+
+def test_accuracy_level_4_keeps_float_where_int8_does_not_apply():
+    # 8-bit weights: the int8 path is for 4-bit weights only, so the product stays exact.
+    data, feeds = build("int8", k=96, block=32)
+    ours, ops = run_int8(data, feeds)
+    exact, _, _ = run_both(data, feeds)
+    assert ops == {"DequantizeMatMul": 1}
+    np.testing.assert_array_equal(ours, exact["y"])
+
+
+def test_an_unknown_accuracy_level_is_refused_with_its_name():
+    data, _ = build("int4")
+    with pytest.raises(ValueError, match="dequantize_matmul_accuracy_level must be 0 .* got 3"):
+        runtime.RuntimeSession(data, runtime.RuntimeSessionOptions(
+            dequantize_matmul_accuracy_level=3))
