@@ -16,7 +16,8 @@ apt_packages=(g++ make ninja-build cmake libprotobuf-dev protobuf-compiler libtb
 
 # ccache keys on paths relative to the checkout, so build/ and build-wheel/ (pip wheel .)
 # share compiled objects, and a rebuild after `git checkout` of an old commit is quick.
-export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
+# The sloppiness lets ccache cache objects compiled with ops/'s precompiled header.
+export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1 CCACHE_SLOPPINESS=pch_defines,time_macros
 
 ensure_apt() {
   local missing=()

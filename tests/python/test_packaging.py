@@ -33,7 +33,8 @@ print(np.from_dlpack(out)[0].tolist())
 
 
 def _build_env():
-    env = dict(os.environ, CCACHE_BASEDIR=str(ROOT), CCACHE_NOHASHDIR="1")
+    env = dict(os.environ, CCACHE_BASEDIR=str(ROOT), CCACHE_NOHASHDIR="1",
+               CCACHE_SLOPPINESS="pch_defines,time_macros")
     env.pop("PYTHONPATH", None)
     if shutil.which("ccache"):
         env["CMAKE_CXX_COMPILER_LAUNCHER"] = "ccache"
