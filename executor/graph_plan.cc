@@ -139,8 +139,7 @@ std::vector<std::string> ImplicitInputs(const NodeProto& node) {
 // Build
 
 std::unique_ptr<GraphPlan> GraphPlan::BuildModel(std::shared_ptr<const ModelProto> model,
-                                                 RuntimeContext& context,
-                                                 PlanBuildScope options) {
+                                                 RuntimeContext& context, PlanBuildScope options) {
   OL_CHECK(model != nullptr, ErrorCode::kInvalidArgument, "null model");
   PlanBuildScope scope = std::move(options);
   scope.model = model.get();

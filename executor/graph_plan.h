@@ -118,8 +118,7 @@ class GraphPlan {
   // A root plan for `model`'s main graph; `options` gives the switches (fold_constants,
   // fuse_subgraphs, ...), the model and its opsets are filled in here.
   static std::unique_ptr<GraphPlan> BuildModel(std::shared_ptr<const ModelProto> model,
-                                               RuntimeContext& context,
-                                               PlanBuildScope options);
+                                               RuntimeContext& context, PlanBuildScope options);
 
   const GraphProto& graph() const { return *graph_; }
   size_t slot_count() const { return slot_names_.size(); }
