@@ -51,6 +51,9 @@ class ModelSettings:
     # tokenizer_config.json's bos_token/eos_token strings (chat templates use them)
     special_tokens: dict = field(default_factory=dict)
     context_length: int | None = None  # prompt + new tokens the model's positions allow
+    # Width of one attention head: fills a cache's symbolic last dimension (the genai builder
+    # declares it as 'kv_cache_dim').
+    head_size: int | None = None
 
 
 def load_tokenizer(path: str):
@@ -72,6 +75,28 @@ def _ids(value) -> list:
 def _token_text(value) -> str | None:
     """tokenizer_config.json writes a special token as a string or {"content": ...}."""
     return value.get("content") if isinstance(value, dict) else value
+
+
+def _head_size(dirs) -> int | None:
+    """genai_config.json's model.decoder.head_size, else config.json's head_dim (or
+    hidden_size / num_attention_heads), from the first directory that has one."""
+    for d in dirs:
+        for name in ("genai_config.json", "config.json"):
+            path = os.path.join(d, name)
+            if not os.path.isfile(path):
+                continue
+            with open(path) as f:
+                data = json.load(f)
+            if name == "genai_config.json":
+                size = data.get("model", {}).get("decoder", {}).get("head_size")
+            else:
+                size = data.get("head_dim")
+                if not isinstance(size, int) and isinstance(data.get("hidden_size"), int) and \
+                        isinstance(data.get("num_attention_heads"), int):
+                    size = data["hidden_size"] // data["num_attention_heads"]
+            if isinstance(size, int) and size > 0:
+                return size
+    return None
 
 
 def _context_length(dirs) -> int | None:
@@ -96,7 +121,7 @@ def read_settings(*dirs: str) -> ModelSettings:
     """EOS/BOS from the first of genai_config.json, generation_config.json, config.json found
     in `dirs` (in order); the chat template and special token strings from the first
     tokenizer_config.json; the context length as _context_length finds it."""
-    settings = ModelSettings(context_length=_context_length(dirs))
+    settings = ModelSettings(context_length=_context_length(dirs), head_size=_head_size(dirs))
     found = False
     for d in dirs:
         for name in ("genai_config.json", "generation_config.json", "config.json"):
@@ -120,8 +145,10 @@ def read_settings(*dirs: str) -> ModelSettings:
     return settings
 
 
-def empty_caches(model) -> dict:
-    """Zeros for every bound input: a symbolic first dimension (batch) 1, the others 0."""
+def empty_caches(model, head_size: int | None = None) -> dict:
+    """Zeros for every bound input: a symbolic first dimension (batch) 1, the symbolic last
+    dimension of a rank-4 cache [batch, kv_heads, past, head] `head_size` (an empty cache
+    still has its head width), the others (the past length) 0."""
     declared = {v.name: v for v in model.graph.input}
     caches = {}
     for binding in model.graph.persistent_bindings:
@@ -133,8 +160,16 @@ def empty_caches(model) -> dict:
         if dtype is None:
             raise ValueError(f"bound input '{binding.input_name}' has element type "
                              f"{tensor.elem_type}, which empty caches do not support")
+        dims = tensor.shape.dim
         shape = [d.dim_value if d.HasField("dim_value") else (1 if i == 0 else 0)
-                 for i, d in enumerate(tensor.shape.dim)]
+                 for i, d in enumerate(dims)]
+        if len(dims) == 4 and not dims[3].HasField("dim_value"):
+            if head_size is None:
+                raise ValueError(
+                    f"bound input '{binding.input_name}' declares its head dimension as "
+                    f"'{dims[3].dim_param or '?'}': give the head size (genai_config.json's "
+                    f"model.decoder.head_size or config.json's head_dim beside the model)")
+            shape[3] = head_size
         caches[binding.input_name] = np.zeros(shape, dtype)
     return caches
 
@@ -248,6 +283,7 @@ class TextGenerator:
 
     def _setup(self, model, tokenizer, settings: ModelSettings, threads: int | None) -> None:
         self.model, self.tokenizer, self.settings = model, tokenizer, settings
+        empty_caches(model, settings.head_size)  # a cache it cannot shape fails here, not per call
         opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
                     or [18])
         self.context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(opset)))
@@ -278,7 +314,8 @@ class TextGenerator:
 
     def feeds(self, ids: list) -> dict:
         """input_ids [1, len(ids)] and empty caches: the feeds of one generation."""
-        return {"input_ids": np.asarray([ids], np.int64), **empty_caches(self.model)}
+        return {"input_ids": np.asarray([ids], np.int64),
+                **empty_caches(self.model, self.settings.head_size)}
 
     def stream(self, prompt: str, max_new_tokens: int = 64, temperature: float = 0.0,
                top_k: int = 0, top_p: float = 1.0, seed: int | None = None,

@@ -135,3 +135,38 @@ def test_the_command_line_streams_text_and_reports_figures(files):
                           "--prompt", PROMPT], capture_output=True, text=True, env=env,
                          timeout=300)
     assert bad.returncode == 1 and "no tokenizer.json at" in bad.stderr
+
+
+def _cache_model(head_dim):
+    """A model with one bound cache declared [batch, 2, past, head_dim]."""
+    from onnx import TensorProto, helper
+
+    cache = helper.make_tensor_value_info("past", TensorProto.FLOAT,
+                                          ["batch", 2, "past_sequence_length", head_dim])
+    out = helper.make_tensor_value_info("present", TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node("Identity", ["past"], ["present"])], "g",
+                              [cache], [out])
+    model = ol_onnx.load_model(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString())
+    binding = model.graph.persistent_bindings.add()
+    binding.input_name, binding.output_name = "past", "present"
+    return model
+
+
+def test_an_empty_cache_gets_its_symbolic_head_width_from_the_model_folder(tmp_path):
+    from onnx_light.text import read_settings
+
+    (tmp_path / "genai_config.json").write_text(json.dumps(
+        {"model": {"decoder": {"head_size": 64}, "context_length": 256}}))
+    settings = read_settings(str(tmp_path))
+    assert settings.head_size == 64
+    assert empty_caches(_cache_model("kv_cache_dim"), settings.head_size)["past"].shape == \
+        (1, 2, 0, 64)
+    assert empty_caches(_cache_model(32))["past"].shape == (1, 2, 0, 32)
+    with pytest.raises(ValueError, match="'past' declares its head dimension as 'kv_cache_dim'"):
+        empty_caches(_cache_model("kv_cache_dim"))
+    config = tmp_path / "hf"
+    config.mkdir()
+    (config / "config.json").write_text(json.dumps({"hidden_size": 576,
+                                                    "num_attention_heads": 9}))
+    assert read_settings(str(config)).head_size == 64

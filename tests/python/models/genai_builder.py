@@ -45,25 +45,14 @@ def _key(arch: str, precision: str, size: str) -> str:
 
 
 def _checkpoint(arch: str, size: str, out: str) -> None:
-    import torch
-    import transformers
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    torch.manual_seed(0)
-    config_class = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}[arch]
-    model = transformers.AutoModelForCausalLM.from_config(config_class(**_config(arch, size)))
-    with torch.no_grad():  # random (not zero) attention biases, so Qwen2's bias path is built
-        for name, p in model.named_parameters():
-            if name.endswith("bias"):
-                p.normal_(0, 0.1)
-    model.save_pretrained(out)
-    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel()
-    tokenizer.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 4,
-                                  trainers.BpeTrainer(vocab_size=120,
-                                                      special_tokens=["<unk>", "<s>", "</s>"]))
-    transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>",
-                                         eos_token="</s>", unk_token="<unk>").save_pretrained(out)
+    """The random-weight checkpoint and tokenizer of docs/examples/random_checkpoint.py."""
+    examples = os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs", "examples")
+    sys.path.insert(0, os.path.normpath(examples))
+    try:
+        from random_checkpoint import write_checkpoint
+    finally:
+        sys.path.pop(0)
+    write_checkpoint(out, arch, _config(arch, size))
 
 
 def ensure(arch: str, precision: str, size: str = "tiny") -> str:
