@@ -1,4 +1,6 @@
-// com.microsoft MatMulNBits (FLOAT activations). Semantics: onnxruntime's
+// com.microsoft MatMulNBits (T1 = FLOAT, FLOAT16 or BFLOAT16 for A, scales, float zero points,
+// bias and Y; 16-bit values are widened to float, computed as FLOAT and rounded back, as
+// onnxruntime's CPU kernel does for FLOAT16). Semantics: onnxruntime's
 // docs/ContribOperators.md and its CPU kernel (contrib_ops/cpu/quantization/matmul_nbits.cc):
 //   Y[..., N] = A[..., K] x W + bias,  W[k, n] = (q[n, k] - zp[n, k / block]) * scale[...]
 // Inputs: A; B uint8 [N, ceil(K / block), block * bits / 8] (4 bits: element 2i in the low
@@ -46,7 +48,11 @@ class MatMulNBits final : public core::runtime::KernelBase {
   void Configure(const NodeProto& node) override;
 
  private:
-  contrib::NBitsSource Source(const KernelCall& call) const;
+  // Float copies of 16-bit scales / zero points, alive while the source is packed.
+  struct WideParams {
+    std::unique_ptr<math::FloatView> scales, zero_points;
+  };
+  contrib::NBitsSource Source(const KernelCall& call, DataType t1, WideParams& wide) const;
   bool AllConstant(const KernelCall& call) const;
 
   int64_t k_ = 0, n_ = 0, bits_ = 4, block_ = 32;
@@ -74,7 +80,8 @@ void MatMulNBits::Configure(const NodeProto& node) {
     Throw(core::ErrorCode::kInvalidModel, NodeLabel(node) + ": K and N must be positive");
 }
 
-contrib::NBitsSource MatMulNBits::Source(const KernelCall& call) const {
+contrib::NBitsSource MatMulNBits::Source(const KernelCall& call, DataType t1,
+                                         WideParams& wide) const {
   if (call.has_input(4))
     Throw(core::ErrorCode::kNotImplemented,
           core::runtime::NodeLabel(call.node()) + ": input 'g_idx' is not supported");
@@ -86,8 +93,9 @@ contrib::NBitsSource MatMulNBits::Source(const KernelCall& call) const {
               std::to_string(n_) + ", " + std::to_string(k_blocks) + ", " +
               std::to_string(block_ * bits_ / 8) + "], got " + core::DataTypeName(b.dtype()) + " " +
               core::runtime::ShapeToString(b.shape()));
-  if (scales.dtype() != DataType::kFloat)
-    math::ThrowUnsupportedType(call.node(), "input 'scales' (only FLOAT)", scales.dtype());
+  if (scales.dtype() != t1)
+    call.Fail("input 'scales' must have A's type " + core::DataTypeName(t1) + ", got " +
+              core::DataTypeName(scales.dtype()));
   if (scales.numel() != n_ * k_blocks)
     call.Fail("input 'scales' must have N * ceil(K / block_size) = " +
               std::to_string(n_ * k_blocks) + " elements");
@@ -97,7 +105,8 @@ contrib::NBitsSource MatMulNBits::Source(const KernelCall& call) const {
   s.k = k_;
   s.block = block_;
   s.b = b.data<uint8_t>();
-  s.scales = scales.data<float>();
+  wide.scales = std::make_unique<math::FloatView>(scales);
+  s.scales = wide.scales->data();
   if (call.has_input(3)) {
     const Tensor& zp = call.input(3);
     if (zp.dtype() == DataType::kUint8) {
@@ -106,10 +115,12 @@ contrib::NBitsSource MatMulNBits::Source(const KernelCall& call) const {
         call.Fail("input 'zero_points' (UINT8) must have " + std::to_string(n_ * per_col) +
                   " elements");
       s.zp_packed = zp.data<uint8_t>();
-    } else if (zp.dtype() == DataType::kFloat) {
+    } else if (zp.dtype() == t1) {
       if (zp.numel() != n_ * k_blocks)
-        call.Fail("input 'zero_points' (FLOAT) must have scales' element count");
-      s.zp_float = zp.data<float>();
+        call.Fail("input 'zero_points' (" + core::DataTypeName(t1) +
+                  ") must have scales' element count");
+      wide.zero_points = std::make_unique<math::FloatView>(zp);
+      s.zp_float = wide.zero_points->data();
     } else {
       math::ThrowUnsupportedType(call.node(), "input 'zero_points'", zp.dtype());
     }
@@ -134,37 +145,51 @@ void MatMulNBits::Compute(KernelCall& call) const {
   const Tensor& a_full =
       call.input(0).contiguous() ? call.input(0) : (a_dense = call.input(0).Contiguous());
   const Tensor& a = call.last_row_only() ? math::LastRows(call, a_full, a_last) : a_full;
-  if (a.dtype() != DataType::kFloat)
-    math::ThrowUnsupportedType(call.node(), "input 'A' (only FLOAT)", a.dtype());
+  const DataType t1 = a.dtype();
+  if (t1 != DataType::kFloat && t1 != DataType::kFloat16 && t1 != DataType::kBFloat16)
+    math::ThrowUnsupportedType(call.node(), "input 'A' (FLOAT, FLOAT16 or BFLOAT16)", t1);
   if (a.rank() < 1 || a.dim(-1) != k_)
     call.Fail("input 'A' " + core::runtime::ShapeToString(a.shape()) +
               " must end in K = " + std::to_string(k_));
   const Tensor* bias = call.has_input(5) ? &call.input(5) : nullptr;
-  if (bias && (bias->dtype() != DataType::kFloat || bias->numel() != n_))
-    call.Fail("input 'bias' must be FLOAT with N = " + std::to_string(n_) + " elements");
-  const contrib::NBitsSource src = Source(call);
+  if (bias && (bias->dtype() != t1 || bias->numel() != n_))
+    call.Fail("input 'bias' must be " + core::DataTypeName(t1) + " (A's type) with N = " +
+              std::to_string(n_) + " elements");
+  if (call.input(2).dtype() != t1)  // checked on every call: the pack below is kept
+    call.Fail("input 'scales' must have A's type " + core::DataTypeName(t1) + ", got " +
+              core::DataTypeName(call.input(2).dtype()));
+  // The source (and 16-bit scales widened to float) is read only to pack.
+  auto pack = [&] {
+    WideParams wide;
+    return std::make_unique<const contrib::PackedNBits>(Source(call, t1, wide));
+  };
   std::unique_ptr<const contrib::PackedNBits> local;
   const contrib::PackedNBits* w = nullptr;
   if (AllConstant(call)) {
     std::call_once(once_, [&] {
-      packed_ = std::make_unique<const contrib::PackedNBits>(src);
+      packed_ = pack();
       math::CountPackedWeightBytes(packed_->bytes());
     });
     w = packed_.get();
   } else {
-    local = std::make_unique<const contrib::PackedNBits>(src);
+    local = pack();
     w = local.get();
   }
   core::runtime::Shape shape = a.shape();
   shape.back() = n_;
-  Tensor& y = call.AllocateOutput(0, DataType::kFloat, shape);
+  Tensor& y = call.AllocateOutput(0, t1, shape);
   const int64_t m = a.numel() / k_;
   if (m == 0) return;
-  float* out = y.mutable_data<float>();
-  contrib::NBitsGemm(*w, m, a.data<float>(), out, contrib::NBitsPath::kAuto, compute_);
-  if (bias)
+  const math::FloatView a_float(a);  // FLOAT: in place
+  math::FloatSink sink(y);
+  float* out = sink.data();
+  contrib::NBitsGemm(*w, m, a_float.data(), out, contrib::NBitsPath::kAuto, compute_);
+  if (bias) {
+    const math::FloatView b(*bias);
     for (int64_t r = 0; r < m; ++r)
-      for (int64_t j = 0; j < n_; ++j) out[r * n_ + j] += bias->data<float>()[j];
+      for (int64_t j = 0; j < n_; ++j) out[r * n_ + j] += b.data()[j];
+  }
+  sink.Finish();
 }
 
 OL_KERNEL_FACTORY(MatMulNBits)

@@ -2,7 +2,8 @@
 (ops/contrib/), one node at a time on random inputs, against onnxruntime running the same
 model: SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization, SkipLayerNormalization,
 RotaryEmbedding, MatMulNBits (4 and 8 bits, block sizes 16..256, zero points absent, packed
-or float, K not a multiple of the block, float and int8 activations), GatherBlockQuantized
+or float, K not a multiple of the block, float and int8 activations, FLOAT or FLOAT16 T1),
+GatherBlockQuantized
 and GroupQueryAttention (prompt, decode, subsequent
 prompt, packed QKV, rotary, local window, softcap, smooth softmax, ragged batches). Float
 results agree within 1e-5 (relative to the magnitudes summed); unsupported attributes and
@@ -144,7 +145,7 @@ def test_layer_norms_refuse_bad_attributes_and_shapes_naming_node_and_input():
         _run_ours(_model(node, _types(feeds), ["Y"]), feeds)
 
 
-def test_group_query_attention_and_mat_mul_n_bits_refuse_float16_naming_the_input():
+def test_group_query_attention_refuses_float16_naming_the_input():
     rng = np.random.default_rng(3)
     model, feeds = _gqa(rng, seq=1, past=2)
     feeds = {k: (v.astype(np.float16) if v.dtype == np.float32 else v) for k, v in feeds.items()}
@@ -153,11 +154,6 @@ def test_group_query_attention_and_mat_mul_n_bits_refuse_float16_naming_the_inpu
             i.type.tensor_type.elem_type = TensorProto.FLOAT16
     with pytest.raises(NotImplementedError, match="gqa.*input 'query' \\(only FLOAT\\)"):
         _run_ours(model, feeds)
-    inits, _ = _quantized(rng, 32, 16, 4, 32, "none")
-    model = _nbits_model(32, 16, 4, 32, inits)
-    model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
-    with pytest.raises(NotImplementedError, match="mm.*input 'A' \\(only FLOAT\\)"):
-        _run_ours(model, {"A": np.zeros((1, 32), np.float16)})
 
 
 # ---- RotaryEmbedding ---------------------------------------------------------------------
@@ -302,6 +298,51 @@ def test_mat_mul_n_bits_is_as_close_to_the_reference_as_onnxruntime_at_accuracy_
     ours, theirs = _run_both(model, {"A": a})
     reference = a.astype(np.float64) @ w.astype(np.float64)
     assert np.abs(ours["Y"] - reference).max() <= np.abs(theirs["Y"] - reference).max() + 1e-5
+
+
+# onnxruntime's CPU kernel refuses 8-bit weights with float zero points (see NBITS_CASES).
+@pytest.mark.parametrize("bits,zp", [(4, "none"), (4, "uint8"), (4, "float"), (8, "none"),
+                                     (8, "uint8")])
+def test_mat_mul_n_bits_takes_float16_activations_and_scales_as_onnxruntime(bits, zp):
+    """T1 = FLOAT16: A, scales, float zero points, bias and Y in half precision. Both engines
+    widen to float, so the results agree to half-precision rounding of Y."""
+    rng = np.random.default_rng(160 + bits + len(zp))
+    k, n, block = 80, 37, 32
+    inits, w = _quantized(rng, k, n, bits, block, zp)
+    inits = {name: v.astype(np.float16) if v.dtype == np.float32 else v
+             for name, v in inits.items()}
+    inits["bias"] = rng.standard_normal(n).astype(np.float16)
+    names = ["A", "B", "scales", "zero_points" if "zero_points" in inits else "", "", "bias"]
+    node = helper.make_node("MatMulNBits", names, ["Y"], domain=MS, name="mm", K=k, N=n,
+                            bits=bits, block_size=block)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("A", TensorProto.FLOAT16, None)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT16, None)],
+        [numpy_helper.from_array(v, name) for name, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                    helper.make_opsetid(MS, 1)])
+    session = runtime.RuntimeSession(model)
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(21)))
+    theirs_session = ort.InferenceSession(model.SerializeToString(),
+                                          providers=["CPUExecutionProvider"])
+    for shape in [(1, 1, k), (3, k), (2, 19, k), (1, 1, k)]:
+        a = rng.standard_normal(shape).astype(np.float16)
+        ours = np.from_dlpack(session.run(context, {"A": a})["Y"]).copy()
+        theirs = theirs_session.run(None, {"A": a})[0]
+        assert ours.dtype == np.float16 and ours.shape == theirs.shape
+        scale = np.abs(theirs.astype(np.float32)).max()
+        np.testing.assert_allclose(ours.astype(np.float32), theirs.astype(np.float32),
+                                   rtol=2e-3, atol=2e-3 * scale)
+
+
+def test_mat_mul_n_bits_refuses_scales_of_another_type_than_a():
+    rng = np.random.default_rng(3)
+    inits, _ = _quantized(rng, 32, 16, 4, 32, "none")
+    model = _nbits_model(32, 16, 4, 32, inits)
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+    with pytest.raises(ValueError, match="mm.*input 'scales' must have A's type FLOAT16, got "
+                                         "FLOAT"):
+        _run_ours(model, {"A": np.zeros((1, 32), np.float16)})
 
 
 def test_mat_mul_n_bits_refuses_g_idx_and_unsupported_attributes():
