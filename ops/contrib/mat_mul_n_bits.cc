@@ -153,8 +153,8 @@ void MatMulNBits::Compute(KernelCall& call) const {
               " must end in K = " + std::to_string(k_));
   const Tensor* bias = call.has_input(5) ? &call.input(5) : nullptr;
   if (bias && (bias->dtype() != t1 || bias->numel() != n_))
-    call.Fail("input 'bias' must be " + core::DataTypeName(t1) + " (A's type) with N = " +
-              std::to_string(n_) + " elements");
+    call.Fail("input 'bias' must be " + core::DataTypeName(t1) +
+              " (A's type) with N = " + std::to_string(n_) + " elements");
   if (call.input(2).dtype() != t1)  // checked on every call: the pack below is kept
     call.Fail("input 'scales' must have A's type " + core::DataTypeName(t1) + ", got " +
               core::DataTypeName(call.input(2).dtype()));
