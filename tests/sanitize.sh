@@ -8,10 +8,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 dir=${BUILD_DIR:-build-asan}
 jobs=${JOBS:-$(nproc)}
 start=$SECONDS
+# -Wno-mismatched-new-delete: at -O1 with ASan, GCC 12 misreads asio's awaitable frame
+# operator delete (docs/examples/line_service.cc) as mismatched; release builds do not.
 if [ ! -f $dir/CMakeCache.txt ]; then
   echo "== configuring ($dir/)"
   cmake -S . -B $dir -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DONNX_LIGHT_SANITIZE=ON \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -Wno-mismatched-new-delete" \
     -DONNX_LIGHT_PYTHON=OFF -DONNX_LIGHT_PERF=OFF -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF \
     -DCMAKE_POLICY_VERSION_MINIMUM=3.5 > $dir.configure.log 2>&1 || { cat $dir.configure.log; exit 1; }
   mv $dir.configure.log $dir/configure.log
