@@ -93,9 +93,6 @@ contrib::NBitsSource MatMulNBits::Source(const KernelCall& call, DataType t1,
               std::to_string(n_) + ", " + std::to_string(k_blocks) + ", " +
               std::to_string(block_ * bits_ / 8) + "], got " + core::DataTypeName(b.dtype()) + " " +
               core::runtime::ShapeToString(b.shape()));
-  if (scales.dtype() != t1)
-    call.Fail("input 'scales' must have A's type " + core::DataTypeName(t1) + ", got " +
-              core::DataTypeName(scales.dtype()));
   if (scales.numel() != n_ * k_blocks)
     call.Fail("input 'scales' must have N * ceil(K / block_size) = " +
               std::to_string(n_ * k_blocks) + " elements");
