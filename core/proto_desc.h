@@ -1,5 +1,6 @@
-// How error messages name model elements: "node 3 (ai.rt::PagedAttention 'attn')",
-// "graph 'main'", quoted names. Shared by the checker and type inference so both read alike.
+// How error messages name model elements (and one walk over the subgraphs of a node): "node 3
+// (ai.rt::PagedAttention 'attn')", "graph 'main'", quoted names. Shared by the checker and type
+// inference so both read alike.
 #pragma once
 
 #include <string>
@@ -22,6 +23,15 @@ inline std::string NodeDesc(const NodeProto& node, int index) {
 
 inline std::string GraphDesc(const GraphProto& graph) {
   return graph.name().empty() ? std::string("graph") : "graph " + Quote(graph.name());
+}
+
+// Calls fn(attribute, graph) for every graph a node's attributes hold (g and graphs).
+template <typename Fn>
+void ForEachSubgraph(const NodeProto& node, Fn&& fn) {
+  for (const auto& attr : node.attribute()) {
+    if (attr.has_g()) fn(attr, attr.g());
+    for (const auto& g : attr.graphs()) fn(attr, g);
+  }
 }
 
 }  // namespace onnx_light::core

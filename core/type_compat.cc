@@ -115,6 +115,28 @@ std::string BlockError(const TypeProto& elem, const ModelProto* model, const std
 
 }  // namespace
 
+const char* TypeKindName(const TypeProto& type) {
+  switch (type.value_case()) {
+    case TypeProto::kTensorType:
+      return "tensor";
+    case TypeProto::kSequenceType:
+      return "sequence";
+    case TypeProto::kMapType:
+      return "map";
+    case TypeProto::kOptionalType:
+      return "optional";
+    case TypeProto::kSparseTensorType:
+      return "sparse tensor";
+    case TypeProto::kOpaqueType:
+      return "opaque";
+    case TypeProto::kStructType:
+      return "struct";
+    case TypeProto::VALUE_NOT_SET:
+      break;
+  }
+  return "untyped";
+}
+
 const StructTypeProto& ResolveStruct(const StructTypeProto& s, const ModelProto* model,
                                      const std::string& what) {
   const StructTypeProto* cur = &s;

@@ -18,6 +18,10 @@ constexpr int kMaxTypeDepth = 64;
 const StructTypeProto& ResolveStruct(const StructTypeProto& s, const ModelProto* model,
                                      const std::string& what);
 
+// The kind a declaration names, for messages: "tensor", "sequence", "map", "optional",
+// "sparse tensor", "opaque", "struct", or "untyped" when no type is set.
+const char* TypeKindName(const TypeProto& type);
+
 // An empty string when `a` and `b` are compatible, otherwise what differs, prefixed by
 // `what`. Symbolic and unknown dimensions match anything; a layout-less struct matches any
 // struct (it is the paged-cache declaration). Without `model`, struct references must be

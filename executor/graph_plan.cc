@@ -5,10 +5,11 @@
 #include <queue>
 #include <unordered_set>
 
-#include "core/checker.h"
 #include "core/fault_injection.h"
 #include "core/model_io.h"
+#include "core/persistent_bindings.h"
 #include "core/tensor_proto.h"
+#include "core/type_compat.h"
 #include "executor/attributes.h"
 #include "executor/function_kernel.h"
 #include "executor/fusion.h"
@@ -629,29 +630,6 @@ RuntimeValue* RunFrame::FindValue(const std::string& name) {
 // ---------------------------------------------------------------------------------------
 // Type checks
 
-namespace {
-const char* KindOfType(const TypeProto& type) {
-  switch (type.value_case()) {
-    case TypeProto::kTensorType:
-      return "tensor";
-    case TypeProto::kSequenceType:
-      return "sequence";
-    case TypeProto::kMapType:
-      return "map";
-    case TypeProto::kOptionalType:
-      return "optional";
-    case TypeProto::kSparseTensorType:
-      return "sparse tensor";
-    case TypeProto::kOpaqueType:
-      return "opaque";
-    case TypeProto::kStructType:
-      return "struct";
-    default:
-      return "untyped";
-  }
-}
-}  // namespace
-
 void CheckValueType(const RuntimeValue& value, const TypeProto* type, const std::string& what) {
   if (type == nullptr || type->value_case() == TypeProto::VALUE_NOT_SET) return;
   auto mismatch = [&](const std::string& detail) {
@@ -689,7 +667,7 @@ void CheckValueType(const RuntimeValue& value, const TypeProto* type, const std:
       return;
     default:
       Throw(ErrorCode::kNotImplemented,
-            what + ": values of " + KindOfType(*type) + " type are not supported");
+            what + ": values of " + core::TypeKindName(*type) + " type are not supported");
   }
 }
 

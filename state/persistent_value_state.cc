@@ -4,8 +4,8 @@
 #include <set>
 #include <utility>
 
-#include "core/checker.h"
 #include "core/error.h"
+#include "core/persistent_bindings.h"
 #include "executor/attributes.h"
 #include "executor/graph_plan.h"
 #include "onnx_light.pb.h"
@@ -129,65 +129,6 @@ const ValueInfoProto* FindValueInfo(const google::protobuf::RepeatedPtrField<Val
   return nullptr;
 }
 
-// Persistent declarations belong to the root graph only.
-void RejectNestedBindings(const GraphProto& graph, bool root) {
-  if (!root && graph.persistent_bindings_size() > 0)
-    Throw(ErrorCode::kInvalidModel,
-          "graph '" + graph.name() +
-              "': persistent_bindings inside control-flow subgraphs are not supported; "
-              "declare them on the root graph");
-  for (const auto& node : graph.node())
-    for (const auto& attr : node.attribute()) {
-      if (attr.has_g()) RejectNestedBindings(attr.g(), false);
-      for (const auto& g : attr.graphs()) RejectNestedBindings(g, false);
-    }
-}
-
-// An input and the output that feeds it must declare the same kind of value; where both
-// give a concrete size it must agree.
-void CheckBindingTypes(const std::string& where, const TypeProto& in, const TypeProto& out,
-                       const ValueValidator& validator) {
-  if (in.value_case() != out.value_case())
-    Throw(ErrorCode::kInvalidModel, where + ": the input and output declare different kinds");
-  if (in.has_tensor_type()) {
-    const auto& a = in.tensor_type();
-    const auto& b = out.tensor_type();
-    if (a.elem_type() != 0 && b.elem_type() != 0 && a.elem_type() != b.elem_type())
-      Throw(ErrorCode::kInvalidModel,
-            where + ": input element type " + DataTypeName(static_cast<DataType>(a.elem_type())) +
-                " differs from output " + DataTypeName(static_cast<DataType>(b.elem_type())));
-    if (a.has_shape() && b.has_shape()) {
-      if (a.shape().dim_size() != b.shape().dim_size())
-        Throw(ErrorCode::kInvalidModel, where + ": input and output ranks differ");
-      for (int i = 0; i < a.shape().dim_size(); ++i) {
-        const auto& x = a.shape().dim(i);
-        const auto& y = b.shape().dim(i);
-        if (x.has_dim_value() && y.has_dim_value() && x.dim_value() != y.dim_value())
-          Throw(ErrorCode::kInvalidModel,
-                where + ": input and output dimension " + std::to_string(i) + " differ (" +
-                    std::to_string(x.dim_value()) + " vs " + std::to_string(y.dim_value()) + ")");
-      }
-    }
-  } else if (in.has_sequence_type()) {
-    CheckBindingTypes(where, in.sequence_type().elem_type(), out.sequence_type().elem_type(),
-                      validator);
-  } else if (in.has_struct_type()) {
-    const StructTypeProto& a = validator.ResolveStruct(where, in.struct_type());
-    const StructTypeProto& b = validator.ResolveStruct(where, out.struct_type());
-    if (&a == &b) return;
-    if (a.field_size() != b.field_size())
-      Throw(ErrorCode::kInvalidModel, where + ": input and output structs differ in fields");
-    for (int i = 0; i < a.field_size(); ++i) {
-      if (a.field(i).name() != b.field(i).name())
-        Throw(ErrorCode::kInvalidModel, where + ": input field '" + a.field(i).name() +
-                                            "' differs from output field '" + b.field(i).name() +
-                                            "'");
-      CheckBindingTypes(where + "." + a.field(i).name(), a.field(i).type(), b.field(i).type(),
-                        validator);
-    }
-  }
-}
-
 }  // namespace
 
 namespace {
@@ -230,34 +171,12 @@ std::shared_ptr<const PersistentValueState::Declarations> PersistentValueState::
     const ModelProto& model = session.model();
     const GraphProto& graph = model.graph();
     auto d = std::make_shared<Declarations>(model);
-    // The shared binding rules (single value-use, names, supported types); the checks below
-    // resolve the declarations the state itself needs and name the binding at fault.
-    CheckPersistentBindings(graph, &model);
-    RejectNestedBindings(graph, true);
-    std::set<std::string> inputs_seen, outputs_seen;
-    for (const auto& b : graph.persistent_bindings()) {
-      const std::string where =
-          "persistent binding '" + b.input_name() + "' <- '" + b.output_name() + "'";
-      if (!inputs_seen.insert(b.input_name()).second)
-        Throw(ErrorCode::kInvalidModel,
-              where + ": input '" + b.input_name() + "' is bound more than once");
-      if (!outputs_seen.insert(b.output_name()).second)
-        Throw(ErrorCode::kInvalidModel,
-              where + ": output '" + b.output_name() + "' is bound more than once");
-      const ValueInfoProto* in = FindValueInfo(graph.input(), b.input_name());
-      if (in == nullptr)
-        Throw(ErrorCode::kInvalidModel,
-              where + ": the graph has no input named '" + b.input_name() + "'");
-      const ValueInfoProto* out = FindValueInfo(graph.output(), b.output_name());
-      if (out == nullptr)
-        Throw(ErrorCode::kInvalidModel,
-              where + ": the graph has no output named '" + b.output_name() + "'");
-      if (!in->has_type() || !out->has_type())
-        Throw(ErrorCode::kInvalidModel, where + ": bound inputs and outputs must declare a type");
-      d->validator.CheckPersistentDeclaration(b.input_name(), in->type());
-      d->validator.CheckPersistentDeclaration(b.output_name(), out->type());
-      CheckBindingTypes(where, in->type(), out->type(), d->validator);
-      d->bindings.push_back(Binding{b.input_name(), b.output_name(), &in->type(), &out->type()});
+    // The one set of binding rules (core/persistent_bindings.h); nothing is re-checked here.
+    std::set<std::string> bound;
+    for (const auto& b : core::ResolvePersistentBindings(graph, &model)) {
+      bound.insert(b.input_name);
+      d->bindings.push_back(
+          Binding{b.input_name, b.output_name, &b.input->type(), &b.output->type()});
     }
     auto names = std::make_shared<std::vector<std::string>>();
     for (const auto& b : d->bindings) names->push_back(b.input_name);
@@ -265,8 +184,7 @@ std::shared_ptr<const PersistentValueState::Declarations> PersistentValueState::
     std::set<std::string> defaults;
     for (const auto& init : graph.initializer()) defaults.insert(init.name());
     for (const auto& in : graph.input())
-      if (!inputs_seen.count(in.name()) && !defaults.count(in.name()))
-        d->feed_names.push_back(in.name());
+      if (!bound.count(in.name()) && !defaults.count(in.name())) d->feed_names.push_back(in.name());
     return d;
   });
   return std::static_pointer_cast<const Declarations>(shared);

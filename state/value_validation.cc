@@ -8,40 +8,18 @@
 #include "core/checked_math.h"
 #include "core/error.h"
 #include "core/paged_cache.h"
+#include "core/type_compat.h"
 #include "onnx_light.pb.h"
 
 namespace onnx_light::core::runtime {
 namespace {
 
-constexpr int kMaxTypeDepth = 64;       // guards against type_ref cycles
 constexpr size_t kMemoPruneSize = 256;  // drop expired memo entries beyond this many trees
 
 std::string Where(const std::string& path) { return "persistent value '" + path + "'"; }
 
 [[noreturn]] void Fail(ErrorCode code, const std::string& path, const std::string& message) {
   Throw(code, Where(path) + ": " + message);
-}
-
-std::string DeclaredKind(const TypeProto& type) {
-  switch (type.value_case()) {
-    case TypeProto::kTensorType:
-      return "tensor";
-    case TypeProto::kSequenceType:
-      return "sequence";
-    case TypeProto::kMapType:
-      return "map";
-    case TypeProto::kOptionalType:
-      return "optional";
-    case TypeProto::kSparseTensorType:
-      return "sparse tensor";
-    case TypeProto::kOpaqueType:
-      return "opaque";
-    case TypeProto::kStructType:
-      return "struct";
-    case TypeProto::VALUE_NOT_SET:
-      break;
-  }
-  return "untyped";
 }
 
 void BindSymbol(const std::string& path, SymbolBindings& symbols, const std::string& symbol,
@@ -120,9 +98,7 @@ bool TypesEqual(const TypeProto& a, const TypeProto& b) {
 
 }  // namespace
 
-ValueValidator::ValueValidator(const ModelProto& model) : model_(model) {
-  for (const auto& s : model.struct_types()) struct_types_.emplace(s.name(), &s);
-}
+ValueValidator::ValueValidator(const ModelProto& model) : model_(model) {}
 
 size_t ValueValidator::memo_size() const {
   std::lock_guard<std::mutex> lock(memo_mutex_);
@@ -134,59 +110,8 @@ size_t ValueValidator::memo_size() const {
 
 const StructTypeProto& ValueValidator::ResolveStruct(const std::string& path,
                                                      const StructTypeProto& type) const {
-  const StructTypeProto* current = &type;
-  for (int depth = 0; !current->type_ref().empty(); ++depth) {
-    if (depth >= kMaxTypeDepth)
-      Fail(ErrorCode::kInvalidModel, path, "struct type references form a cycle");
-    auto it = struct_types_.find(current->type_ref());
-    if (it == struct_types_.end())
-      Fail(ErrorCode::kInvalidModel, path,
-           "struct type_ref '" + current->type_ref() + "' names no ModelProto.struct_types entry");
-    current = it->second;
-  }
-  return *current;
-}
-
-void ValueValidator::CheckPersistentDeclaration(const std::string& key,
-                                                const TypeProto& declared) const {
-  CheckDeclaration(key, declared, 0);
-}
-
-void ValueValidator::CheckDeclaration(const std::string& path, const TypeProto& declared,
-                                      int depth) const {
-  if (depth > kMaxTypeDepth) Fail(ErrorCode::kInvalidModel, path, "type nests too deeply");
-  switch (declared.value_case()) {
-    case TypeProto::kTensorType:
-      if (declared.tensor_type().elem_type() == static_cast<int32_t>(DataType::kString))
-        Fail(ErrorCode::kInvalidModel, path, "string tensors cannot be persistent");
-      return;
-    case TypeProto::kSequenceType:
-      if (!declared.sequence_type().has_elem_type())
-        Fail(ErrorCode::kInvalidModel, path, "sequence declaration has no elem_type");
-      CheckDeclaration(path + "[]", declared.sequence_type().elem_type(), depth + 1);
-      return;
-    case TypeProto::kStructType: {
-      const StructTypeProto& s = ResolveStruct(path, declared.struct_type());
-      std::set<std::string> names;
-      for (const auto& f : s.field()) {
-        if (!names.insert(f.name()).second)
-          Fail(ErrorCode::kInvalidModel, path, "struct declares field '" + f.name() + "' twice");
-        CheckDeclaration(path + "." + f.name(), f.type(), depth + 1);
-      }
-      return;
-    }
-    case TypeProto::kMapType:
-    case TypeProto::kOptionalType:
-    case TypeProto::kSparseTensorType:
-    case TypeProto::kOpaqueType:
-      Fail(ErrorCode::kNotImplemented, path,
-           DeclaredKind(declared) +
-               " state is not supported (only tensors, named structs, "
-               "typed sequences and encoded values can be persistent)");
-    case TypeProto::VALUE_NOT_SET:
-      break;
-  }
-  Fail(ErrorCode::kInvalidModel, path, "declaration has no type");
+  if (type.type_ref().empty()) return type;
+  return core::ResolveStruct(type, &model_, Where(path));  // the one resolver
 }
 
 void ValueValidator::ValidatePersistent(const std::string& key, const RuntimeValue& value,
@@ -216,12 +141,13 @@ void ValueValidator::CheckValue(const std::string& path, const RuntimeValue& val
     case TypeProto::kOptionalType:
     case TypeProto::kSparseTensorType:
     case TypeProto::kOpaqueType:
-      Fail(ErrorCode::kNotImplemented, path, DeclaredKind(declared) + " state is not supported");
+      Fail(ErrorCode::kNotImplemented, path,
+           std::string(core::TypeKindName(declared)) + " state is not supported");
     case TypeProto::VALUE_NOT_SET:
       Fail(ErrorCode::kInvalidModel, path, "declaration has no type");
   }
   Fail(ErrorCode::kInvalidArgument, path,
-       "declared as a " + DeclaredKind(declared) + " but got a " +
+       "declared as a " + std::string(core::TypeKindName(declared)) + " but got a " +
            RuntimeValue::KindName(value.kind()) + " value");
 }
 

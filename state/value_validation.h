@@ -38,9 +38,8 @@ class ValueValidator {
   ValueValidator(const ValueValidator&) = delete;
   ValueValidator& operator=(const ValueValidator&) = delete;
 
-  // Rejects declarations that cannot hold persistent state: map, optional, sparse and
-  // opaque types (also nested), string tensors, unresolved struct references, empty types.
-  void CheckPersistentDeclaration(const std::string& key, const TypeProto& declared) const;
+  // Declarations themselves are checked once, by core::ResolvePersistentBindings
+  // (core/persistent_bindings.h); a declaration given here is assumed to have passed it.
 
   // Checks a value for retention against its declaration: kind, dtype, rank, concrete
   // dimensions (symbols bind consistently within the value), no strings, struct fields by
@@ -85,10 +84,8 @@ class ValueValidator {
                          const std::shared_ptr<const RuntimeSequence::Node>& handle, size_t offset,
                          const TypeProto* elem_type, SymbolBindings& symbols) const;
   void CheckPagedCache(const std::string& path, const RuntimeValue& value) const;
-  void CheckDeclaration(const std::string& path, const TypeProto& declared, int depth) const;
 
   const ModelProto& model_;
-  std::unordered_map<std::string, const StructTypeProto*> struct_types_;
   mutable std::mutex memo_mutex_;
   mutable std::unordered_map<const void*, std::vector<MemoEntry>> memo_;
   mutable std::atomic<size_t> elements_validated_{0};

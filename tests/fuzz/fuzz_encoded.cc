@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/persistent_bindings.h"
 #include "fuzz_util.h"
 #include "state/value_validation.h"
 
@@ -33,7 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Expect([&] { validator = std::make_unique<ValueValidator>(*model); });
   if (!validator) return 0;
   const RuntimeValue value = RuntimeValue::Encoded(encoded, catalogue);
-  Expect([&] { validator->CheckPersistentDeclaration("v", declared); });
+  Expect([&] { onnx_light::core::CheckPersistentType(declared, model.get(), "v"); });
   Expect([&] { validator->CheckEncodedReferences("v", value); });
   bool valid = false;
   Expect([&] {
