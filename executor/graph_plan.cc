@@ -148,11 +148,31 @@ std::unique_ptr<GraphPlan> GraphPlan::BuildModel(std::shared_ptr<const ModelProt
   for (const auto& o : model->opset_import()) scope.opsets.set_opset(o.domain(), o.version());
   scope.base_dir = core::ModelBaseDir(*model);
   // The spec: graph-plan construction enforces the persistent-binding rules too.
-  if (model->graph().persistent_bindings_size() > 0)
-    core::CheckPersistentBindings(model->graph(), model.get());
+  const std::vector<core::ResolvedBinding> bindings =
+      core::ResolvePersistentBindings(model->graph(), model.get());
   scope.owner = std::move(model);
   const auto* m = static_cast<const ModelProto*>(scope.model);
-  return Build(m->graph(), context, scope);
+  std::unique_ptr<GraphPlan> plan = Build(m->graph(), context, scope);
+  plan->RecordAppendSites(bindings);
+  return plan;
+}
+
+// A node is the append site of binding b when it directly reads b's input slot and writes
+// b's output slot (the single value-use rule makes it at most one node per binding).
+void GraphPlan::RecordAppendSites(const std::vector<core::ResolvedBinding>& bindings) {
+  for (size_t b = 0; b < bindings.size(); ++b) {
+    const int in_slot = inputs_[static_cast<size_t>(FindInput(bindings[b].input_name))].slot;
+    int out_slot = -1;
+    for (const Output& o : outputs_)
+      if (o.name == bindings[b].output_name) out_slot = o.slot;
+    for (Node& node : nodes_)
+      for (size_t i = 0; i < node.inputs.size(); ++i) {
+        if (node.inputs[i] != in_slot) continue;
+        for (size_t o = 0; o < node.outputs.size(); ++o)
+          if (node.outputs[o] == out_slot && out_slot >= 0)
+            node.append_sites.push_back(AppendSite{i, o, b});
+      }
+  }
 }
 
 std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeContext& context,
@@ -726,6 +746,7 @@ void RunPlanNode(const GraphPlan& plan, size_t index, RunFrame& frame, RuntimeCo
     KernelCall call(&context, *node.proto,
                     std::span<const RuntimeValue* const>(in, node.inputs.size()),
                     std::span<RuntimeValue*>(out, node.outputs.size()), context.allocator());
+    call.set_append_sites(node.append_sites);
     if (node.may_trim_to_last_row && options.last_position_outputs != nullptr) {
       const auto& names = *options.last_position_outputs;
       call.set_last_row_only(std::find(names.begin(), names.end(), node.proto->output(0)) !=

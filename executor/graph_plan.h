@@ -25,6 +25,10 @@ class FunctionProto;
 class TypeProto;
 }  // namespace onnx_light
 
+namespace onnx_light::core {
+struct ResolvedBinding;
+}  // namespace onnx_light::core
+
 namespace onnx_light::core::runtime {
 
 class NodeProfile;
@@ -32,8 +36,9 @@ class NodeProfile;
 struct RunOptions {
   // Checked between nodes; when it reads true the run stops with Error(kCancelled).
   const std::atomic<bool>* cancel_requested = nullptr;
-  // Attached to the run's child context by RuntimeSession::Execute (state runs only).
-  PersistentAppendHook* append_hook = nullptr;
+  // One lease per persistent binding (state runs only; executor/persistent_append.h),
+  // attached to the run's child context by RuntimeSession::Execute.
+  std::span<BindingLease* const> binding_leases = {};
   // Graph outputs the caller reads only at the last position (generate's logits). A node
   // that produces one of them directly and can (KernelBase::ComputesLastRowOnly) computes
   // only the last row along axis -2: the output comes back with that axis of length 1.
@@ -100,6 +105,9 @@ class GraphPlan {
     // alone (RunOptions::last_position_outputs).
     bool may_trim_to_last_row = false;
     size_t input_offset = 0, output_offset = 0;  // into a frame's pointer scratch
+    // Root plans: where this node directly reads a bound input and writes its bound output
+    // (KernelCall::append_lease). Empty in sub-plans, which never get leases.
+    std::vector<AppendSite> append_sites;
   };
 
   // Compiles `graph`. `owner` keeps the graph's protos alive (initializers become zero-copy
@@ -147,6 +155,8 @@ class GraphPlan {
 
  private:
   GraphPlan() = default;
+  // Fills Node::append_sites for the root plan's persistent bindings (in their order).
+  void RecordAppendSites(const std::vector<core::ResolvedBinding>& bindings);
   // Constant folding (see Build): removes folded nodes from `order` and their outputs from
   // `producer`; `in_slots` are the graph nodes' input slots.
   void FoldConstants(RuntimeContext& context, std::vector<int>& order,

@@ -1,6 +1,7 @@
 #include "executor/kernel.h"
 
 #include "executor/attributes.h"
+#include "executor/runtime_context.h"
 #include "onnx_light.pb.h"
 
 namespace onnx_light::core::runtime {
@@ -48,6 +49,13 @@ void KernelCall::SetOutput(size_t i, Tensor tensor) {
 void KernelCall::SetOutputValue(size_t i, RuntimeValue value) {
   if (!output_wanted(i)) return;
   *outputs_[i] = std::move(value);
+}
+
+BindingLease* KernelCall::append_lease(size_t input, size_t output) const {
+  if (context_ == nullptr || !has_input(input) || !output_wanted(output)) return nullptr;
+  for (const AppendSite& site : append_sites_)
+    if (site.input == input && site.output == output) return context_->binding_lease(site.binding);
+  return nullptr;
 }
 
 RuntimeContext& KernelCall::context() const {

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/runtime_value.h"
 #include "core/tensor.h"
+#include "executor/persistent_append.h"
 
 namespace onnx_light {
 class NodeProto;
@@ -97,11 +98,12 @@ class KernelCall {
   // executor for kernels that ComputesLastRowOnly (RunOptions::last_position_outputs).
   bool last_row_only() const { return last_row_only_; }
   void set_last_row_only(bool value) { last_row_only_ = value; }
-  // The frame slot output i is written to (null when unwanted): lets the context match a
-  // node to a persistent binding by identity.
-  const RuntimeValue* output_slot(size_t i) const {
-    return output_wanted(i) ? outputs_[i] : nullptr;
-  }
+  // The lease of the persistent binding this node reads at input `input` and writes at
+  // output `output`, when the plan recorded that pair as the node's append site and the run
+  // carries leases (a state's run of the root plan); null otherwise.
+  BindingLease* append_lease(size_t input, size_t output) const;
+  // Set by the executor from GraphPlan::Node::append_sites.
+  void set_append_sites(std::span<const AppendSite> sites) { append_sites_ = sites; }
   // Allocates output i (named after the node's output) and returns it for writing.
   Tensor& AllocateOutput(size_t i, DataType dtype, Shape shape);
   void SetOutput(size_t i, Tensor tensor);
@@ -121,6 +123,7 @@ class KernelCall {
   std::span<RuntimeValue*> outputs_;
   Allocator& allocator_;
   Tensor scratch_output_;  // target of AllocateOutput for unwanted outputs
+  std::span<const AppendSite> append_sites_;
   bool last_row_only_ = false;
 };
 

@@ -1,9 +1,15 @@
 // The append-reservation seam between kernels and persistent state (spec "Contiguous CPU
-// Attention feedback"). Kernels never include state/: they call
-// RuntimeContext::ReservePersistentAppend / CommitPersistentAppend, which forward to the
-// PersistentAppendHook that PersistentValueState attaches to the child context of its own
-// runs. A plain RuntimeSession run, and every function or subgraph context, has no hook, so
-// the reservation is declined there and the kernel takes its ordinary dense path.
+// Attention feedback"). Kernels never include state/.
+//
+// When the root plan is built, every node that directly reads a bound input and writes its
+// bound output is recorded as an append site {input position, output position, binding}
+// (GraphPlan::Node::append_sites). PersistentValueState hands the child context of its run
+// one BindingLease per binding (RunOptions::binding_leases). A kernel reaches the lease of
+// its site through KernelCall::append_lease(input, output), or through
+// RuntimeContext::ReservePersistentAppend, which asks the call; a reservation keeps its lease
+// and commits through it. A plain RuntimeSession run, and every function or subgraph
+// context, has no leases, so the reservation is declined there and the kernel takes its
+// ordinary dense path.
 #pragma once
 
 #include <cstddef>
@@ -14,9 +20,9 @@
 
 namespace onnx_light::core::runtime {
 
+class BindingLease;
 class KernelCall;
 class RuntimeContext;
-class RuntimeValue;
 
 // Space for one append: the kernel initializes every byte of each block's new rows (the
 // rows after the valid prefix along the append axis, nothing else), then commits. A cache
@@ -27,7 +33,7 @@ class RuntimeValue;
 class AppendReservation {
  public:
   AppendReservation(Tensor candidate, std::byte* first, size_t block_bytes, size_t blocks,
-                    size_t block_stride, size_t lease)
+                    size_t block_stride, BindingLease* lease)
       : candidate_(std::move(candidate)),
         first_(first),
         block_bytes_(block_bytes),
@@ -47,13 +53,16 @@ class AppendReservation {
   std::span<std::byte> writable_bytes() const;
   size_t writable_size() const { return blocks_ * block_bytes_; }
   const Tensor& candidate() const { return candidate_; }
-  size_t lease() const { return lease_; }  // which lease of the hook issued it
+  // Checks that `initialized_bytes` covers writable_size() exactly and returns the sealed
+  // view, through the lease that issued the reservation. This publishes nothing: the state
+  // publishes capacity only if that view is the one the run returns.
+  Tensor Commit(const KernelCall& call, size_t initialized_bytes) &&;
 
  private:
   Tensor candidate_;
   std::byte* first_ = nullptr;
   size_t block_bytes_ = 0, blocks_ = 0, block_stride_ = 0;
-  size_t lease_ = 0;
+  BindingLease* lease_ = nullptr;
 };
 
 // What PagedAttention may do with the last page of the bound paged cache it extends.
@@ -64,32 +73,30 @@ enum class PagedTail {
                // rows may be written in place (no alias can observe them)
 };
 
-// Implemented by state/ (PersistentValueState). One hook per state run; its leases are
-// matched by the exact frame slots of the bound input and output.
-class PersistentAppendHook {
+// Where a node appends to a bound pair: its input and output positions and the binding's
+// index in the model's persistent_bindings (core::ResolvePersistentBindings order).
+struct AppendSite {
+  size_t input = 0;
+  size_t output = 0;
+  size_t binding = 0;
+};
+
+// One run's permission for one bound pair, implemented by state/ (PersistentTensor::
+// AppendLease for tensors, a paged-tail lease for paged caches). The defaults decline.
+class BindingLease {
  public:
-  virtual ~PersistentAppendHook() = default;
-  // `input`/`output` are the frame slots the calling node reads and writes. Returns no
-  // reservation when they are not a bound pair or the lease declines (disabled capacity,
-  // unsupported layout). Throws when the pair's lease was already attempted.
+  virtual ~BindingLease() = default;
+  // The one attempt of a tensor lease: `past` is the tensor the kernel reads as the past,
+  // `desired` the full result shape growing along `axis`. No reservation for disabled
+  // capacity or an unsupported layout; throws kFailedPrecondition on a second attempt.
   virtual std::optional<AppendReservation> Reserve(const RuntimeContext& context,
-                                                   const KernelCall& call,
-                                                   const RuntimeValue* input,
-                                                   const RuntimeValue* output, const Shape& desired,
-                                                   int64_t axis) = 0;
-  // Checks that `initialized_bytes` covers writable_size() exactly and returns the sealed
-  // view; the state publishes capacity only if that view is the one the run returns.
+                                                   const KernelCall& call, const Tensor& past,
+                                                   const Shape& desired, int64_t axis);
+  // Called by AppendReservation::Commit for a reservation this lease issued.
   virtual Tensor Commit(const KernelCall& call, AppendReservation reservation,
-                        size_t initialized_bytes) = 0;
-  // Paged caches: what the node reading bound input slot `input` and writing output slot
-  // `output` may do with the cache's last page. kExclusive is granted once per pair and run.
-  virtual PagedTail ClaimPagedTail(const KernelCall& call, const RuntimeValue* input,
-                                   const RuntimeValue* output) {
-    (void)call;
-    (void)input;
-    (void)output;
-    return PagedTail::kNone;
-  }
+                        size_t initialized_bytes);
+  // Paged caches: what the node may do with the cache's last page (kExclusive once per run).
+  virtual PagedTail ClaimPagedTail() { return PagedTail::kNone; }
 };
 
 }  // namespace onnx_light::core::runtime

@@ -92,24 +92,38 @@ std::optional<AppendReservation> RuntimeContext::ReservePersistentAppend(const K
                                                                          const Shape& desired,
                                                                          int64_t axis, size_t input,
                                                                          size_t output) const {
-  if (append_hook_ == nullptr || !call.has_input(input) || !call.output_wanted(output))
-    return std::nullopt;
-  return append_hook_->Reserve(*this, call, &call.input_value(input), call.output_slot(output),
-                               desired, axis);
+  BindingLease* lease = call.append_lease(input, output);
+  if (lease == nullptr) return std::nullopt;
+  return lease->Reserve(*this, call, call.input(input), desired, axis);
 }
 
 Tensor RuntimeContext::CommitPersistentAppend(const KernelCall& call, AppendReservation reservation,
                                               size_t initialized_bytes) const {
-  OL_CHECK(append_hook_ != nullptr, ErrorCode::kFailedPrecondition,
-           NodeLabel(call.node()) + ": CommitPersistentAppend without a reservation hook");
-  return append_hook_->Commit(call, std::move(reservation), initialized_bytes);
+  return std::move(reservation).Commit(call, initialized_bytes);
 }
 
 PagedTail RuntimeContext::ClaimPagedTail(const KernelCall& call, size_t input,
                                          size_t output) const {
-  if (append_hook_ == nullptr || !call.has_input(input) || !call.output_wanted(output))
-    return PagedTail::kNone;
-  return append_hook_->ClaimPagedTail(call, &call.input_value(input), call.output_slot(output));
+  BindingLease* lease = call.append_lease(input, output);
+  return lease == nullptr ? PagedTail::kNone : lease->ClaimPagedTail();
+}
+
+Tensor AppendReservation::Commit(const KernelCall& call, size_t initialized_bytes) && {
+  OL_CHECK(lease_ != nullptr, ErrorCode::kFailedPrecondition,
+           NodeLabel(call.node()) + ": the append reservation has no lease (moved from?)");
+  BindingLease* lease = lease_;
+  lease_ = nullptr;
+  return lease->Commit(call, std::move(*this), initialized_bytes);
+}
+
+std::optional<AppendReservation> BindingLease::Reserve(const RuntimeContext&, const KernelCall&,
+                                                       const Tensor&, const Shape&, int64_t) {
+  return std::nullopt;
+}
+
+Tensor BindingLease::Commit(const KernelCall& call, AppendReservation, size_t) {
+  Throw(ErrorCode::kFailedPrecondition,
+        NodeLabel(call.node()) + ": this persistent binding's lease issues no reservations");
 }
 
 void RecordStorage(const KernelCall& call, const StorageReport& report) {

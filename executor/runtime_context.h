@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -123,25 +124,28 @@ class RuntimeContext {
   void ClearEvents() const;
 
   // Append reservations (spec "Contiguous CPU Attention feedback"). `input` and `output`
-  // are the calling node's input/output positions; the reservation is granted only when they
-  // are the exact bound root-graph input and output of the running state and its lease
-  // accepts `desired` (the full result shape) growing along `axis`. Without a hook (plain
-  // sessions, function and subgraph contexts) it returns no reservation at once.
+  // are the calling node's input/output positions; the reservation is granted only when the
+  // plan recorded them as the node's append site for a binding (the exact bound root-graph
+  // input and output, KernelCall::append_lease) and its lease accepts `desired` (the full
+  // result shape) growing along `axis`. Without leases (plain sessions, function and subgraph
+  // contexts) it returns no reservation at once.
   std::optional<AppendReservation> ReservePersistentAppend(const KernelCall& call,
                                                            const Shape& desired, int64_t axis,
                                                            size_t input, size_t output) const;
   // Checks the initialized byte count, seals the candidate and returns an ordinary
-  // read-only view of it. This does not publish anything: the state validates and
-  // publishes all outputs together after the run.
+  // read-only view of it (AppendReservation::Commit). This does not publish anything: the
+  // state validates and publishes all outputs together after the run.
   Tensor CommitPersistentAppend(const KernelCall& call, AppendReservation reservation,
                                 size_t initialized_bytes) const;
   // Paged caches: how the node may extend the bound cache at input position `input` into
-  // output position `output` (PagedTail::kNone without a hook or when they are no bound pair).
+  // output position `output` (PagedTail::kNone without a lease or when they are no site).
   PagedTail ClaimPagedTail(const KernelCall& call, size_t input, size_t output) const;
-  // Attached by PersistentValueState to the child context of its run; never inherited by
-  // MakeChild.
-  void set_persistent_append_hook(PersistentAppendHook* hook) { append_hook_ = hook; }
-  bool has_persistent_append_hook() const { return append_hook_ != nullptr; }
+  // One lease per persistent binding (null where a binding has none), attached by
+  // RuntimeSession::Execute for a state's run; never inherited by MakeChild.
+  void set_binding_leases(std::span<BindingLease* const> leases) { binding_leases_ = leases; }
+  BindingLease* binding_lease(size_t binding) const {
+    return binding < binding_leases_.size() ? binding_leases_[binding] : nullptr;
+  }
 
  private:
   struct Config {
@@ -162,7 +166,7 @@ class RuntimeContext {
   ValueScope* scope_ = nullptr;
   const std::atomic<bool>* cancel_ = nullptr;
   bool is_child_ = false;
-  PersistentAppendHook* append_hook_ = nullptr;
+  std::span<BindingLease* const> binding_leases_;
   RuntimeValueMap values_;
 };
 

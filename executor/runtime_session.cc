@@ -196,7 +196,7 @@ void RuntimeSession::Execute(RuntimeContext& context, RunFrame& frame,
   // The spec's fresh child context: shares configuration, allocator and events, and sees
   // only this run's frame.
   RuntimeContext child = context.MakeChild(&frame, options.cancel_requested);
-  child.set_persistent_append_hook(options.append_hook);
+  child.set_binding_leases(options.binding_leases);
   // 0 in the session options means unlimited; in RunOptions it means the process default.
   const size_t limit = options_.max_tensor_bytes == 0 ? std::numeric_limits<size_t>::max()
                                                       : options_.max_tensor_bytes;

@@ -90,7 +90,7 @@ PersistentTensor::AppendLease::AppendLease(AppendLease&& other) noexcept
 
 std::optional<AppendReservation> PersistentTensor::AppendLease::Reserve(
     const RuntimeContext& context, const KernelCall& call, const Tensor& input,
-    const Shape& desired, int64_t axis, size_t lease_index) {
+    const Shape& desired, int64_t axis) {
   if (attempted_.exchange(true, std::memory_order_acq_rel))
     Throw(ErrorCode::kFailedPrecondition,
           NodeLabel(call.node()) + ": the append lease of persistent binding '" + binding_ +
@@ -155,7 +155,7 @@ std::optional<AppendReservation> PersistentTensor::AppendLease::Reserve(
       CapacityView(input.name(), dtype, desired, axis, capacity, layout, base, std::move(owner));
   return AppendReservation(std::move(candidate), base + prefix_rows * row_bytes,
                            (rows - prefix_rows) * row_bytes, layout.blocks, capacity * row_bytes,
-                           lease_index);
+                           this);
 }
 
 Tensor PersistentTensor::AppendLease::Commit(const KernelCall& call, AppendReservation reservation,

@@ -2,9 +2,11 @@
 // (spec "Contiguous CPU Attention feedback"). It composes an ordinary Tensor; it does not
 // inherit from it, so copies and views of the tensor never carry capacity or write access.
 //
-// AppendLease: one run's permission to append to one bound tensor, handed to the kernel
-// that directly consumes the bound input and produces the bound output (through
-// RuntimeContext::ReservePersistentAppend). Move-only, one Reserve attempt per lease.
+// AppendLease: one run's permission to append to one bound tensor (a BindingLease,
+// executor/persistent_append.h), reached by the kernel of the binding's append site (the node
+// that directly consumes the bound input and produces the bound output, recorded when the
+// plan was built) through RuntimeContext::ReservePersistentAppend. Move-only, one Reserve
+// attempt per lease; the reservation commits through it.
 //
 // Layout: a reservation is granted when the rows after the append axis and the blocks
 // before it (the product of those dimensions) are non-empty. The buffer holds `capacity`
@@ -64,7 +66,7 @@ class PersistentTensor {
   Capacity capacity_;
 };
 
-class PersistentTensor::AppendLease {
+class PersistentTensor::AppendLease final : public BindingLease {
  public:
   // `retained` (owned by the caller for the whole run) is the bound input's retained
   // value; `capacity` its certificate; `exclusive` whether the state was its only holder
@@ -76,20 +78,18 @@ class PersistentTensor::AppendLease {
   AppendLease(const AppendLease&) = delete;
   AppendLease& operator=(const AppendLease&) = delete;
 
-  // The one attempt of this lease. `input` is the tensor the kernel reads as the past;
+  // The one attempt of this lease. `past` is the tensor the kernel reads as the past;
   // `desired` the full result shape growing along `axis`. Returns no reservation for
   // disabled capacity or an unsupported layout; throws kFailedPrecondition on a second
   // attempt. Records a kPersistentStorage event (allocation, prefix copy or reuse) when
-  // the context's events are enabled. `lease_index` is echoed in the reservation.
+  // the context's events are enabled.
   std::optional<AppendReservation> Reserve(const RuntimeContext& context, const KernelCall& call,
-                                           const Tensor& input, const Shape& desired, int64_t axis,
-                                           size_t lease_index);
+                                           const Tensor& past, const Shape& desired,
+                                           int64_t axis) override;
   // Checks the initialized byte count and records the sealed candidate.
-  Tensor Commit(const KernelCall& call, AppendReservation reservation, size_t initialized_bytes);
+  Tensor Commit(const KernelCall& call, AppendReservation reservation,
+                size_t initialized_bytes) override;
 
-  bool attempted() const { return attempted_.load(std::memory_order_acquire); }
-  // The committed candidate, when the kernel committed one.
-  const std::optional<PersistentTensor>& committed() const { return committed_; }
   // The capacity to publish with `produced`, when it is still the committed candidate.
   std::optional<Capacity> PublishableCapacity(const RuntimeValue& produced) const;
 

@@ -13,14 +13,17 @@
 
 namespace onnx_light::core::runtime {
 
-// The published state: one value per binding (bindings() order), read-only views. Replaced
+// The published state: one entry per binding (bindings() order), read-only views. Replaced
 // as a whole by Publish; never modified after construction. `capacity` is the certified
-// append capacity of each tensor leaf (PersistentTensor): set only for buffers an append
+// append capacity of a tensor (PersistentTensor): set only for buffers an append
 // reservation allocated and the run returned unchanged; imported values have none.
 struct PersistentValueState::Retained {
+  struct Entry {
+    RuntimeValue value;
+    PersistentTensor::Capacity capacity;
+  };
   std::shared_ptr<const std::vector<std::string>> names;  // bound input names
-  std::vector<RuntimeValue> values;
-  std::vector<PersistentTensor::Capacity> capacity;
+  std::vector<Entry> values;
 };
 
 // Per-plan bookkeeping, computed once per kernel configuration (context): which plan
@@ -62,57 +65,48 @@ class PersistentValueState::CallGuard {
 
 namespace {
 
-// The append leases of one run, matched to kernels by the exact frame slots of each bound
-// input/output pair (so intermediates, unmatched pairs and sub-contexts never match).
-class StateAppendHook final : public PersistentAppendHook {
+// A paged-cache binding's lease: whether the state alone held the cache when the run
+// started, granted as kExclusive to the first claim only.
+class PagedTailLease final : public BindingLease {
  public:
-  struct Entry {
-    const RuntimeValue* input;
-    const RuntimeValue* output;
-    PersistentTensor::AppendLease lease;
-  };
-  std::vector<Entry> entries;
-
-  std::optional<AppendReservation> Reserve(const RuntimeContext& context, const KernelCall& call,
-                                           const RuntimeValue* input, const RuntimeValue* output,
-                                           const Shape& desired, int64_t axis) override {
-    for (size_t i = 0; i < entries.size(); ++i) {
-      Entry& e = entries[i];
-      if (e.input != input || e.output != output) continue;
-      return e.lease.Reserve(context, call, input->tensor(), desired, axis, i);
-    }
-    return std::nullopt;
+  explicit PagedTailLease(bool exclusive) : exclusive_(exclusive) {}
+  PagedTail ClaimPagedTail() override {
+    const bool first = !claimed_;
+    claimed_ = true;
+    return first && exclusive_ ? PagedTail::kExclusive : PagedTail::kShared;
   }
 
-  Tensor Commit(const KernelCall& call, AppendReservation reservation,
-                size_t initialized_bytes) override {
-    OL_CHECK(reservation.lease() < entries.size(), ErrorCode::kInvalidArgument,
-             NodeLabel(call.node()) + ": the append reservation belongs to another run");
-    Entry& e = entries[reservation.lease()];
-    return e.lease.Commit(call, std::move(reservation), initialized_bytes);
+ private:
+  bool exclusive_;
+  bool claimed_ = false;  // one append site per binding, so one claimant
+};
+
+// The leases of one run, one per binding (null for values that cannot be appended to). The
+// kernels reach them through the append sites the plan recorded (KernelCall::append_lease).
+struct RunLeases {
+  explicit RunLeases(size_t bindings) : by_binding(bindings, nullptr), tensor_of(bindings, -1) {
+    tensors.reserve(bindings);  // stable addresses: by_binding points into these
+    paged.reserve(bindings);
+  }
+  void AddTensor(size_t b, PersistentTensor::AppendLease lease) {
+    tensor_of[b] = static_cast<int>(tensors.size());
+    by_binding[b] = &tensors.emplace_back(std::move(lease));
+  }
+  void AddPaged(size_t b, bool exclusive) { by_binding[b] = &paged.emplace_back(exclusive); }
+  std::span<BindingLease* const> span() const {
+    return tensors.empty() && paged.empty() ? std::span<BindingLease* const>() : by_binding;
+  }
+  // The capacity to publish with binding b's produced value (none unless it committed).
+  PersistentTensor::Capacity Publishable(size_t b, const RuntimeValue& produced) const {
+    if (tensor_of[b] < 0) return {};
+    return tensors[static_cast<size_t>(tensor_of[b])].PublishableCapacity(produced).value_or(
+        PersistentTensor::Capacity{});
   }
 
-  // Paged-cache bindings: whether the state alone held the cache when the run started.
-  struct PagedEntry {
-    const RuntimeValue* input;
-    const RuntimeValue* output;
-    bool exclusive;
-    bool claimed = false;
-  };
-  std::vector<PagedEntry> paged;
-
-  PagedTail ClaimPagedTail(const KernelCall&, const RuntimeValue* input,
-                           const RuntimeValue* output) override {
-    for (PagedEntry& e : paged) {
-      if (e.input != input || e.output != output) continue;
-      const bool first = !e.claimed;
-      e.claimed = true;
-      return first && e.exclusive ? PagedTail::kExclusive : PagedTail::kShared;
-    }
-    return PagedTail::kNone;
-  }
-
-  bool empty() const { return entries.empty() && paged.empty(); }
+  std::vector<PersistentTensor::AppendLease> tensors;
+  std::vector<PagedTailLease> paged;
+  std::vector<BindingLease*> by_binding;
+  std::vector<int> tensor_of;  // per binding: index into tensors, or -1
 };
 
 std::string Quoted(const std::vector<std::string>& names) {
@@ -209,10 +203,10 @@ std::shared_ptr<const PersistentValueState::Retained> PersistentValueState::Buil
       Throw(ErrorCode::kInvalidArgument, "unknown initial value name '" + name +
                                              "'; the persistent inputs are " + Quoted(*names));
     }
-    next->values[static_cast<size_t>(it - names->begin())] = std::move(value);
+    next->values[static_cast<size_t>(it - names->begin())].value = std::move(value);
   }
   for (size_t b = 0; b < bindings.size(); ++b) {
-    RuntimeValue& value = next->values[b];
+    RuntimeValue& value = next->values[b].value;
     if (value.empty()) value = PagedCacheDefault(bindings[b].input_name);
     if (value.empty())
       Throw(ErrorCode::kInvalidArgument,
@@ -222,7 +216,6 @@ std::shared_ptr<const PersistentValueState::Retained> PersistentValueState::Buil
     d.validator.ValidatePersistent(bindings[b].input_name, value, *bindings[b].input_type);
     value = value.BorrowView();  // sealed: retained payloads are read only
   }
-  next->capacity.resize(bindings.size());
   next->names = d.names;
   return next;
 }
@@ -356,35 +349,25 @@ RuntimeValueMap PersistentValueState::RunSelected(RuntimeContext& context, Runti
     std::lock_guard<std::mutex> lock(retained_mutex_);
     current = retained_;
   }
-  // Append leases for tensor bindings. Ownership is checked before the frame gets its
-  // invocation-local alias: only a tensor the state alone holds may be appended in place.
-  StateAppendHook hook;
-  std::vector<int> entry_of_binding(bindings.size(), -1);
-  hook.entries.reserve(bindings.size());
+  // One lease per binding, for the kernel of its append site. Ownership is checked before
+  // the frame gets its invocation-local alias: only a value the state alone holds may be
+  // appended in place.
+  RunLeases leases(bindings.size());
   for (size_t b = 0; b < bindings.size(); ++b) {
-    const RuntimeValue& value = current->values[b];
-    if (IsPagedCacheStructure(value)) {
-      const int in_slot = plan.inputs()[static_cast<size_t>(ps.slots.input_index[b])].slot;
-      const int out_slot = plan.outputs()[static_cast<size_t>(ps.slots.output_index[b])].slot;
-      hook.paged.push_back(StateAppendHook::PagedEntry{&frame.mutable_slot(in_slot),
-                                                       &frame.mutable_slot(out_slot),
-                                                       PagedCacheTailIsUnshared(value)});
-      continue;
-    }
-    if (!value.is_tensor()) continue;
-    entry_of_binding[b] = static_cast<int>(hook.entries.size());
-    const int in_slot = plan.inputs()[static_cast<size_t>(ps.slots.input_index[b])].slot;
-    const int out_slot = plan.outputs()[static_cast<size_t>(ps.slots.output_index[b])].slot;
-    hook.entries.push_back(StateAppendHook::Entry{
-        &frame.mutable_slot(in_slot), &frame.mutable_slot(out_slot),
-        PersistentTensor::AppendLease(bindings[b].input_name, &value, current->capacity[b],
-                                      value.tensor().owner_use_count() == 1,
-                                      options_.persistent_tensor_initial_capacity)});
+    const Retained::Entry& entry = current->values[b];
+    if (IsPagedCacheStructure(entry.value))
+      leases.AddPaged(b, PagedCacheTailIsUnshared(entry.value));
+    else if (entry.value.is_tensor())
+      leases.AddTensor(
+          b, PersistentTensor::AppendLease(bindings[b].input_name, &entry.value, entry.capacity,
+                                           entry.value.tensor().owner_use_count() == 1,
+                                           options_.persistent_tensor_initial_capacity));
   }
 
   // Forwarding: the frame gets owner handles of the retained values (no payload copy).
   for (size_t b = 0; b < bindings.size(); ++b)
-    frame.Set(plan.inputs()[static_cast<size_t>(ps.slots.input_index[b])].slot, current->values[b]);
+    frame.Set(plan.inputs()[static_cast<size_t>(ps.slots.input_index[b])].slot,
+              current->values[b].value);
 
   // Trimmed to the last position: returned outputs only, never a bound (retained) one.
   std::vector<std::string> last_position;
@@ -395,7 +378,7 @@ RuntimeValueMap PersistentValueState::RunSelected(RuntimeContext& context, Runti
   RunOptions run_options;
   run_options.cancel_requested = completion ? &completion->cancel_flag() : nullptr;
   run_options.last_position_outputs = last_position.empty() ? nullptr : &last_position;
-  run_options.append_hook = hook.empty() ? nullptr : &hook;
+  run_options.binding_leases = leases.span();
   session_->Execute(context, frame, run_options);
 
   // Every bound output and every returned one leaves the frame; the rest is dropped with it.
@@ -413,7 +396,6 @@ RuntimeValueMap PersistentValueState::RunSelected(RuntimeContext& context, Runti
   auto next = std::make_shared<Retained>();
   next->names = current->names;
   next->values.resize(bindings.size());
-  next->capacity.resize(bindings.size());
   for (size_t b = 0; b < bindings.size(); ++b) {
     const Binding& binding = bindings[b];
     RuntimeValue& produced = take(ps.slots.output_index[b]);
@@ -421,13 +403,10 @@ RuntimeValueMap PersistentValueState::RunSelected(RuntimeContext& context, Runti
     if (binding.input_type != binding.output_type)
       decl.validator.ValidatePersistent(binding.input_name, produced, *binding.input_type);
     // Retained and returned handles share one owner; both are read-only views.
-    next->values[b] = produced.BorrowView();
-    produced = next->values[b];
+    next->values[b].value = produced.BorrowView();
+    produced = next->values[b].value;
     // Capacity travels only with the exact candidate the kernel committed.
-    if (entry_of_binding[b] >= 0)
-      next->capacity[b] = hook.entries[static_cast<size_t>(entry_of_binding[b])]
-                              .lease.PublishableCapacity(next->values[b])
-                              .value_or(PersistentTensor::Capacity{});
+    next->values[b].capacity = leases.Publishable(b, next->values[b].value);
   }
   RuntimeValueMap outputs;
   outputs.reserve(returned.size());
@@ -471,7 +450,7 @@ RuntimeValueMap PersistentValueState::Values() const {
   RuntimeValueMap out;
   out.reserve(current->values.size());
   for (size_t b = 0; b < current->values.size(); ++b)
-    out.emplace((*current->names)[b], current->values[b].BorrowView());
+    out.emplace((*current->names)[b], current->values[b].value.BorrowView());
   return out;
 }
 

@@ -518,6 +518,42 @@ TEST_CASE("A present routed through another node is not a bound pair and stays d
   CheckTotals(TakeStorage(context), 1, 16, 8, 16, 1);
 }
 
+TEST_CASE("The plan records each binding's append site when it is built, and only direct ones") {
+  // past_key <- present_key through Attention (inputs 4/5 -> outputs 1/2); past_value is
+  // routed through Identity first, so no node reads past_value and writes present_value.
+  const std::string text =
+      "<ir_version: 10, opset_import: [\"\" : 23]>\n"
+      "decode (float[1,1,1,2] q, float[1,1,1,2] k, float[1,1,1,2] v, float[1,1,P,2] past_key,"
+      " float[1,1,P,2] past_value) => (float[1,1,1,2] y, float[1,1,T,2] present_key,"
+      " float[1,1,T,2] present_value)\n{\n"
+      "  pv = Identity(past_value)\n"
+      "  y, present_key, present_value = Attention(q, k, v, , past_key, pv)\n}";
+  auto model = std::make_shared<ModelProto>(ParseModel(text));
+  Bind(*model, "past_value", "present_value");  // binding 0
+  Bind(*model, "past_key", "present_key");      // binding 1
+  RuntimeSession session(model);
+  RuntimeContext context;
+  const GraphPlan& plan = session.plan(context);
+  size_t sites = 0;
+  for (const auto& node : plan.nodes()) {
+    sites += node.append_sites.size();
+    if (node.proto->op_type() != "Attention") continue;
+    REQUIRE(node.append_sites.size() == 1);
+    CHECK(node.append_sites[0].input == 4);
+    CHECK(node.append_sites[0].output == 1);
+    CHECK(node.append_sites[0].binding == 1);
+  }
+  CHECK(sites == 1);
+
+  // The run follows the table: K appends in place, V takes the dense path.
+  PersistentValueState state(model, Initial(1, 1, 0, 2, 2), Capacity(4));
+  RuntimeContext events = EventContext();
+  { state.Run(events, Token(1, 1, 1, 1, 2, 2)); }
+  TakeStorage(events);
+  { state.Run(events, Token(2, 1, 1, 1, 2, 2)); }
+  CheckTotals(TakeStorage(events), 1, 16, 8, 16, 1);
+}
+
 TEST_CASE("Attention inside a model-local function gets no append permission") {
   const std::string text =
       "<ir_version: 10, opset_import: [\"\" : 23, \"local\" : 1]>\n"
