@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/runtime_value.h"
 #include "core/tensor.h"
+#include "executor/parallel.h"
 #include "executor/persistent_append.h"
 
 namespace onnx_light {
@@ -108,6 +109,14 @@ class KernelCall {
   Tensor& AllocateOutput(size_t i, DataType dtype, Shape shape);
   void SetOutput(size_t i, Tensor tensor);
   void SetOutputValue(size_t i, RuntimeValue value);
+
+  // Intra-op parallelism (executor/parallel.h): the threads of the session arena this call
+  // runs in, and a loop split across them.
+  int64_t threads() const { return IntraOpThreads(); }
+  template <typename F>
+  void ParallelFor(int64_t n, int64_t grain, const F& fn) const {
+    runtime::ParallelFor(n, grain, fn);
+  }
 
   bool has_context() const { return context_ != nullptr; }
   RuntimeContext& context() const;  // throws when built without one

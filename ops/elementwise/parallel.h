@@ -1,26 +1,17 @@
-// Splits [0, n) into chunks run by tbb::parallel_for when n is large enough to pay for the
-// tasks. It runs in the caller's task arena, i.e. the session's arena inside a run.
+// The grain below which elementwise loops stay on the calling thread; the loop itself is the
+// runtime's one intra-op ParallelFor (executor/parallel.h).
 #pragma once
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 #include <cstdint>
+
+#include "executor/parallel.h"
 
 namespace onnx_light::ops::elementwise {
 
 // Elements below which a loop stays on the calling thread.
 inline constexpr int64_t kParallelGrain = 32768;
 
-template <typename F>
-void ParallelFor(int64_t n, int64_t grain, F&& f) {
-  if (n <= 0) return;
-  if (n <= grain) {
-    f(int64_t{0}, n);
-    return;
-  }
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
-                    [&](const tbb::blocked_range<int64_t>& r) { f(r.begin(), r.end()); });
-}
+// The intra-op parallel loop (executor/parallel.h; the one implementation).
+using core::runtime::ParallelFor;
 
 }  // namespace onnx_light::ops::elementwise

@@ -17,8 +17,6 @@
 // tasks and the partial states merged by log-sum-exp. A row whose keys are all masked gives
 // zeros, as the replaced IsNaN/Where does. Prompts (many queries) take the tiled path of
 // ops/fused/tiled_attention.h instead: the same result per row, as small GEMMs.
-#include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <atomic>
@@ -109,8 +107,8 @@ struct RowAttention {
   std::vector<float> acc;                           // [row, chunk, head of the group, dv]
   std::unique_ptr<std::atomic<int64_t>[]> pending;  // chunks of each row still running
 
-  void Run() {
-    const int64_t threads = std::max<int64_t>(1, tbb::this_task_arena::max_concurrency());
+  void Run(const KernelCall& call) {
+    const int64_t threads = call.threads();
     if (rows < 2 * threads && total >= kSplitMinKeys)
       chunks = std::min<int64_t>((2 * threads + rows - 1) / rows, total / (kSplitMinKeys / 2));
     chunk_len = (total + chunks - 1) / chunks;
@@ -118,9 +116,11 @@ struct RowAttention {
     acc.assign(static_cast<size_t>(rows * chunks * group * dv), 0.0f);
     pending.reset(new std::atomic<int64_t>[static_cast<size_t>(rows)]);
     for (int64_t r = 0; r < rows; ++r) pending[static_cast<size_t>(r)] = chunks;
-    tbb::parallel_for(int64_t{0}, rows * chunks, [&](int64_t task) {
-      RunTask(task);
-      if (pending[static_cast<size_t>(task / chunks)].fetch_sub(1) == 1) MergeRow(task / chunks);
+    call.ParallelFor(rows * chunks, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t task = t0; task < t1; ++task) {
+        RunTask(task);
+        if (pending[static_cast<size_t>(task / chunks)].fetch_sub(1) == 1) MergeRow(task / chunks);
+      }
     });
   }
 
@@ -281,7 +281,7 @@ class ScaledDotProductAttention final : public core::runtime::KernelBase {
     const float scale = q_scale_ * k_scale_;
     if (fused::PrefersTiles(sq) && ComputeTiled(q, k, v, qp, mask_data, ms, scale, yp)) return;
 
-    RowAttention(q, k, v, qp, mask_data, ms, scale, yp).Run();
+    RowAttention(q, k, v, qp, mask_data, ms, scale, yp).Run(call);
   }
 
  protected:

@@ -1,12 +1,11 @@
 #include "ops/fused/tiled_attention.h"
 
-#include <tbb/parallel_for.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "executor/parallel.h"
 #include "ops/math/gemm.h"
 #include "ops/math/vexp.h"
 
@@ -178,11 +177,13 @@ bool TiledAttention(const AttentionProblem& p) {
   const TileLiveness live(p);
   if (!live.every_row_live()) return false;
   const int64_t q_blocks = (p.queries + kQueryBlock - 1) / kQueryBlock;
-  tbb::parallel_for(int64_t{0}, p.batch * p.heads * q_blocks, [&](int64_t task) {
-    // The last query blocks first: under a causal mask they have the most live tiles.
-    const int64_t qb = q_blocks - 1 - task % q_blocks, h = (task / q_blocks) % p.heads;
-    const int64_t b = task / (q_blocks * p.heads);
-    QueryBlock(p, b, h, qb * kQueryBlock).Run(live);
+  core::runtime::ParallelFor(p.batch * p.heads * q_blocks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t task = t0; task < t1; ++task) {
+      // The last query blocks first: under a causal mask they have the most live tiles.
+      const int64_t qb = q_blocks - 1 - task % q_blocks, h = (task / q_blocks) % p.heads;
+      const int64_t b = task / (q_blocks * p.heads);
+      QueryBlock(p, b, h, qb * kQueryBlock).Run(live);
+    }
   });
   return true;
 }

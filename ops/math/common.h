@@ -1,10 +1,7 @@
 // Shared helpers for the numeric kernels: dtype conversion at the edges (FLOAT16/BFLOAT16
 // are computed in float), error messages that name the node, broadcasting and a parallel
-// loop that runs in the caller's current tbb::task_arena (the session's arena).
+// loop (executor/parallel.h: the caller's task arena, the session's inside a run).
 #pragma once
-
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
 
 #include <cstdint>
 #include <string>
@@ -14,6 +11,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "executor/kernel.h"
+#include "executor/parallel.h"
 
 namespace onnx_light::ops::math {
 
@@ -74,18 +72,8 @@ int64_t ScalarInt(const onnx_light::NodeProto& node, const Tensor& t, const char
 std::vector<int64_t> IntValues(const onnx_light::NodeProto& node, const Tensor& t,
                                const char* what);
 
-// Calls fn(begin, end) over [0, n) in chunks of at least `grain`, in parallel when it pays.
-template <typename F>
-void ParallelFor(int64_t n, int64_t grain, const F& fn) {
-  if (n <= 0) return;
-  if (grain < 1) grain = 1;
-  if (n <= grain) {
-    fn(int64_t{0}, n);
-    return;
-  }
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
-                    [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end()); });
-}
+// The intra-op parallel loop (executor/parallel.h; the one implementation).
+using core::runtime::ParallelFor;
 
 // The last row of each of `a`'s matrices ([..., 1, K], a dense copy in `holder` from the
 // call's allocator), or `a` itself when it has one row per matrix or is a vector: what a

@@ -10,8 +10,6 @@
 // present_* are written only when wanted. Rows (batch, head, query) run in parallel; when
 // there are few rows and a long cache (decode), the key range is also split across tasks
 // and the partial softmax states are merged with a log-sum-exp (flash-decoding).
-#include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <cmath>
@@ -423,7 +421,7 @@ void Attention::Compute(KernelCall& call) const {
 
   // Work split: rows = (b, h, i); each row may be split into `chunks` key ranges.
   const int64_t num_rows = batch * hq * sq;
-  const int64_t threads = std::max<int64_t>(1, tbb::this_task_arena::max_concurrency());
+  const int64_t threads = call.threads();
   int64_t chunks = 1;
   if (!want_qk && num_rows < 2 * threads && total >= kSplitMinKeys)
     chunks =
@@ -476,10 +474,12 @@ void Attention::Compute(KernelCall& call) const {
         if (scores[t] != kNegInf) Axpy(weights[t], values.Row(j0 + t), p.acc.data(), dv);
     }
   };
-  tbb::parallel_for(int64_t{0}, num_rows * chunks, [&](int64_t piece) { run_piece(piece); });
+  call.ParallelFor(num_rows * chunks, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t piece = p0; piece < p1; ++piece) run_piece(piece);
+  });
 
   // Merge chunks (log-sum-exp) and write Y; fully masked rows give zeros.
-  tbb::parallel_for(int64_t{0}, num_rows, [&](int64_t row) {
+  auto merge_row = [&](int64_t row) {
     const int64_t i = row % sq, h = (row / sq) % hq, b = row / (sq * hq);
     float max = kNegInf;
     for (int64_t c = 0; c < chunks; ++c)
@@ -510,6 +510,9 @@ void Attention::Compute(KernelCall& call) const {
         StoreFromFloat(q.dtype(), qk_data, ((b * hq + h) * sq + i) * total + j, prob);
       }
     }
+  };
+  call.ParallelFor(num_rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) merge_row(row);
   });
 
   if (call.output_wanted(1)) WritePresent(call, 1, 4, past_key, kv);

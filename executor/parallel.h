@@ -1,0 +1,37 @@
+// The one intra-op parallel API. A kernel runs inside its session's task arena
+// (RuntimeSession::Execute enters it), so the arena bounds both the thread count and where
+// the chunks run; nothing here creates threads or arenas. Kernels reach it through their
+// call (KernelCall::threads(), KernelCall::ParallelFor); helpers in ops/math that have no
+// call use the same free functions. No TBB header leaks from here (executor/parallel.cc).
+#pragma once
+
+#include <cstdint>
+
+namespace onnx_light::core::runtime {
+
+// Threads the running kernel may use: the concurrency of the arena it runs in (the
+// session's intra-op thread count), at least 1.
+int64_t IntraOpThreads();
+
+// Runs chunk(context, begin, end) over [0, n) split into chunks of at least `grain`
+// (n > grain >= 1) across the arena's threads. Use ParallelFor.
+void ParallelChunks(int64_t n, int64_t grain, void (*chunk)(const void*, int64_t, int64_t),
+                    const void* context);
+
+// Calls fn(begin, end) over [0, n) in chunks of at least `grain` (clamped to 1), on the
+// calling thread when n <= grain, else split across the arena's threads.
+template <typename F>
+void ParallelFor(int64_t n, int64_t grain, const F& fn) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  if (n <= grain) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  ParallelChunks(
+      n, grain,
+      [](const void* f, int64_t begin, int64_t end) { (*static_cast<const F*>(f))(begin, end); },
+      &fn);
+}
+
+}  // namespace onnx_light::core::runtime
