@@ -175,6 +175,16 @@ void GraphPlan::RecordAppendSites(const std::vector<core::ResolvedBinding>& bind
   }
 }
 
+// What Build carries from one phase to the next.
+struct GraphPlan::Draft {
+  std::string where;                       // "graph 'name'", for messages
+  std::vector<int> producer;               // slot -> node index in graph order (-1: no node)
+  std::vector<std::vector<int>> in_slots;  // per graph node: explicit then implicit inputs
+  std::vector<int> order;                  // graph node indexes in run order
+  std::vector<int> readers, last_reader;   // per slot: distinct reader nodes, last one's step
+  std::vector<bool> kept;                  // per slot: a graph output (never released)
+};
+
 std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeContext& context,
                                             const PlanBuildScope& scope,
                                             const std::vector<std::string>& captures) {
@@ -184,219 +194,232 @@ std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeCont
   GraphPlan& p = *plan;
   p.graph_ = &graph;
   p.scope_ = scope;
-  const std::string where =
-      graph.name().empty() ? std::string("graph") : "graph '" + graph.name() + "'";
+  Draft d;
+  d.where = graph.name().empty() ? std::string("graph") : "graph '" + graph.name() + "'";
+  p.DefineValues(d, captures);
+  p.ResolveReads(d);
+  d.order = p.RunOrder(d);
+  // Kernels (folding included) see the plan's scope.
+  ScopeGuard guard(&p.scope_);
+  if (scope.fold_constants) p.FoldConstants(context, d.order, d.in_slots, d.producer);
+  if (scope.fuse_subgraphs) p.ApplyFusions(d.order, d.in_slots, d.producer);
+  p.CountReaders(d);
+  p.MakeNodes(d, context);
+  p.IndexLevels(d);
+  return plan;
+}
 
-  auto new_slot = [&](const std::string& name, const char* what) {
-    auto [it, inserted] = p.slot_of_.emplace(name, static_cast<int>(p.slot_names_.size()));
-    OL_CHECK(inserted, ErrorCode::kInvalidModel,
-             where + ": " + what + " '" + name + "' is defined more than once");
-    p.slot_names_.push_back(name);
-    p.constants_.push_back(nullptr);
-    return it->second;
-  };
+int GraphPlan::NewSlot(const Draft& d, const std::string& name, const std::string& what) {
+  auto [it, inserted] = slot_of_.emplace(name, static_cast<int>(slot_names_.size()));
+  OL_CHECK(inserted, ErrorCode::kInvalidModel,
+           d.where + ": " + what + " '" + name + "' is defined more than once");
+  slot_names_.push_back(name);
+  constants_.push_back(nullptr);
+  return it->second;
+}
 
-  // Graph inputs, captures, initializers.
+// Slots for the graph inputs, captures, initializers (constants, or defaults of inputs of
+// the same name) and node outputs, in that order.
+void GraphPlan::DefineValues(Draft& d, const std::vector<std::string>& captures) {
+  const GraphProto& graph = *graph_;
   for (const auto& v : graph.input()) {
     Input in;
     in.name = v.name();
-    in.slot = new_slot(v.name(), "input");
+    in.slot = NewSlot(d, v.name(), "input");
     in.type = v.has_type() ? &v.type() : nullptr;
-    p.inputs_.push_back(std::move(in));
+    inputs_.push_back(std::move(in));
   }
-  for (const auto& name : captures) p.capture_slots_.push_back(new_slot(name, "captured value"));
+  for (const auto& name : captures) capture_slots_.push_back(NewSlot(d, name, "captured value"));
   OL_CHECK(graph.sparse_initializer_size() == 0, ErrorCode::kNotImplemented,
-           where + ": sparse initializers are not supported");
+           d.where + ": sparse initializers are not supported");
   auto add_initializer = [&](const std::string& name, RuntimeValue value) {
-    auto it = p.slot_of_.find(name);
-    if (it != p.slot_of_.end()) {
-      int idx = p.FindInput(name);
+    if (slot_of_.count(name) != 0) {
+      const int idx = FindInput(name);
       OL_CHECK(idx >= 0, ErrorCode::kInvalidModel,
-               where + ": initializer '" + name + "' is defined more than once");
-      p.inputs_[static_cast<size_t>(idx)].has_default = true;
-      p.inputs_[static_cast<size_t>(idx)].default_value = std::move(value);
+               d.where + ": initializer '" + name + "' is defined more than once");
+      inputs_[static_cast<size_t>(idx)].has_default = true;
+      inputs_[static_cast<size_t>(idx)].default_value = std::move(value);
       return;
     }
-    int slot = new_slot(name, "initializer");
-    p.constant_storage_.push_back(std::make_unique<RuntimeValue>(std::move(value)));
-    p.constants_[static_cast<size_t>(slot)] = p.constant_storage_.back().get();
+    const int slot = NewSlot(d, name, "initializer");
+    constant_storage_.push_back(std::make_unique<RuntimeValue>(std::move(value)));
+    constants_[static_cast<size_t>(slot)] = constant_storage_.back().get();
   };
+  const auto& owner = scope_.owner;
   for (const auto& t : graph.initializer())
-    add_initializer(t.name(), RuntimeValue(TensorFromProto(t, scope.owner, scope.base_dir)));
+    add_initializer(t.name(), RuntimeValue(TensorFromProto(t, owner, scope_.base_dir)));
   for (const auto& e : graph.encoded_initializer())
-    add_initializer(
-        e.name(), RuntimeValue::Encoded(std::shared_ptr<const EncodedValueProto>(scope.owner, &e)));
+    add_initializer(e.name(),
+                    RuntimeValue::Encoded(std::shared_ptr<const EncodedValueProto>(owner, &e)));
   for (const auto& c : graph.paged_cache_initializer())
-    add_initializer(c.name(), RuntimeValue::FromPagedCache(
-                                  std::shared_ptr<const PagedCacheProto>(scope.owner, &c)));
-  const size_t defined_before_nodes = p.slot_names_.size();
-
-  // Node outputs.
-  int n = graph.node_size();
-  std::vector<int> producer;  // slot -> node index in graph order (-1 for non-node values)
-  producer.assign(defined_before_nodes, -1);
-  for (int i = 0; i < n; ++i) {
-    const NodeProto& node = graph.node(i);
-    for (const auto& o : node.output()) {
+    add_initializer(
+        c.name(), RuntimeValue::FromPagedCache(std::shared_ptr<const PagedCacheProto>(owner, &c)));
+  d.producer.assign(slot_names_.size(), -1);
+  for (int i = 0; i < graph.node_size(); ++i)
+    for (const auto& o : graph.node(i).output()) {
       if (o.empty()) continue;
-      new_slot(o, ("output of " + NodeLabel(node) + ", value").c_str());
-      producer.push_back(i);
+      NewSlot(d, o, "output of " + NodeLabel(graph.node(i)) + ", value");
+      d.producer.push_back(i);
     }
-  }
+}
 
-  // Input slots per node (explicit then implicit), checking every name resolves.
-  std::vector<std::vector<int>> in_slots(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
+// The input slots of every node (explicit then implicit) and the graph outputs, checking
+// that every name resolves.
+void GraphPlan::ResolveReads(Draft& d) {
+  const GraphProto& graph = *graph_;
+  d.in_slots.resize(static_cast<size_t>(graph.node_size()));
+  for (int i = 0; i < graph.node_size(); ++i) {
     const NodeProto& node = graph.node(i);
     auto resolve = [&](const std::string& name) {
       if (name.empty()) return -1;
-      auto it = p.slot_of_.find(name);
-      OL_CHECK(it != p.slot_of_.end(), ErrorCode::kInvalidModel,
-               where + ": " + NodeLabel(node) + " reads '" + name +
+      auto it = slot_of_.find(name);
+      OL_CHECK(it != slot_of_.end(), ErrorCode::kInvalidModel,
+               d.where + ": " + NodeLabel(node) + " reads '" + name +
                    "', which no node, graph input or initializer defines");
       return it->second;
     };
-    for (const auto& in : node.input()) in_slots[static_cast<size_t>(i)].push_back(resolve(in));
-    for (const auto& in : ImplicitInputs(node))
-      in_slots[static_cast<size_t>(i)].push_back(resolve(in));
+    auto& slots = d.in_slots[static_cast<size_t>(i)];
+    for (const auto& in : node.input()) slots.push_back(resolve(in));
+    for (const auto& in : ImplicitInputs(node)) slots.push_back(resolve(in));
   }
   for (const auto& o : graph.output()) {
-    auto it = p.slot_of_.find(o.name());
+    auto it = slot_of_.find(o.name());
     OL_CHECK(
-        it != p.slot_of_.end(), ErrorCode::kInvalidModel,
-        where + ": output '" + o.name() + "' is not defined by any node, input or initializer");
-    p.outputs_.push_back({o.name(), it->second, false});
+        it != slot_of_.end(), ErrorCode::kInvalidModel,
+        d.where + ": output '" + o.name() + "' is not defined by any node, input or initializer");
+    outputs_.push_back({o.name(), it->second, false});
   }
-  for (size_t a = 0; a < p.outputs_.size(); ++a)
-    for (size_t b = 0; b < p.outputs_.size(); ++b)
-      if (a != b && p.outputs_[a].slot == p.outputs_[b].slot) p.outputs_[a].shared = true;
+  for (size_t a = 0; a < outputs_.size(); ++a)
+    for (size_t b = 0; b < outputs_.size(); ++b)
+      if (a != b && outputs_[a].slot == outputs_[b].slot) outputs_[a].shared = true;
+}
 
-  // Topological order: keep the given order when valid, else Kahn's algorithm (stable).
+// Topological order: the given order when it is valid, else Kahn's algorithm (stable, so
+// equal models plan alike). A cycle is an error naming a node on it.
+std::vector<int> GraphPlan::RunOrder(const Draft& d) const {
+  const GraphProto& graph = *graph_;
+  const int n = graph.node_size();
+  std::vector<std::vector<int>> succ(static_cast<size_t>(n));
+  std::vector<int> indeg(static_cast<size_t>(n), 0);
+  bool given_valid = true;
+  for (int i = 0; i < n; ++i) {
+    std::unordered_set<int> preds;
+    for (int s : d.in_slots[static_cast<size_t>(i)]) {
+      const int prod = s < 0 ? -1 : d.producer[static_cast<size_t>(s)];
+      if (prod < 0) continue;
+      OL_CHECK(prod != i, ErrorCode::kInvalidModel,
+               d.where + ": " + NodeLabel(graph.node(i)) + " reads its own output '" +
+                   slot_names_[static_cast<size_t>(s)] + "' (a cycle)");
+      if (prod > i) given_valid = false;
+      if (preds.insert(prod).second) {
+        succ[static_cast<size_t>(prod)].push_back(i);
+        ++indeg[static_cast<size_t>(i)];
+      }
+    }
+  }
   std::vector<int> order;
-  {
-    std::vector<std::vector<int>> succ(static_cast<size_t>(n));
-    std::vector<int> indeg(static_cast<size_t>(n), 0);
-    bool given_valid = true;
-    for (int i = 0; i < n; ++i) {
-      std::unordered_set<int> preds;
-      for (int s : in_slots[static_cast<size_t>(i)]) {
-        if (s < 0) continue;
-        int prod = producer[static_cast<size_t>(s)];
-        if (prod < 0) continue;
-        OL_CHECK(prod != i, ErrorCode::kInvalidModel,
-                 where + ": " + NodeLabel(graph.node(i)) + " reads its own output '" +
-                     p.slot_names_[static_cast<size_t>(s)] + "' (a cycle)");
-        if (prod > i) given_valid = false;
-        if (preds.insert(prod).second) {
-          succ[static_cast<size_t>(prod)].push_back(i);
-          ++indeg[static_cast<size_t>(i)];
-        }
-      }
-    }
-    if (given_valid) {
-      for (int i = 0; i < n; ++i) order.push_back(i);
-    } else {
-      std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
-      for (int i = 0; i < n; ++i)
-        if (indeg[static_cast<size_t>(i)] == 0) ready.push(i);
-      while (!ready.empty()) {
-        int i = ready.top();
-        ready.pop();
-        order.push_back(i);
-        for (int j : succ[static_cast<size_t>(i)])
-          if (--indeg[static_cast<size_t>(j)] == 0) ready.push(j);
-      }
-      if (static_cast<int>(order.size()) != n) {
-        for (int i = 0; i < n; ++i)
-          if (indeg[static_cast<size_t>(i)] > 0)
-            Throw(ErrorCode::kInvalidModel,
-                  where + ": the nodes form a cycle through " + NodeLabel(graph.node(i)));
-      }
-    }
+  if (given_valid) {
+    for (int i = 0; i < n; ++i) order.push_back(i);
+    return order;
   }
-  // Kernels (folding included) see the plan's scope.
-  ScopeGuard guard(&p.scope_);
-  if (scope.fold_constants) p.FoldConstants(context, order, in_slots, producer);
-  if (scope.fuse_subgraphs) p.ApplyFusions(order, in_slots, producer);
-  n = static_cast<int>(order.size());  // the nodes left to run
-  std::vector<int> position(in_slots.size(), -1);
-  for (int k = 0; k < n; ++k) position[static_cast<size_t>(order[static_cast<size_t>(k)])] = k;
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (int i = 0; i < n; ++i)
+    if (indeg[static_cast<size_t>(i)] == 0) ready.push(i);
+  while (!ready.empty()) {
+    const int i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (int j : succ[static_cast<size_t>(i)])
+      if (--indeg[static_cast<size_t>(j)] == 0) ready.push(j);
+  }
+  for (int i = 0; i < n && static_cast<int>(order.size()) != n; ++i)
+    if (indeg[static_cast<size_t>(i)] > 0)
+      Throw(ErrorCode::kInvalidModel,
+            d.where + ": the nodes form a cycle through " + NodeLabel(graph.node(i)));
+  return order;
+}
 
-  // Readers per slot (graph outputs are always kept).
-  std::vector<int> readers(p.slot_names_.size(), 0);
-  std::vector<bool> kept(p.slot_names_.size(), false);
-  for (const auto& o : p.outputs_) kept[static_cast<size_t>(o.slot)] = true;
-  std::vector<int> last_reader(p.slot_names_.size(), -1);
-  for (int k = 0; k < n; ++k) {
-    int i = order[static_cast<size_t>(k)];
+// Distinct readers per slot and the step of the last one (graph outputs are always kept).
+void GraphPlan::CountReaders(Draft& d) const {
+  d.readers.assign(slot_names_.size(), 0);
+  d.last_reader.assign(slot_names_.size(), -1);
+  d.kept.assign(slot_names_.size(), false);
+  for (const auto& o : outputs_) d.kept[static_cast<size_t>(o.slot)] = true;
+  for (size_t k = 0; k < d.order.size(); ++k) {
     std::unordered_set<int> seen;
-    for (int s : in_slots[static_cast<size_t>(i)]) {
+    for (int s : d.in_slots[static_cast<size_t>(d.order[k])]) {
       if (s < 0 || !seen.insert(s).second) continue;
-      ++readers[static_cast<size_t>(s)];
-      last_reader[static_cast<size_t>(s)] = k;
+      ++d.readers[static_cast<size_t>(s)];
+      d.last_reader[static_cast<size_t>(s)] = static_cast<int>(k);
     }
   }
+}
 
-  // Nodes: kernels, slots, release lists, edges and levels.
-  p.nodes_.resize(static_cast<size_t>(n));
+// One Node per step: slots, release lists, edges and levels, then its kernel (which may
+// precompute from its constant inputs: they never change while the plan lives).
+void GraphPlan::MakeNodes(const Draft& d, RuntimeContext& context) {
+  const int n = static_cast<int>(d.order.size());
+  std::vector<int> position(d.in_slots.size(), -1);
+  for (int k = 0; k < n; ++k) position[static_cast<size_t>(d.order[static_cast<size_t>(k)])] = k;
+  auto releasable = [&](int s) { return !d.kept[static_cast<size_t>(s)] && !is_constant(s); };
+  nodes_.resize(static_cast<size_t>(n));
   for (int k = 0; k < n; ++k) {
-    const int i = order[static_cast<size_t>(k)];
-    const NodeProto& proto = p.NodeAt(i);
-    Node& node = p.nodes_[static_cast<size_t>(k)];
+    const int i = d.order[static_cast<size_t>(k)];
+    const NodeProto& proto = NodeAt(i);
+    Node& node = nodes_[static_cast<size_t>(k)];
     node.proto = &proto;
-    node.inputs = in_slots[static_cast<size_t>(i)];
+    node.inputs = d.in_slots[static_cast<size_t>(i)];
     for (const auto& o : proto.output()) {
-      int s = o.empty() ? -1 : p.slot_of_.at(o);
-      if (s >= 0 && readers[static_cast<size_t>(s)] == 0 && !kept[static_cast<size_t>(s)]) s = -1;
+      int s = o.empty() ? -1 : slot_of_.at(o);
+      if (s >= 0 && d.readers[static_cast<size_t>(s)] == 0 && !d.kept[static_cast<size_t>(s)])
+        s = -1;
       node.outputs.push_back(s);
     }
     std::unordered_set<int> seen;
     for (int s : node.inputs) {
       if (s < 0 || !seen.insert(s).second) continue;
-      if (!kept[static_cast<size_t>(s)] && !p.is_constant(s)) node.reads.push_back(s);
-      if (last_reader[static_cast<size_t>(s)] == k && !kept[static_cast<size_t>(s)] &&
-          !p.is_constant(s))
-        node.release.push_back(s);
-      int prod = producer[static_cast<size_t>(s)];
-      if (prod >= 0) {
-        int pk = position[static_cast<size_t>(prod)];
-        auto& succ = p.nodes_[static_cast<size_t>(pk)].successors;
-        if (std::find(succ.begin(), succ.end(), k) == succ.end()) {
-          succ.push_back(k);
-          ++node.predecessor_count;
-          node.level = std::max(node.level, p.nodes_[static_cast<size_t>(pk)].level + 1);
-        }
-      }
+      if (releasable(s)) node.reads.push_back(s);
+      if (releasable(s) && d.last_reader[static_cast<size_t>(s)] == k) node.release.push_back(s);
+      const int prod = d.producer[static_cast<size_t>(s)];
+      if (prod < 0) continue;
+      Node& from = nodes_[static_cast<size_t>(position[static_cast<size_t>(prod)])];
+      if (std::find(from.successors.begin(), from.successors.end(), k) != from.successors.end())
+        continue;
+      from.successors.push_back(k);
+      ++node.predecessor_count;
+      node.level = std::max(node.level, from.level + 1);
     }
-    node.input_offset = p.total_inputs_;
-    node.output_offset = p.total_outputs_;
-    p.total_inputs_ += node.inputs.size();
-    p.total_outputs_ += node.outputs.size();
+    node.input_offset = total_inputs_;
+    node.output_offset = total_outputs_;
+    total_inputs_ += node.inputs.size();
+    total_outputs_ += node.outputs.size();
 
-    node.kernel = MakeNodeKernel(proto, context, p.scope_);
+    node.kernel = MakeNodeKernel(proto, context, scope_);
     const int out0 = node.outputs.empty() ? -1 : node.outputs[0];
-    node.may_trim_to_last_row = out0 >= 0 && kept[static_cast<size_t>(out0)] &&
-                                readers[static_cast<size_t>(out0)] == 0 &&
+    node.may_trim_to_last_row = out0 >= 0 && d.kept[static_cast<size_t>(out0)] &&
+                                d.readers[static_cast<size_t>(out0)] == 0 &&
                                 node.kernel->ComputesLastRowOnly();
-    // Constants never change while the plan lives: kernels may precompute from them.
     for (int j = 0; j < proto.input_size(); ++j) {
       const int s = node.inputs[static_cast<size_t>(j)];
-      if (s >= 0 && p.is_constant(s))
-        node.kernel->OnConstantInput(static_cast<size_t>(j), *p.constant(s));
+      if (s >= 0 && is_constant(s))
+        node.kernel->OnConstantInput(static_cast<size_t>(j), *constant(s));
     }
   }
-  p.readers_.assign(p.slot_names_.size(), 0);
-  for (size_t s = 0; s < p.slot_names_.size(); ++s)
-    if (!kept[s] && !p.is_constant(static_cast<int>(s))) p.readers_[s] = readers[s];
+}
+
+// Reader counts for concurrent release, the source nodes and the widest level.
+void GraphPlan::IndexLevels(const Draft& d) {
+  readers_.assign(slot_names_.size(), 0);
+  for (size_t s = 0; s < slot_names_.size(); ++s)
+    if (!d.kept[s] && !is_constant(static_cast<int>(s))) readers_[s] = d.readers[s];
   std::vector<int> per_level;
-  for (int k = 0; k < n; ++k) {
-    const Node& node = p.nodes_[static_cast<size_t>(k)];
-    if (node.predecessor_count == 0) p.sources_.push_back(k);
+  for (size_t k = 0; k < nodes_.size(); ++k) {
+    const Node& node = nodes_[k];
+    if (node.predecessor_count == 0) sources_.push_back(static_cast<int>(k));
     if (static_cast<size_t>(node.level) >= per_level.size())
       per_level.resize(static_cast<size_t>(node.level) + 1, 0);
-    p.width_ = std::max(p.width_, ++per_level[static_cast<size_t>(node.level)]);
+    width_ = std::max(width_, ++per_level[static_cast<size_t>(node.level)]);
   }
-  return plan;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -154,7 +154,16 @@ class GraphPlan {
   const PlanBuildScope& scope() const { return scope_; }
 
  private:
+  struct Draft;
   GraphPlan() = default;
+  // The phases of Build, in order (executor/graph_plan.cc).
+  int NewSlot(const Draft& d, const std::string& name, const std::string& what);
+  void DefineValues(Draft& d, const std::vector<std::string>& captures);
+  void ResolveReads(Draft& d);
+  std::vector<int> RunOrder(const Draft& d) const;
+  void CountReaders(Draft& d) const;
+  void MakeNodes(const Draft& d, RuntimeContext& context);
+  void IndexLevels(const Draft& d);
   // Fills Node::append_sites for the root plan's persistent bindings (in their order).
   void RecordAppendSites(const std::vector<core::ResolvedBinding>& bindings);
   // Constant folding (see Build): removes folded nodes from `order` and their outputs from
