@@ -41,8 +41,8 @@ class PageView {
   // (no decoding): false when their affine parameters vary within the rows (per-axis along
   // the rows or the width, blocked), which only Rows can read.
   bool CodeRowsAt(int64_t b, int64_t h, int64_t r0, int64_t n, math::CodeRows* out) const;
-  // Asks for rows [r0, r0 + n) of (b, h) to be brought into the cache (the next page's rows
-  // while this one is scored: the hardware prefetcher stops at page boundaries).
+  // Asks for rows [r0, r0 + n) of (b, h) to be brought into L2 (the next block's rows while
+  // this one is scored: the hardware prefetcher stops at page boundaries).
   void Prefetch(int64_t b, int64_t h, int64_t r0, int64_t n) const;
   // Element d of row r of (b, h) as FLOAT.
   float At(int64_t b, int64_t h, int64_t r, int64_t d) const;
