@@ -15,9 +15,9 @@ namespace {
 
 // Elements per byte of packed codes (1 for whole-byte and wider formats).
 constexpr int PerByte(RowCode c) {
-  return c == RowCode::kInt4 || c == RowCode::kUint4 ? 2
+  return c == RowCode::kInt4 || c == RowCode::kUint4   ? 2
          : c == RowCode::kInt2 || c == RowCode::kUint2 ? 4
-                                                        : 1;
+                                                       : 1;
 }
 
 // The stored element e as FLOAT (the code itself for affine formats: zero not subtracted).
@@ -73,8 +73,7 @@ void SumsPortable(const float* ws, int64_t w_stride, int64_t heads, const CodeRo
     const int64_t e = run.first + t * d;
     for (int64_t g = 0; g < heads; ++g) {
       const float w = ws[g * w_stride + t];
-      for (int64_t j = j0; j < d; ++j)
-        y[g * y_stride + j] += w * Raw(run.code, run.data, e + j);
+      for (int64_t j = j0; j < d; ++j) y[g * y_stride + j] += w * Raw(run.code, run.data, e + j);
     }
   }
 }
@@ -182,7 +181,10 @@ OL_CODE_TARGET void DotsAvx2(const float* q, int64_t q_stride, const CodeRows& r
       }
 #pragma GCC unroll 4
       for (int g = 0; g < G; ++g) {
-        const __m256 qv = _mm256_loadu_ps(q + g * q_stride + i);
+        __m256 qv = _mm256_loadu_ps(q + g * q_stride + i);
+        // One load of the query chunk for both rows: GCC would fold it into each FMA, and
+        // the loads (not the FMAs) then bound the loop.
+        asm("" : "+x"(qv));
         a0[g] = _mm256_fmadd_ps(qv, k0, a0[g]);
         a1[g] = _mm256_fmadd_ps(qv, k1, a1[g]);
       }
@@ -350,7 +352,8 @@ void GroupCodeDots(const float* q, int64_t q_stride, int64_t heads, const CodeRo
       const float* qg = q + g0 * q_stride;
       float* sg = s + g0 * s_stride + at;
       ByCode(run.code, [&]<RowCode C>() {
-        ByHeads<4>(heads - g0, [&]<int G>() { DotsAvx2Zero<C, G>(qg, q_stride, run, d, sg, s_stride); });
+        ByHeads<4>(heads - g0,
+                   [&]<int G>() { DotsAvx2Zero<C, G>(qg, q_stride, run, d, sg, s_stride); });
       });
     }
 #endif
@@ -395,7 +398,9 @@ void GroupCodeWeightedRowSums(float* w, int64_t w_stride, int64_t heads, const C
         rows += runs[r + n++].rows;
 #if defined(__x86_64__)
       ByCode(runs[r].code, [&]<RowCode C>() {
-        ByHeads<4>(group, [&]<int G>() { SumsAvx2<C, G>(wg + at, w_stride, runs + r, n, d, yg, y_stride); });
+        ByHeads<4>(group, [&]<int G>() {
+          SumsAvx2<C, G>(wg + at, w_stride, runs + r, n, d, yg, y_stride);
+        });
       });
 #endif
       at += rows;
