@@ -19,7 +19,17 @@
 
 namespace onnx_light::ops::math {
 
-enum class RowCode : uint8_t { kFloat, kHalf, kBFloat16, kInt8, kUint8, kInt4, kUint4, kInt2, kUint2 };
+enum class RowCode : uint8_t {
+  kFloat,
+  kHalf,
+  kBFloat16,
+  kInt8,
+  kUint8,
+  kInt4,
+  kUint4,
+  kInt2,
+  kUint2
+};
 
 // `rows` rows of `width` (the call's d) consecutive elements, the first at element index
 // `first` of `data` (packed codes: low bits first, as ONNX packs INT4/INT2).

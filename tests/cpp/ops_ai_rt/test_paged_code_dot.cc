@@ -36,10 +36,10 @@ struct Format {
 };
 
 const Format kFormats[] = {
-    {RowCode::kFloat, "FLOAT", 32, 0, 0, false},   {RowCode::kHalf, "FLOAT16", 16, 0, 0, false},
+    {RowCode::kFloat, "FLOAT", 32, 0, 0, false},       {RowCode::kHalf, "FLOAT16", 16, 0, 0, false},
     {RowCode::kBFloat16, "BFLOAT16", 16, 0, 0, false}, {RowCode::kInt8, "INT8", 8, -128, 127, true},
-    {RowCode::kUint8, "UINT8", 8, 0, 255, true},   {RowCode::kInt4, "INT4", 4, -8, 7, true},
-    {RowCode::kUint4, "UINT4", 4, 0, 15, true},    {RowCode::kInt2, "INT2", 2, -2, 1, true},
+    {RowCode::kUint8, "UINT8", 8, 0, 255, true},       {RowCode::kInt4, "INT4", 4, -8, 7, true},
+    {RowCode::kUint4, "UINT4", 4, 0, 15, true},        {RowCode::kInt2, "INT2", 2, -2, 1, true},
     {RowCode::kUint2, "UINT2", 2, 0, 3, true},
 };
 
@@ -69,8 +69,8 @@ Payload Make(const Format& f, int64_t count, float scale, int32_t zero, uint32_t
       }
     } else {
       const int32_t span = f.hi - f.lo + 1;
-      const int32_t c = f.lo + static_cast<int32_t>((x + 1.0f) * 0.5f * static_cast<float>(span)) %
-                                   span;
+      const int32_t c =
+          f.lo + static_cast<int32_t>((x + 1.0f) * 0.5f * static_cast<float>(span)) % span;
       const auto u = static_cast<uint32_t>(c) & ((f.bits == 32 ? 0u : (1u << f.bits)) - 1u);
       const int per_byte = 8 / f.bits;
       p.bytes[static_cast<size_t>(e / per_byte)] |=
@@ -100,14 +100,15 @@ void CheckFormat(const Format& f, const Case& cs) {
   for (size_t r = 0; r < cs.rows.size(); ++r) {
     const float scale = f.affine ? 0.01f + 0.07f * static_cast<float>(r) : 1.0f;
     const int32_t zero = f.affine ? std::min(f.hi, f.lo + static_cast<int32_t>(r) % 3) : 0;
-    payloads.push_back(Make(f, cs.first + cs.rows[r] * d, scale, zero, 11 + static_cast<uint32_t>(r)));
+    payloads.push_back(
+        Make(f, cs.first + cs.rows[r] * d, scale, zero, 11 + static_cast<uint32_t>(r)));
     total += cs.rows[r];
   }
   for (size_t r = 0; r < cs.rows.size(); ++r) {
     const float scale = f.affine ? 0.01f + 0.07f * static_cast<float>(r) : 1.0f;
     const int32_t zero = f.affine ? std::min(f.hi, f.lo + static_cast<int32_t>(r) % 3) : 0;
-    runs.push_back({f.code, payloads[r].bytes.data(), cs.first, cs.rows[r], scale,
-                    static_cast<float>(zero)});
+    runs.push_back(
+        {f.code, payloads[r].bytes.data(), cs.first, cs.rows[r], scale, static_cast<float>(zero)});
   }
   // CodeValue is the format's formula.
   for (size_t r = 0; r < runs.size(); ++r)
@@ -118,8 +119,7 @@ void CheckFormat(const Format& f, const Case& cs) {
                     .epsilon(1e-6));
   auto value = [&](int64_t at, int64_t j) {  // row `at` of the concatenated runs
     for (size_t r = 0; r < runs.size(); at -= runs[r++].rows)
-      if (at < runs[r].rows)
-        return payloads[r].expect[static_cast<size_t>(cs.first + at * d + j)];
+      if (at < runs[r].rows) return payloads[r].expect[static_cast<size_t>(cs.first + at * d + j)];
     return 0.0;
   };
 
@@ -145,7 +145,8 @@ void CheckFormat(const Format& f, const Case& cs) {
 
   // Weighted sums: y [heads, d] (stride d + 1) = y * rescale + sum_t w * value.
   const int64_t w_stride = total + 1, y_stride = d + 1;
-  std::vector<float> w(static_cast<size_t>(heads * w_stride)), y(static_cast<size_t>(heads * y_stride));
+  std::vector<float> w(static_cast<size_t>(heads * w_stride)),
+      y(static_cast<size_t>(heads * y_stride));
   std::vector<float> rescale(static_cast<size_t>(heads));
   for (size_t i = 0; i < w.size(); ++i)
     w[i] = 0.5f + 0.5f * paged_test::Noise(6, static_cast<int64_t>(i));
@@ -202,8 +203,7 @@ TEST_CASE("Weighted sums without a rescale leave y's running sum and accumulate 
   std::vector<float> y(16, 1.0f);
   GroupCodeWeightedRowSums(w.data(), 2, 1, &run, 1, 16, nullptr, y.data(), 16);
   for (int64_t j = 0; j < 16; ++j)
-    CHECK(y[static_cast<size_t>(j)] ==
-          doctest::Approx(1.0 + p.expect[static_cast<size_t>(j)] +
-                          0.5 * p.expect[static_cast<size_t>(16 + j)])
-              .epsilon(1e-6));
+    CHECK(y[static_cast<size_t>(j)] == doctest::Approx(1.0 + p.expect[static_cast<size_t>(j)] +
+                                                       0.5 * p.expect[static_cast<size_t>(16 + j)])
+                                           .epsilon(1e-6));
 }
