@@ -115,8 +115,17 @@ inline const uint8_t* ElementPtr(const void* data, int64_t e) {
 
 // Elements i .. i + 7 of the row starting at byte `row` as FLOAT (codes, zero not
 // subtracted); i is a multiple of 8.
+// The per-lane shifts that bring packed element k of a word to the top of lane k (kept in a
+// register by the callers: folded into every shift as a memory operand it cost a load each).
 template <RowCode C>
-OL_CODE_TARGET inline __m256 Load8(const uint8_t* row, uint64_t i) {
+OL_CODE_TARGET inline __m256i Shifts() {
+  if constexpr (C == RowCode::kInt4 || C == RowCode::kUint4)
+    return _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0);
+  return _mm256_setr_epi32(30, 28, 26, 24, 22, 20, 18, 16);
+}
+
+template <RowCode C>
+OL_CODE_TARGET inline __m256 Load8(const uint8_t* row, uint64_t i, __m256i shifts) {
   if constexpr (C == RowCode::kFloat) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
   } else if constexpr (C == RowCode::kHalf) {
@@ -134,15 +143,13 @@ OL_CODE_TARGET inline __m256 Load8(const uint8_t* row, uint64_t i) {
     // (arithmetic for signed codes).
     uint32_t word;
     std::memcpy(&word, row + i / 2, 4);
-    const __m256i v = _mm256_sllv_epi32(_mm256_set1_epi32(static_cast<int>(word)),
-                                        _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0));
+    const __m256i v = _mm256_sllv_epi32(_mm256_set1_epi32(static_cast<int>(word)), shifts);
     return _mm256_cvtepi32_ps(C == RowCode::kInt4 ? _mm256_srai_epi32(v, 28)
                                                   : _mm256_srli_epi32(v, 28));
   } else {
     uint16_t half;
     std::memcpy(&half, row + i / 4, 2);
-    const __m256i v = _mm256_sllv_epi32(_mm256_set1_epi32(half),
-                                        _mm256_setr_epi32(30, 28, 26, 24, 22, 20, 18, 16));
+    const __m256i v = _mm256_sllv_epi32(_mm256_set1_epi32(half), shifts);
     return _mm256_cvtepi32_ps(C == RowCode::kInt2 ? _mm256_srai_epi32(v, 30)
                                                   : _mm256_srli_epi32(v, 30));
   }
@@ -160,6 +167,8 @@ template <RowCode C, int G, bool Z>
 OL_CODE_TARGET void DotsAvx2(const float* q, int64_t q_stride, const CodeRows& run, int64_t d,
                              float* s, int64_t s_stride) {
   const __m256 zero = _mm256_set1_ps(run.zero);
+  __m256i shifts = Shifts<C>();
+  asm("" : "+x"(shifts));
   const int64_t dv = d & ~int64_t{7};
   auto row_tail = [&](int64_t e, int g) {
     float acc = 0;
@@ -174,7 +183,7 @@ OL_CODE_TARGET void DotsAvx2(const float* q, int64_t q_stride, const CodeRows& r
     __m256 a0[4], a1[4];
     for (int g = 0; g < 4; ++g) a0[g] = a1[g] = _mm256_setzero_ps();
     for (uint64_t i = 0; i < static_cast<uint64_t>(dv); i += 8) {
-      __m256 k0 = Load8<C>(p0, i), k1 = Load8<C>(p1, i);
+      __m256 k0 = Load8<C>(p0, i, shifts), k1 = Load8<C>(p1, i, shifts);
       if constexpr (Z) {
         k0 = _mm256_sub_ps(k0, zero);
         k1 = _mm256_sub_ps(k1, zero);
@@ -208,7 +217,7 @@ OL_CODE_TARGET void DotsAvx2(const float* q, int64_t q_stride, const CodeRows& r
     __m256 a0[4];
     for (int g = 0; g < 4; ++g) a0[g] = _mm256_setzero_ps();
     for (uint64_t i = 0; i < static_cast<uint64_t>(dv); i += 8) {
-      __m256 k0 = Load8<C>(p0, i);
+      __m256 k0 = Load8<C>(p0, i, shifts);
       if constexpr (Z) k0 = _mm256_sub_ps(k0, zero);
       for (int g = 0; g < G; ++g)
         a0[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * q_stride + i), k0, a0[g]);
@@ -238,6 +247,8 @@ OL_CODE_TARGET void SumsStripAvx2(const float* ws, int64_t w_stride, const CodeR
   __m256 a20 = LoadAcc<G, W>(y, y_stride, col, 2, 0), a21 = LoadAcc<G, W>(y, y_stride, col, 2, 1);
   __m256 a30 = LoadAcc<G, W>(y, y_stride, col, 3, 0), a31 = LoadAcc<G, W>(y, y_stride, col, 3, 1);
   const auto c0 = static_cast<uint64_t>(col);
+  __m256i shifts = Shifts<C>();
+  asm("" : "+x"(shifts));
   int64_t at = 0;
   for (int r = 0; r < n; at += runs[r++].rows) {
     const CodeRows& run = runs[r];
@@ -248,8 +259,8 @@ OL_CODE_TARGET void SumsStripAvx2(const float* ws, int64_t w_stride, const CodeR
     const uint8_t* row = ElementPtr<C>(run.data, run.first);
     const uint64_t step = Bytes<C>(static_cast<uint64_t>(d));
     for (int64_t t = 0; t < run.rows; ++t, row += step) {
-      const __m256 x0 = Load8<C>(row, c0);
-      const __m256 x1 = W > 1 ? Load8<C>(row, c0 + 8) : _mm256_setzero_ps();
+      const __m256 x0 = Load8<C>(row, c0, shifts);
+      const __m256 x1 = W > 1 ? Load8<C>(row, c0 + 8, shifts) : _mm256_setzero_ps();
       __m256 wt = _mm256_broadcast_ss(w0 + t);
       a00 = _mm256_fmadd_ps(wt, x0, a00);
       if constexpr (W > 1) a01 = _mm256_fmadd_ps(wt, x1, a01);
