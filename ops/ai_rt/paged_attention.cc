@@ -156,10 +156,10 @@ class BlockedAttention {
       const auto [lo, hi] = c_.Visible(i);
       longest = std::max(longest, hi - lo);
     }
-    // Two chunks per thread at least (a busy core does not hold up the call), never below
-    // kSplitMinKeys / 2 tokens each.
-    if (rows_ < 2 * threads && longest >= kSplitMinKeys)
-      chunks_ = std::min<int64_t>((2 * threads + rows_ - 1) / rows_, longest / (kSplitMinKeys / 2));
+    // Four tasks per thread (a core another process holds up delays a quarter of its share,
+    // which the other thread takes over), never chunks below kSplitMinKeys / 2 tokens.
+    if (rows_ < 4 * threads && longest >= kSplitMinKeys)
+      chunks_ = std::min<int64_t>((4 * threads + rows_ - 1) / rows_, longest / (kSplitMinKeys / 2));
     partials_.assign(static_cast<size_t>(rows_ * chunks_ * c_.heads), Partial{});
     acc_.assign(static_cast<size_t>(rows_ * chunks_ * c_.heads * c_.dv), 0.0f);
     decoded_.assign(static_cast<size_t>(rows_ * chunks_), 0);
