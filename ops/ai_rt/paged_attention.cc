@@ -1,10 +1,13 @@
 // ai.rt::PagedAttention: see paged_attention.h. The call is analysed once (inputs, page
-// views from the per-kernel memo, visible ranges), then each (batch, KV head, query) and the
-// query heads sharing that KV head attend over the visible tokens with an online softmax:
-// the past pages where they lie (decoded block by block when quantized, once for the whole
-// head group), then the current K/V as FLOAT. Long ranges are split into chunks whose
-// (max, sum, partial output) are merged by log-sum-exp. Finally the current K/V are encoded
-// into new pages and appended to a copy-on-write sequence that shares every old page.
+// views from the per-kernel memo, visible ranges), then each (batch, query) attends over its
+// visible tokens with an online softmax, page-major: a group of pages for every KV head in
+// turn (the query heads sharing a KV head scored together), then the current K/V as FLOAT.
+// Pages are read as stored: dots and value sums run on the FLOAT/FLOAT16/BFLOAT16 rows or
+// the affine codes themselves (math::GroupCodeDots / GroupCodeWeightedRowSums, scale and zero
+// point applied per page), and only pages whose parameters vary within a row range are
+// decoded to FLOAT rows first. Long ranges are split into chunks whose (max, sum, partial
+// output) are merged by log-sum-exp. Finally the current K/V are encoded into new pages and
+// appended to a copy-on-write sequence that shares every old page.
 #include "ops/ai_rt/paged_attention.h"
 
 #include <tbb/parallel_for.h>
