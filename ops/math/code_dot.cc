@@ -385,8 +385,12 @@ void GroupCodeWeightedRowSums(float* w, int64_t w_stride, int64_t heads, const C
     for (int r = 0; r < nruns; at += runs[r++].rows)
       for (int64_t g = 0; g < group; ++g) {
         float* wr = wg + g * w_stride + at;
+        const float scale = runs[r].scale;
+        if (scale != 1.0f)
+          for (int64_t t = 0; t < runs[r].rows; ++t) wr[t] *= scale;  // vectorised
+        if (runs[r].zero == 0.0f) continue;  // (signed codes and dense rows: nothing to fold)
         float sum = 0;
-        for (int64_t t = 0; t < runs[r].rows; ++t) sum += (wr[t] *= runs[r].scale);
+        for (int64_t t = 0; t < runs[r].rows; ++t) sum += wr[t];
         correction[g] += runs[r].zero * sum;
       }
     for (int64_t g = 0; g < group; ++g) {
