@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/runtime_value.h"
+#include "ops/math/code_dot.h"
 
 namespace onnx_light::ops::ai_rt {
 
@@ -36,8 +37,12 @@ class PageView {
   // Rows [r0, r0 + n) of (batch b, head h): a pointer into the page when it is dense FLOAT,
   // else the rows decoded into `buffer` (n * width floats) and `buffer` returned.
   const float* Rows(int64_t b, int64_t h, int64_t r0, int64_t n, float* buffer) const;
-  // Asks for rows [r0, r0 + n) of (b, h) to be brought into the cache (the next page's rows
-  // while this one is scored: the hardware prefetcher stops at page boundaries).
+  // Rows [r0, r0 + n) of (b, h) as stored, for math::GroupCodeDots/GroupCodeWeightedRowSums
+  // (no decoding): false when their affine parameters vary within the rows (per-axis along
+  // the rows or the width, blocked), which only Rows can read.
+  bool CodeRowsAt(int64_t b, int64_t h, int64_t r0, int64_t n, math::CodeRows* out) const;
+  // Asks for rows [r0, r0 + n) of (b, h) to be brought into L2 (the next block's rows while
+  // this one is scored: the hardware prefetcher stops at page boundaries).
   void Prefetch(int64_t b, int64_t h, int64_t r0, int64_t n) const;
   // Element d of row r of (b, h) as FLOAT.
   float At(int64_t b, int64_t h, int64_t r, int64_t d) const;

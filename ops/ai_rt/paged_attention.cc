@@ -1,10 +1,13 @@
 // ai.rt::PagedAttention: see paged_attention.h. The call is analysed once (inputs, page
-// views from the per-kernel memo, visible ranges), then each (batch, KV head, query) and the
-// query heads sharing that KV head attend over the visible tokens with an online softmax:
-// the past pages where they lie (decoded block by block when quantized, once for the whole
-// head group), then the current K/V as FLOAT. Long ranges are split into chunks whose
-// (max, sum, partial output) are merged by log-sum-exp. Finally the current K/V are encoded
-// into new pages and appended to a copy-on-write sequence that shares every old page.
+// views from the per-kernel memo, visible ranges), then each (batch, query) attends over its
+// visible tokens with an online softmax, page-major: a group of pages for every KV head in
+// turn (the query heads sharing a KV head scored together), then the current K/V as FLOAT.
+// Pages are read as stored: dots and value sums run on the FLOAT/FLOAT16/BFLOAT16 rows or
+// the affine codes themselves (math::GroupCodeDots / GroupCodeWeightedRowSums, scale and zero
+// point applied per page), and only pages whose parameters vary within a row range are
+// decoded to FLOAT rows first. Long ranges are split into chunks whose (max, sum, partial
+// output) are merged by log-sum-exp. Finally the current K/V are encoded into new pages and
+// appended to a copy-on-write sequence that shares every old page.
 #include "ops/ai_rt/paged_attention.h"
 
 #include <tbb/parallel_for.h>
@@ -22,6 +25,7 @@
 #include "ops/ai_rt/page_view.h"
 #include "ops/ai_rt/page_writer.h"
 #include "ops/kernel_factory.h"
+#include "ops/math/code_dot.h"
 #include "ops/math/vector_ops.h"
 #include "ops/math/vexp.h"
 
@@ -125,84 +129,42 @@ namespace {
 
 using Call = PagedAttention::Call;
 
-// Up to kKeyBlock visible tokens as FLOAT rows, in runs that each lie in one page (or in the
-// current K/V): run r has n[r] tokens, K rows from keys[r] (stride dk), V rows from values[r].
+// Up to kKeyBlock visible tokens of one KV head in runs that each lie in one page (or in the
+// current K/V), as stored: run r's keys and values are keys[r] and values[r] (math::CodeRows,
+// read by the code-domain kernels without decoding), or FLOAT rows decoded into the task's
+// buffers when the page's affine parameters vary within its rows.
 struct TokenBlock {
-  const float* keys[kKeyBlock];
-  const float* values[kKeyBlock];
-  int64_t n[kKeyBlock];
+  ops::math::CodeRows keys[kKeyBlock];
+  ops::math::CodeRows values[kKeyBlock];
   int runs = 0;
   int64_t tokens = 0;
-  void Add(const float* k, const float* v, int64_t count) {
-    keys[runs] = k;
-    values[runs] = v;
-    n[runs++] = count;
-    tokens += count;
-  }
 };
 
-// Calls fn(TokenBlock) for the visible tokens [t0, t1) of (b, g) in blocks of kKeyBlock
-// tokens (the last may be shorter): past pages first (quantized rows decoded into kbuf/vbuf,
-// which hold kKeyBlock rows), then the current tokens. Adds the FLOAT bytes of quantized
-// tokens to *decoded.
-template <class Fn>
-void ForEachBlock(const Call& c, int64_t b, int64_t g, int64_t t0, int64_t t1, float* kbuf,
-                  float* vbuf, size_t* decoded, Fn&& fn) {
-  TokenBlock blk;
-  auto flush = [&] {
-    if (blk.tokens > 0) fn(blk);
-    blk = TokenBlock();
-  };
-  int64_t t = t0;
-  for (size_t pi = c.PageAt(t); t < std::min(t1, c.past); ++pi) {
-    const Page& pg = *c.pages[pi];
-    const int64_t end = std::min(t1, pg.start + pg.length);
-    if (pi + 1 < c.pages.size() && c.pages[pi + 1]->start < t1) {
-      const Page& next = *c.pages[pi + 1];
-      const int64_t rows = std::min(next.length, t1 - next.start);
-      next.key.Prefetch(b, g, 0, rows);
-      next.value.Prefetch(b, g, 0, rows);
-    }
-    while (t < end) {
-      const int64_t n = std::min(kKeyBlock - blk.tokens, end - t), r = t - pg.start;
-      if (pg.key.quantized()) *decoded += static_cast<size_t>(n * c.dk) * sizeof(float);
-      if (pg.value.quantized()) *decoded += static_cast<size_t>(n * c.dv) * sizeof(float);
-      blk.Add(pg.key.Rows(b, g, r, n, kbuf + blk.tokens * c.dk),
-              pg.value.Rows(b, g, r, n, vbuf + blk.tokens * c.dv), n);
-      t += n;
-      if (blk.tokens == kKeyBlock) flush();
-    }
-  }
-  for (t = std::max(t0, c.past); t < t1;) {
-    const int64_t n = std::min(kKeyBlock - blk.tokens, t1 - t), r = t - c.past;
-    // Current tokens are read as FLOAT; those stored quantized count as their decoded reads.
-    if (c.key_format.affine()) *decoded += static_cast<size_t>(n * c.dk) * sizeof(float);
-    if (c.value_format.affine()) *decoded += static_cast<size_t>(n * c.dv) * sizeof(float);
-    blk.Add(c.CurrentKey(b, g, r), c.CurrentValue(b, g, r), n);
-    t += n;
-    if (blk.tokens == kKeyBlock) flush();
-  }
-  flush();
-}
-
-// The blocked path: tasks of (batch, KV head, query, chunk) with the group's query heads.
+// The blocked path. Tasks are (batch, query, chunk of the visible range); each reads its
+// range page-major: a group of consecutive pages (at most kKeyBlock tokens) for every KV head
+// in turn, then the next group. One page holds every head's rows back to back, so the task
+// streams each payload from start to end; reading one head's rows across all pages before
+// the next head's (8 KiB of every 64 KiB payload at a time) ran at a third of the memory
+// read rate (perf/README.md, "Paged KV decode"). The query heads sharing a KV head are scored
+// together; their (max, sum, partial output) per chunk are merged by log-sum-exp.
 class BlockedAttention {
  public:
   BlockedAttention(const Call& c, float* y) : c_(c), y_(y) {}
 
   size_t Run() {
     const int64_t threads = std::max<int64_t>(1, tbb::this_task_arena::max_concurrency());
-    rows_ = c_.batch * c_.kv_heads * c_.len;
+    rows_ = c_.batch * c_.len;
     int64_t longest = 0;
     for (int64_t i = 0; i < c_.len; ++i) {
       const auto [lo, hi] = c_.Visible(i);
       longest = std::max(longest, hi - lo);
     }
-    if (rows_ < 2 * threads && longest >= kSplitMinKeys)
-      chunks_ = std::min<int64_t>((2 * threads + rows_ - 1) / rows_, longest / (kSplitMinKeys / 2));
-    const int64_t g = c_.group;
-    partials_.assign(static_cast<size_t>(rows_ * chunks_ * g), Partial{});
-    acc_.assign(static_cast<size_t>(rows_ * chunks_ * g * c_.dv), 0.0f);
+    // Four tasks per thread (a core another process holds up delays a quarter of its share,
+    // which the other thread takes over), never chunks below kSplitMinKeys / 2 tokens.
+    if (rows_ < 4 * threads && longest >= kSplitMinKeys)
+      chunks_ = std::min<int64_t>((4 * threads + rows_ - 1) / rows_, longest / (kSplitMinKeys / 2));
+    partials_.assign(static_cast<size_t>(rows_ * chunks_ * c_.heads), Partial{});
+    acc_.assign(static_cast<size_t>(rows_ * chunks_ * c_.heads * c_.dv), 0.0f);
     decoded_.assign(static_cast<size_t>(rows_ * chunks_), 0);
     tbb::parallel_for(int64_t{0}, rows_ * chunks_, [&](int64_t task) { RunTask(task); });
     tbb::parallel_for(int64_t{0}, rows_, [&](int64_t row) { MergeRow(row); });
@@ -213,75 +175,161 @@ class BlockedAttention {
 
   size_t WorkspaceBytes() const {
     const int64_t threads = std::max<int64_t>(1, tbb::this_task_arena::max_concurrency());
-    const int64_t per_task = kKeyBlock * (c_.group + c_.dk + c_.dv);
     return partials_.size() * sizeof(Partial) + acc_.size() * sizeof(float) +
            decoded_.size() * sizeof(size_t) +
-           static_cast<size_t>(std::min(threads, rows_ * chunks_) * per_task) * sizeof(float);
+           static_cast<size_t>(std::min(threads, rows_ * chunks_) * PerTaskScratch()) *
+               sizeof(float);
   }
 
  private:
+  // Scores, rescale factors and decode buffers of one task (floats).
+  int64_t PerTaskScratch() const { return kKeyBlock * (c_.group + c_.dk + c_.dv) + c_.group; }
+
   void RunTask(int64_t task) {
+    using ops::math::CodeRows;
     const int64_t row = task / chunks_, chunk = task % chunks_;
-    const int64_t i = row % c_.len, kh = (row / c_.len) % c_.kv_heads;
-    const int64_t b = row / (c_.len * c_.kv_heads), g = c_.group, dv = c_.dv;
+    const int64_t i = row % c_.len, b = row / c_.len, g = c_.group, dk = c_.dk, dv = c_.dv;
     const auto [lo, hi] = c_.Visible(i);
     const int64_t span = (hi - lo + chunks_ - 1) / chunks_;
     const int64_t t0 = std::min(hi, lo + chunk * span), t1 = std::min(hi, t0 + span);
-    Partial* part = &partials_[static_cast<size_t>(task * g)];
-    float* out = &acc_[static_cast<size_t>(task * g * dv)];
-    const float* q0 = c_.Query(b, kh * g, i);  // head kh * g + j at q0 + j * len * dk
-    // Scores, and rows decoded from non-FLOAT pages (uninitialised: every row is written
-    // before it is read).
-    std::unique_ptr<float[]> scratch(
-        new float[static_cast<size_t>(kKeyBlock * (g + c_.dk + c_.dv))]);
+    Partial* parts = &partials_[static_cast<size_t>(task * c_.heads)];
+    float* outs = &acc_[static_cast<size_t>(task * c_.heads * dv)];
+    size_t& decoded = decoded_[static_cast<size_t>(task)];
+    // Scores, and rows decoded from pages the code-domain kernels cannot read (uninitialised:
+    // every row is written before it is read).
+    std::unique_ptr<float[]> scratch(new float[static_cast<size_t>(PerTaskScratch())]);
     float* scores = scratch.get();
-    float* kbuf = scores + kKeyBlock * g;
-    float* vbuf = kbuf + kKeyBlock * c_.dk;
-    ForEachBlock(c_, b, kh, t0, t1, kbuf, vbuf, &decoded_[static_cast<size_t>(task)],
-                 [&](const TokenBlock& blk) {
-                   int64_t at = 0;
-                   for (int r = 0; r < blk.runs; at += blk.n[r++])
-                     ops::math::GroupDots(q0, c_.len * c_.dk, g, blk.keys[r], c_.dk, blk.n[r],
-                                          c_.dk, scores + at, kKeyBlock);
-                   for (int64_t j = 0; j < g; ++j)
-                     Softmax(part[j], scores + j * kKeyBlock, blk.tokens, out + j * dv);
-                   ops::math::GroupWeightedRowSums(scores, kKeyBlock, g, blk.values, blk.n,
-                                                   blk.runs, dv, out, dv, dv);
-                 });
+    float* rescale = scores + kKeyBlock * g;
+    float* kbuf = rescale + g;
+    float* vbuf = kbuf + kKeyBlock * dk;
+    // The block of KV head kh: scores of its g query heads, online softmax, value sums.
+    auto step = [&](int64_t kh, const TokenBlock& blk) {
+      Partial* part = parts + kh * g;
+      float* out = outs + kh * g * dv;
+      ops::math::GroupCodeDots(c_.Query(b, kh * g, i), c_.len * dk, g, blk.keys, blk.runs, dk,
+                               scores, kKeyBlock);
+      for (int64_t j = 0; j < g; ++j)
+        rescale[j] = Softmax(part[j], scores + j * kKeyBlock, blk.tokens);
+      ops::math::GroupCodeWeightedRowSums(scores, kKeyBlock, g, blk.values, blk.runs, dv, rescale,
+                                          out, dv);
+    };
+    auto dense = [](const float* rows, int64_t n) {
+      return CodeRows{ops::math::RowCode::kFloat, rows, 0, n, 1.0f, 0.0f};
+    };
+    // Past pages: groups of consecutive pages of at most kKeyBlock visible tokens (a longer
+    // page alone, in slices of kKeyBlock rows).
+    TokenBlock blk;
+    const int64_t past_end = std::min(t1, c_.past);
+    struct Slice {
+      const Page* page;
+      int64_t r0, n;
+    };
+    struct Group {
+      Slice slices[kKeyBlock];
+      int count = 0;
+    };
+    // The next group of pages from token t (page pi holds t); advances t and pi.
+    auto next_group = [&](int64_t& t, size_t& pi, Group& gr) {
+      gr.count = 0;
+      int64_t tokens = 0;
+      while (t < past_end && tokens < kKeyBlock) {
+        const Page& pg = *c_.pages[pi];
+        const int64_t r0 = t - pg.start;
+        const int64_t n = std::min({kKeyBlock - tokens, pg.length - r0, past_end - t});
+        gr.slices[gr.count++] = {&pg, r0, n};
+        tokens += n;
+        t += n;
+        if (t == pg.start + pg.length) ++pi;
+      }
+    };
+    // The rows the next block will read, asked for while this one is computed (the
+    // hardware prefetcher restarts at every 4 KiB page and every head's rows).
+    auto prefetch = [&](const Group& gr, int64_t kh) {
+      for (int k = 0; k < gr.count; ++k) {
+        gr.slices[k].page->key.Prefetch(b, kh, gr.slices[k].r0, gr.slices[k].n);
+        gr.slices[k].page->value.Prefetch(b, kh, gr.slices[k].r0, gr.slices[k].n);
+      }
+    };
+    Group groups[2];
+    int64_t t = t0;
+    size_t pi = t < past_end ? c_.PageAt(t) : 0;
+    next_group(t, pi, groups[0]);
+    for (int cur = 0; groups[cur].count > 0; cur ^= 1) {
+      const Group& gr = groups[cur];
+      next_group(t, pi, groups[cur ^ 1]);
+      for (int64_t kh = 0; kh < c_.kv_heads; ++kh) {
+        prefetch(groups[cur ^ 1], kh);
+        blk.runs = 0;
+        blk.tokens = 0;
+        for (int k = 0; k < gr.count; ++k) {
+          const Slice& sl = gr.slices[k];
+          CodeRows& kr = blk.keys[blk.runs];
+          CodeRows& vr = blk.values[blk.runs];
+          if (!sl.page->key.CodeRowsAt(b, kh, sl.r0, sl.n, &kr))
+            kr = dense(sl.page->key.Rows(b, kh, sl.r0, sl.n, kbuf + blk.tokens * dk), sl.n);
+          if (!sl.page->value.CodeRowsAt(b, kh, sl.r0, sl.n, &vr))
+            vr = dense(sl.page->value.Rows(b, kh, sl.r0, sl.n, vbuf + blk.tokens * dv), sl.n);
+          // The spec's dequantized_bytes: FLOAT bytes of the visible quantized tokens, per
+          // query (what reading them as FLOAT stands for, in registers or in a buffer).
+          if (sl.page->key.quantized()) decoded += static_cast<size_t>(sl.n * dk) * sizeof(float);
+          if (sl.page->value.quantized()) decoded += static_cast<size_t>(sl.n * dv) * sizeof(float);
+          ++blk.runs;
+          blk.tokens += sl.n;
+        }
+        step(kh, blk);
+      }
+    }
+    // The current tokens, as FLOAT; those stored quantized count as their decoded reads.
+    for (t = std::max(t0, c_.past); t < t1;) {
+      const int64_t n = std::min(kKeyBlock, t1 - t), r = t - c_.past;
+      for (int64_t kh = 0; kh < c_.kv_heads; ++kh) {
+        if (c_.key_format.affine()) decoded += static_cast<size_t>(n * dk) * sizeof(float);
+        if (c_.value_format.affine()) decoded += static_cast<size_t>(n * dv) * sizeof(float);
+        blk.keys[0] = dense(c_.CurrentKey(b, kh, r), n);
+        blk.values[0] = dense(c_.CurrentValue(b, kh, r), n);
+        blk.runs = 1;
+        blk.tokens = n;
+        step(kh, blk);
+      }
+      t += n;
+    }
   }
 
   // One online-softmax step of one head over a block of raw scores (every token is live:
-  // visibility is decided by the ranges, not by a mask).
-  void Softmax(Partial& p, float* sc, int64_t n, float* out) const {
+  // visibility is decided by the ranges, not by a mask): the scores become the block's
+  // weights; returns the factor the head's partial output must be multiplied by.
+  float Softmax(Partial& p, float* sc, int64_t n) const {
     const float block_max = ops::math::ScaleAddMax(sc, n, c_.scale, nullptr);
+    float r = 1.0f;
     if (block_max > p.max) {
-      const float r = p.max == kNegInf ? 0.0f : std::exp(p.max - block_max);
+      r = p.max == kNegInf ? 0.0f : std::exp(p.max - block_max);
       p.sum *= r;
-      for (int64_t d = 0; d < c_.dv; ++d) out[d] *= r;
       p.max = block_max;
     }
     p.sum += static_cast<float>(ops::math::VecExpShiftSum(sc, p.max, sc, n));
+    return r;
   }
 
-  // Merges the chunks of each head of `row` by log-sum-exp and writes Y (zeros when nothing
-  // is visible, which only a window of a non-causal call can cause).
+  // Merges the chunks of each head of `row` (batch, query) by log-sum-exp and writes Y
+  // (zeros when nothing is visible, which only a window of a non-causal call can cause).
   void MergeRow(int64_t row) {
-    const int64_t i = row % c_.len, kh = (row / c_.len) % c_.kv_heads;
-    const int64_t b = row / (c_.len * c_.kv_heads), g = c_.group, dv = c_.dv;
-    for (int64_t j = 0; j < g; ++j) {
+    const int64_t i = row % c_.len, b = row / c_.len, dv = c_.dv;
+    for (int64_t h = 0; h < c_.heads; ++h) {
+      auto at = [&](int64_t ch) {
+        return static_cast<size_t>((row * chunks_ + ch) * c_.heads + h);
+      };
       float max = kNegInf;
-      for (int64_t ch = 0; ch < chunks_; ++ch)
-        max = std::max(max, partials_[static_cast<size_t>((row * chunks_ + ch) * g + j)].max);
-      float* dst = y_ + ((b * c_.heads + kh * g + j) * c_.len + i) * dv;
+      for (int64_t ch = 0; ch < chunks_; ++ch) max = std::max(max, partials_[at(ch)].max);
+      float* dst = y_ + ((b * c_.heads + h) * c_.len + i) * dv;
       std::fill(dst, dst + dv, 0.0f);
       if (max == kNegInf) continue;
       float sum = 0;
       for (int64_t ch = 0; ch < chunks_; ++ch) {
-        const size_t at = static_cast<size_t>((row * chunks_ + ch) * g + j);
-        if (partials_[at].max == kNegInf) continue;
-        const float r = std::exp(partials_[at].max - max);
-        sum += partials_[at].sum * r;
-        ops::math::Axpy(r, &acc_[at * static_cast<size_t>(dv)], dst, dv);
+        const Partial& p = partials_[at(ch)];
+        if (p.max == kNegInf) continue;
+        const float r = std::exp(p.max - max);
+        sum += p.sum * r;
+        ops::math::Axpy(r, &acc_[at(ch) * static_cast<size_t>(dv)], dst, dv);
       }
       const float inv = 1.0f / sum;
       for (int64_t d = 0; d < dv; ++d) dst[d] *= inv;

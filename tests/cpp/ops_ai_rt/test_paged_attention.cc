@@ -335,6 +335,147 @@ TEST_CASE("Results agree across 1, 2 and 4 threads within 1e-6 on a long split c
       CHECK(std::abs(outputs[t][i] - outputs[0][i]) < 1e-6f);
 }
 
+TEST_CASE(
+    "Code-domain reads (no decode buffer) agree with dense attention on reconstructed values "
+    "within 1e-5: every appended format, odd head sizes, partial last pages, windows, 1 and 2 "
+    "threads") {
+  const PagedAttention::Format formats[] = {
+      {TensorProto::FLOAT, 1.0f, 0},    {TensorProto::INT8, 0.01f, 0},
+      {TensorProto::UINT8, 0.01f, 128}, {TensorProto::INT4, 0.25f, 0},
+      {TensorProto::UINT4, 0.25f, 8},   {TensorProto::INT2, 0.5f, 0},
+      {TensorProto::UINT2, 0.5f, 2}};
+  struct Shape {
+    int64_t heads, kv_heads, head_size, window;
+  };
+  // Group 4 at the benchmark's head size; group 3 with odd widths (13: packed rows off a byte
+  // boundary, the portable path; 12: a lane tail); a window over pages of a long prompt.
+  const Shape shapes[] = {{8, 2, 128, -1}, {6, 2, 13, -1}, {3, 1, 12, 21}, {4, 1, 8, 5}};
+  for (int threads : {1, 2})
+    for (const Shape& sh : shapes)
+      for (const auto& f : formats) {
+        CAPTURE(threads);
+        CAPTURE(sh.head_size);
+        CAPTURE(sh.window);
+        CAPTURE(f.storage);
+        tbb::task_arena arena(threads);
+        arena.execute([&] {
+          // Keys and values in different formats (values one format further on).
+          const Formats both{f, formats[(&f - formats + 1) % 7]};
+          auto kernel = MakeKernel(PagedNode(sh.window),
+                                   [&](const Tensor&, const Tensor&, int64_t) { return both; });
+          Decoder dec;
+          dec.batch = 2;
+          dec.heads = sh.heads;
+          dec.kv_heads = sh.kv_heads;
+          dec.dk = dec.dv = sh.head_size;
+          dec.window = sh.window;
+          dec.formats = both;
+          dec.Init();
+          CHECK(dec.Step(*kernel, 37) < 1e-5f);  // pages of 16, 16 and a partial 5
+          for (int call = 0; call < 3; ++call) CHECK(dec.Step(*kernel, 1) < 1e-5f);
+          CHECK(dec.Step(*kernel, 300) < 1e-5f);  // a long prompt over the cached pages
+          CHECK(dec.Step(*kernel, 1) < 1e-5f);    // one query over 341 tokens: split in chunks
+        });
+      }
+}
+
+TEST_CASE(
+    "Pages read as stored and pages decoded by their parameters mix in one block: per-width "
+    "scales (decoded), per-head scales, UINT4 with a zero point, FLOAT16 and FLOAT (as stored)") {
+  const int64_t kv = 2, width = 16, rows = 3;
+  const Shape dims{1, kv, rows, width};
+  const int64_t n = kv * rows * width;
+  std::vector<int32_t> codes(static_cast<size_t>(n));
+  for (int64_t e = 0; e < n; ++e) codes[static_cast<size_t>(e)] = static_cast<int32_t>(e % 11) - 5;
+  auto with_axis = [&](int64_t axis, const std::vector<float>& scales) {
+    auto e = std::make_shared<EncodedValueProto>(
+        *AffinePage(DataType::kInt8, 1, 0, dims, codes).encoded_ptr());
+    auto* a = e->mutable_affine();
+    a->set_axis(axis);
+    TensorProto s;
+    s.set_data_type(TensorProto::FLOAT);
+    s.add_dims(static_cast<int64_t>(scales.size()));
+    for (float x : scales) s.add_float_data(x);
+    *a->mutable_scale() = s;
+    a->clear_zero_point();
+    return RuntimeValue::Encoded(e);
+  };
+  std::vector<float> width_scales(static_cast<size_t>(width));
+  for (int64_t j = 0; j < width; ++j)
+    width_scales[static_cast<size_t>(j)] = 0.01f * static_cast<float>(j + 1);
+  const std::vector<float> head_scales = {0.03f, 0.07f};
+  std::vector<int32_t> ucodes(static_cast<size_t>(n));
+  for (int64_t e = 0; e < n; ++e) ucodes[static_cast<size_t>(e)] = static_cast<int32_t>(e * 7 % 16);
+  const RuntimeValue uint4 = AffinePage(DataType::kUint4, 0.125f, 8, dims, ucodes);
+  std::vector<float> dense(static_cast<size_t>(n));
+  for (int64_t e = 0; e < n; ++e) dense[static_cast<size_t>(e)] = Noise(4, e);
+  std::vector<uint16_t> halves(static_cast<size_t>(n));
+  for (int64_t e = 0; e < n; ++e) halves[static_cast<size_t>(e)] = FloatToHalf(Noise(8, e));
+  Tensor half("h", DataType::kFloat16, dims);
+  std::copy(halves.begin(), halves.end(), half.mutable_data<uint16_t>());
+  const RuntimeValue payloads[] = {with_axis(3, width_scales), with_axis(1, head_scales), uint4,
+                                   RuntimeValue(half),
+                                   RuntimeValue(Tensor::FromFloat("f", dims, dense))};
+  // The values each payload stands for, by the formulas (element e = (h, r, j)).
+  auto value_of = [&](int p, int64_t e) -> float {
+    const int64_t h = e / (rows * width), j = e % width;
+    switch (p) {
+      case 0:
+        return static_cast<float>(codes[static_cast<size_t>(e)]) *
+               width_scales[static_cast<size_t>(j)];
+      case 1:
+        return static_cast<float>(codes[static_cast<size_t>(e)]) *
+               head_scales[static_cast<size_t>(h)];
+      case 2:
+        return static_cast<float>(ucodes[static_cast<size_t>(e)] - 8) * 0.125f;
+      case 3:
+        return HalfToFloat(halves[static_cast<size_t>(e)]);
+      default:
+        return dense[static_cast<size_t>(e)];
+    }
+  };
+  // Five pages; keys rotate through the payloads, values start one further on.
+  std::vector<RuntimeValue> blocks;
+  std::vector<float> kk(static_cast<size_t>(kv * 5 * rows * width)), vv = kk;
+  for (int pg = 0; pg < 5; ++pg) {
+    const int kp = pg, vp = (pg + 1) % 5;
+    blocks.push_back(Block(pg * rows, rows, payloads[kp], payloads[vp]));
+    for (int64_t h = 0; h < kv; ++h)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < width; ++j) {
+          const int64_t e = (h * rows + r) * width + j;
+          const size_t at = static_cast<size_t>(((h * 5 * rows) + pg * rows + r) * width + j);
+          kk[at] = value_of(kp, e);
+          vv[at] = value_of(vp, e);
+        }
+  }
+  const RuntimeValue past = Cache(std::move(blocks));
+  const int64_t heads = 4, total = 5 * rows + 1;
+  const Tensor q = Floats("q", {1, heads, 1, width}, [](int64_t i) { return Noise(1, i); });
+  const Tensor k = Floats("k", {1, kv, 1, width}, [](int64_t i) { return Noise(2, i); });
+  const Tensor v = Floats("v", {1, kv, 1, width}, [](int64_t i) { return Noise(3, i); });
+  std::vector<float> k_all, v_all;  // [1, kv, total, width]: the pages, then the current token
+  for (int64_t h = 0; h < kv; ++h) {
+    const auto kb = kk.begin() + h * 5 * rows * width, vb = vv.begin() + h * 5 * rows * width;
+    k_all.insert(k_all.end(), kb, kb + 5 * rows * width);
+    v_all.insert(v_all.end(), vb, vb + 5 * rows * width);
+    for (int64_t j = 0; j < width; ++j) {
+      k_all.push_back(k.data<float>()[h * width + j]);
+      v_all.push_back(v.data<float>()[h * width + j]);
+    }
+  }
+  auto kernel = MakeKernel(PagedNode());
+  const auto r = kernel->Run(q, k, v, past);
+  const auto ref =
+      ReferenceAttention(q.ToFloatVector(), k_all, v_all, 1, heads, kv, 1, total, width, width);
+  const auto y = r.y.ToFloatVector();
+  REQUIRE(y.size() == ref.size());
+  for (size_t i = 0; i < y.size(); ++i) CHECK(std::abs(y[i] - ref[i]) < 1e-5f);
+  // Visible quantized tokens as FLOAT bytes, once per KV head (shared by its query heads): keys
+  // of pages 0-2 and values of pages 4, 0, 1 are affine, 3 rows each.
+  CHECK(r.statistics.dequantized_bytes == static_cast<size_t>(kv * (3 + 3) * rows * width * 4));
+}
+
 TEST_CASE("A left window reads only the visible tokens, non-causal calls see the new tokens") {
   const Formats int8{{TensorProto::INT8, 0.01f, 0}, {TensorProto::INT8, 0.01f, 0}};
   auto kernel = MakeKernel(PagedNode(/*window=*/5, 1, /*block_size=*/4),
