@@ -10,9 +10,6 @@
 // appended to a copy-on-write sequence that shares every old page.
 #include "ops/ai_rt/paged_attention.h"
 
-#include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -20,6 +17,7 @@
 #include <vector>
 
 #include "executor/attributes.h"
+#include "executor/parallel.h"
 #include "executor/runtime_context.h"
 #include "ops/ai_rt/cache_page.h"
 #include "ops/ai_rt/page_view.h"
@@ -152,7 +150,7 @@ class BlockedAttention {
   BlockedAttention(const Call& c, float* y) : c_(c), y_(y) {}
 
   size_t Run() {
-    const int64_t threads = std::max<int64_t>(1, tbb::this_task_arena::max_concurrency());
+    const int64_t threads = core::runtime::IntraOpThreads();
     rows_ = c_.batch * c_.len;
     int64_t longest = 0;
     for (int64_t i = 0; i < c_.len; ++i) {
@@ -166,15 +164,19 @@ class BlockedAttention {
     partials_.assign(static_cast<size_t>(rows_ * chunks_ * c_.heads), Partial{});
     acc_.assign(static_cast<size_t>(rows_ * chunks_ * c_.heads * c_.dv), 0.0f);
     decoded_.assign(static_cast<size_t>(rows_ * chunks_), 0);
-    tbb::parallel_for(int64_t{0}, rows_ * chunks_, [&](int64_t task) { RunTask(task); });
-    tbb::parallel_for(int64_t{0}, rows_, [&](int64_t row) { MergeRow(row); });
+    core::runtime::ParallelFor(rows_ * chunks_, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t task = t0; task < t1; ++task) RunTask(task);
+    });
+    core::runtime::ParallelFor(rows_, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t row = r0; row < r1; ++row) MergeRow(row);
+    });
     size_t decoded = 0;
     for (size_t d : decoded_) decoded += d;
     return decoded;
   }
 
   size_t WorkspaceBytes() const {
-    const int64_t threads = std::max<int64_t>(1, tbb::this_task_arena::max_concurrency());
+    const int64_t threads = core::runtime::IntraOpThreads();
     return partials_.size() * sizeof(Partial) + acc_.size() * sizeof(float) +
            decoded_.size() * sizeof(size_t) +
            static_cast<size_t>(std::min(threads, rows_ * chunks_) * PerTaskScratch()) *
