@@ -239,13 +239,13 @@ void Tensor::ThrowNotContiguous() const {
             "): read it with strided_data()/strides() or take a dense copy with Contiguous()");
 }
 
-Shape Tensor::strides() const {
-  if (!strides_.empty()) return strides_;
-  Shape dense(shape_.size(), 1);
-  for (size_t i = shape_.size(); i-- > 1;)
-    dense[i - 1] = dense[i] * std::max<int64_t>(shape_[i], 1);
+Shape DenseStrides(const Shape& shape) {
+  Shape dense(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) dense[i - 1] = dense[i] * std::max<int64_t>(shape[i], 1);
   return dense;
 }
+
+Shape Tensor::strides() const { return strides_.empty() ? DenseStrides(shape_) : strides_; }
 
 bool Tensor::DenseFrom(int64_t axis) const {
   return strides_.empty() || IsDenseLayout(shape_, strides_, axis);

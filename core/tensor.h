@@ -31,6 +31,9 @@ using core::DataType;
 using Shape = std::vector<int64_t>;
 
 int64_t ShapeNumel(const Shape& shape);  // throws on a negative dimension
+// Row-major element strides of a dense tensor of `shape` (a 0 dimension counts as 1, so
+// the strides stay distinct). The one copy: kernels and views use it.
+Shape DenseStrides(const Shape& shape);
 std::string ShapeToString(const Shape& shape);
 
 class Tensor {

@@ -10,8 +10,7 @@
 
 namespace onnx_light::ops::elementwise {
 
-Shape BroadcastShapes(const core::runtime::KernelCall& call, std::span<const Shape> shapes,
-                      const std::string& what) {
+std::optional<Shape> TryBroadcastShapes(std::span<const Shape> shapes) {
   size_t rank = 0;
   for (const Shape& s : shapes) rank = std::max(rank, s.size());
   Shape out(rank, 1);
@@ -21,17 +20,21 @@ Shape BroadcastShapes(const core::runtime::KernelCall& call, std::span<const Sha
       const int64_t v = s[d];
       int64_t& o = out[lead + d];
       if (v == o || v == 1) continue;
-      if (o == 1) {
-        o = v;
-        continue;
-      }
-      call.Fail("cannot broadcast " +
-                (what.empty() ? "the shapes of " + DescribeInputs(call) : what));
+      if (o != 1) return std::nullopt;  // a 0 broadcasts only with 1 or 0 (0 != 1)
+      o = v;
     }
   }
-  // A dimension of 0 broadcasts only with 1 or 0: handled above since 0 != 1.
   core::CheckedNumel(out, "broadcast output");  // throws before any plan or allocation
   return out;
+}
+
+Shape BroadcastShapes(const core::runtime::KernelCall& call, std::span<const Shape> shapes,
+                      const std::string& what) {
+  std::optional<Shape> out = TryBroadcastShapes(shapes);
+  if (!out)
+    call.Fail("cannot broadcast " +
+              (what.empty() ? "the shapes of " + DescribeInputs(call) : what));
+  return std::move(*out);
 }
 
 BroadcastPlan::BroadcastPlan(std::span<const Shape> shapes, const Shape& out_shape) {

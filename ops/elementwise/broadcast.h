@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,6 +17,10 @@
 namespace onnx_light::ops::elementwise {
 
 using core::runtime::Shape;
+
+// Multidirectional (numpy) broadcasting, the one implementation: the broadcast shape, or
+// nothing when the shapes are incompatible. Throws when the result's element count overflows.
+std::optional<Shape> TryBroadcastShapes(std::span<const Shape> shapes);
 
 // The broadcast shape, or a kInvalidArgument naming the node and every input's shape (or
 // "cannot broadcast <what>" when `what` is given).

@@ -23,16 +23,6 @@ void MergeStridedDims(Shape& shape, std::vector<int64_t>& strides) {
   strides = std::move(st);
 }
 
-std::vector<int64_t> ContiguousStrides(const Shape& shape) {
-  std::vector<int64_t> strides(shape.size(), 1);
-  int64_t s = 1;
-  for (size_t d = shape.size(); d-- > 0;) {
-    strides[d] = s;
-    s *= shape[d];
-  }
-  return strides;
-}
-
 void StridedCopyToOutput(KernelCall& call, size_t index, const Tensor& in, int64_t base,
                          const Shape& out_shape, const std::vector<int64_t>& strides) {
   DispatchByWidth(call, in.dtype(), [&](auto tag) {

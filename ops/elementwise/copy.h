@@ -63,9 +63,6 @@ void StridedCopy(const T* in, int64_t base, Shape shape, std::vector<int64_t> st
   });
 }
 
-// Row-major element strides of a shape.
-std::vector<int64_t> ContiguousStrides(const Shape& shape);
-
 // Allocates output `index` with `out_shape` and the input's dtype, and fills it from
 // `in` with StridedCopy. FLOAT16, STRING and every fixed-width dtype work; packed sub-byte
 // dtypes are kNotImplemented.

@@ -97,20 +97,6 @@ int64_t NormalizeAxis(const NodeProto& node, int64_t axis, int64_t rank, const c
   return axis < 0 ? axis + rank : axis;
 }
 
-Shape BroadcastShapes(const NodeProto& node, const Shape& a, const Shape& b) {
-  const size_t r = std::max(a.size(), b.size());
-  Shape out(r);
-  for (size_t i = 0; i < r; ++i) {
-    const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
-    const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
-    if (da != db && da != 1 && db != 1)
-      ThrowBadInput(
-          node, "shapes " + ShapeToString(a) + " and " + ShapeToString(b) + " cannot be broadcast");
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
-
 std::vector<int64_t> IntValues(const NodeProto& node, const Tensor& t, const char* what) {
   std::vector<int64_t> v(static_cast<size_t>(t.numel()));
   if (t.dtype() == DataType::kInt64) {
@@ -130,19 +116,13 @@ int64_t ScalarInt(const NodeProto& node, const Tensor& t, const char* what) {
   return IntValues(node, t, what)[0];
 }
 
-std::vector<int64_t> Strides(const Shape& shape) {
-  std::vector<int64_t> s(shape.size(), 1);
-  for (size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
-  return s;
-}
-
 }  // namespace onnx_light::ops::math
 
 namespace onnx_light::ops::math {
 std::vector<int64_t> BroadcastIndex(const Shape& out_shape, const Shape& in_shape) {
   const size_t r = out_shape.size();
   std::vector<int64_t> in_strides(r, 0);
-  const std::vector<int64_t> s = Strides(in_shape);
+  const std::vector<int64_t> s = core::runtime::DenseStrides(in_shape);
   for (size_t i = 0; i < in_shape.size(); ++i) {
     const size_t o = r - in_shape.size() + i;
     in_strides[o] = in_shape[i] == 1 ? 0 : s[i];

@@ -63,9 +63,6 @@ class FloatSink {
 int64_t NormalizeAxis(const onnx_light::NodeProto& node, int64_t axis, int64_t rank,
                       const char* what = "axis");
 
-// Multidirectional (numpy) broadcasting of two shapes; throws naming the node.
-Shape BroadcastShapes(const onnx_light::NodeProto& node, const Shape& a, const Shape& b);
-
 // Reads an integer scalar or 1-element tensor (INT32/INT64).
 int64_t ScalarInt(const onnx_light::NodeProto& node, const Tensor& t, const char* what);
 // Reads an INT32/INT64 tensor as int64 values.
@@ -79,9 +76,6 @@ using core::runtime::ParallelFor;
 // call's allocator), or `a` itself when it has one row per matrix or is a vector: what a
 // kernel that ComputesLastRowOnly multiplies when KernelCall::last_row_only() is set.
 const Tensor& LastRows(const KernelCall& call, const Tensor& a, Tensor& holder);
-
-// Contiguous strides of a shape (in elements).
-std::vector<int64_t> Strides(const Shape& shape);
 
 }  // namespace onnx_light::ops::math
 

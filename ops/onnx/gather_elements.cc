@@ -27,7 +27,7 @@ class GatherElements final : public core::runtime::KernelBase {
         call.Fail("indices are larger than data outside axis " + std::to_string(axis) + ": " +
                   elementwise::DescribeInputs(call));
     const std::vector<int64_t> indices = elementwise::ReadInt64s(call, indices_t, "indices");
-    const std::vector<int64_t> strides = elementwise::ContiguousStrides(data.shape());
+    const std::vector<int64_t> strides = core::runtime::DenseStrides(data.shape());
     const int64_t dim = data.shape()[static_cast<size_t>(axis)];
     const core::runtime::Shape& shape = indices_t.shape();
     elementwise::DispatchByWidth(call, data.dtype(), [&](auto tag) {

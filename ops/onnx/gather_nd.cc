@@ -36,7 +36,7 @@ class GatherND final : public core::runtime::KernelBase {
     out_shape.insert(out_shape.end(), data.shape().begin() + b + k, data.shape().end());
     int64_t inner = 1;
     for (int64_t d = b + k; d < r; ++d) inner *= data.shape()[static_cast<size_t>(d)];
-    const std::vector<int64_t> strides = elementwise::ContiguousStrides(data.shape());
+    const std::vector<int64_t> strides = core::runtime::DenseStrides(data.shape());
     const std::vector<int64_t> indices = elementwise::ReadInt64s(call, indices_t, "indices");
     const int64_t tuples = static_cast<int64_t>(indices.size()) / k;
     const int64_t per_batch = batch > 0 ? tuples / batch : 0;

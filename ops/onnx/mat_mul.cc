@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/elementwise/broadcast.h"
 #include "ops/kernel_factory.h"
 #include "ops/math/common.h"
 #include "ops/math/constant_weight.h"
@@ -74,7 +75,12 @@ class MatMul final : public core::runtime::KernelBase {
       call.Fail("inner dimensions differ: A has shape " + ShapeToString(a.shape()) +
                 " and B has shape " + ShapeToString(b.shape()));
     const Shape a_batch(as.begin(), as.end() - 2), b_batch(bs.begin(), bs.end() - 2);
-    Shape out_shape = math::BroadcastShapes(call.node(), a_batch, b_batch);
+    const Shape batches[2] = {a_batch, b_batch};
+    std::optional<Shape> broadcast = elementwise::TryBroadcastShapes(batches);
+    if (!broadcast)
+      call.Fail("shapes " + ShapeToString(a_batch) + " and " + ShapeToString(b_batch) +
+                " cannot be broadcast");
+    Shape out_shape = std::move(*broadcast);
     const Shape batch = out_shape;
     if (!a_vec) out_shape.push_back(m);
     if (!b_vec) out_shape.push_back(n);

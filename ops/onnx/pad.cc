@@ -120,7 +120,7 @@ class PadKernel final : public core::runtime::KernelBase {
       dst[0] = src[0];
       return;
     }
-    const std::vector<int64_t> strides = elementwise::ContiguousStrides(in_shape);
+    const std::vector<int64_t> strides = core::runtime::DenseStrides(in_shape);
     const int64_t inner = out_shape[rank - 1];
     const auto& last = maps[rank - 1];
     std::vector<int64_t> idx(rank, 0);

@@ -32,7 +32,7 @@ class ScatterND final : public core::runtime::KernelBase {
                 elementwise::DescribeInputs(call));
     int64_t inner = 1;
     for (int64_t d = k; d < r; ++d) inner *= data.shape()[static_cast<size_t>(d)];
-    const std::vector<int64_t> strides = elementwise::ContiguousStrides(data.shape());
+    const std::vector<int64_t> strides = core::runtime::DenseStrides(data.shape());
     const std::vector<int64_t> indices = elementwise::ReadInt64s(call, indices_t, "indices");
     const int64_t tuples = static_cast<int64_t>(indices.size()) / k;
     std::vector<int64_t> offsets(static_cast<size_t>(tuples));

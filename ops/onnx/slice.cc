@@ -77,7 +77,7 @@ class SliceKernel final : public core::runtime::KernelBase {
       step[a] = st;
       out_shape[a] = count;
     }
-    const std::vector<int64_t> in_strides = elementwise::ContiguousStrides(x.shape());
+    const std::vector<int64_t> in_strides = core::runtime::DenseStrides(x.shape());
     int64_t base = 0;
     std::vector<int64_t> strides(static_cast<size_t>(rank));
     for (size_t d = 0; d < static_cast<size_t>(rank); ++d) {

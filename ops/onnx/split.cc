@@ -72,7 +72,7 @@ class SplitKernel final : public core::runtime::KernelBase {
     int64_t outer = 1, inner = 1;
     for (int64_t d = 0; d < axis; ++d) outer *= x.shape()[static_cast<size_t>(d)];
     for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape()[static_cast<size_t>(d)];
-    const std::vector<int64_t> strides = elementwise::ContiguousStrides(x.shape());
+    const std::vector<int64_t> strides = core::runtime::DenseStrides(x.shape());
     int64_t start = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
       Shape shape = x.shape();

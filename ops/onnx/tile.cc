@@ -16,7 +16,7 @@ class Tile final : public core::runtime::KernelBase {
     if (static_cast<int64_t>(repeats.size()) != x.rank())
       call.Fail("repeats has " + std::to_string(repeats.size()) + " values for input of shape " +
                 core::runtime::ShapeToString(x.shape()));
-    const std::vector<int64_t> in_strides = elementwise::ContiguousStrides(x.shape());
+    const std::vector<int64_t> in_strides = core::runtime::DenseStrides(x.shape());
     core::runtime::Shape split_shape, out_shape;
     std::vector<int64_t> strides;
     for (size_t d = 0; d < repeats.size(); ++d) {
