@@ -157,6 +157,220 @@ void CheckPosition(const PositionLimit& limit, int64_t position) {
                "); use a shorter prompt or fewer max_new_tokens");
 }
 
+SamplingOptions SamplingFrom(const GenerationOptions& o) {
+  SamplingOptions sampling;
+  sampling.temperature = o.temperature;
+  sampling.top_k = o.top_k;
+  sampling.top_p = o.top_p;
+  sampling.repetition_penalty = o.repetition_penalty;
+  sampling.seed = o.seed;
+  return sampling;
+}
+
+using Rows = std::vector<std::vector<int64_t>>;
+
+// What the loop knows of each batch row: its tokens (the prompt, then the chosen ones), its
+// attention mask and positions (one entry per token), and whether it stopped.
+struct TokenRows {
+  int64_t batch = 0, prompt_len = 0;
+  Rows tokens, mask, positions;
+  std::vector<bool> finished;
+
+  // `name`: the [batch, cols] slice [from, from + cols) of `rows`.
+  Tensor Slice(const std::string& name, const Rows& rows, int64_t from, int64_t cols) const {
+    return Int64Tensor(name, batch, cols, [&](int64_t b, int64_t t) {
+      return rows[static_cast<size_t>(b)][static_cast<size_t>(from + t)];
+    });
+  }
+};
+
+// The prompt tensor, taken out of the feeds.
+Tensor TakePrompt(RuntimeValueMap& feeds, const GenerationOptions& o) {
+  auto it = feeds.find(o.input_ids_name);
+  OL_CHECK(it != feeds.end(), ErrorCode::kInvalidArgument,
+           "generate: feeds must contain the token input '" + o.input_ids_name + "'");
+  OL_CHECK(it->second.is_tensor() && it->second.tensor().dtype() == DataType::kInt64 &&
+               it->second.tensor().rank() == 2 && it->second.tensor().dim(1) > 0,
+           ErrorCode::kInvalidArgument,
+           "generate: '" + o.input_ids_name + "' must be a non-empty INT64 [batch, prompt] tensor");
+  Tensor prompt = it->second.tensor();
+  feeds.erase(it);
+  return prompt;
+}
+
+// The attention mask: supplied (left padding allowed; taken out of the feeds) or all ones.
+Rows TakeMask(RuntimeValueMap& feeds, const std::string& name, int64_t batch, int64_t prompt_len) {
+  Rows mask(static_cast<size_t>(batch), std::vector<int64_t>(static_cast<size_t>(prompt_len), 1));
+  auto it = feeds.find(name);
+  if (it == feeds.end()) return mask;
+  const Tensor& m = it->second.tensor();
+  OL_CHECK(m.dtype() == DataType::kInt64 && m.shape() == Shape({batch, prompt_len}),
+           ErrorCode::kInvalidArgument,
+           "generate: '" + name + "' must be INT64 [" + std::to_string(batch) + ", " +
+               std::to_string(prompt_len) + "]");
+  for (int64_t b = 0; b < batch; ++b) {
+    bool seen_one = false;
+    for (int64_t t = 0; t < prompt_len; ++t) {
+      const int64_t v = m.data<int64_t>()[b * prompt_len + t];
+      OL_CHECK(v == 0 || v == 1, ErrorCode::kInvalidArgument,
+               "generate: attention mask values must be 0 or 1");
+      OL_CHECK(!(seen_one && v == 0), ErrorCode::kInvalidArgument,
+               "generate: prompts must be unpadded or left-padded (row " + std::to_string(b) +
+                   " of '" + name + "' has padding after a token)");
+      seen_one = seen_one || v == 1;
+      mask[static_cast<size_t>(b)][static_cast<size_t>(t)] = v;
+    }
+    OL_CHECK(seen_one, ErrorCode::kInvalidArgument,
+             "generate: row " + std::to_string(b) + " of the prompt is all padding");
+  }
+  feeds.erase(it);
+  return mask;
+}
+
+// Positions: supplied for the prompt (taken out of the feeds), or counted over the mask
+// (padding gets 1, as transformers does); each new token continues from the row's last one.
+Rows TakePositions(RuntimeValueMap& feeds, const std::string& name, const Rows& mask, int64_t batch,
+                   int64_t prompt_len) {
+  Rows positions(static_cast<size_t>(batch));
+  if (auto it = feeds.find(name); it != feeds.end()) {
+    const Tensor& p = it->second.tensor();
+    OL_CHECK(p.dtype() == DataType::kInt64 && p.shape() == Shape({batch, prompt_len}),
+             ErrorCode::kInvalidArgument, "generate: '" + name + "' must be INT64 [batch, prompt]");
+    for (int64_t b = 0; b < batch; ++b)
+      positions[static_cast<size_t>(b)].assign(p.data<int64_t>() + b * prompt_len,
+                                               p.data<int64_t>() + (b + 1) * prompt_len);
+    feeds.erase(it);
+    return positions;
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t count = 0;
+    for (int64_t t = 0; t < prompt_len; ++t) {
+      const int64_t m = mask[static_cast<size_t>(b)][static_cast<size_t>(t)];
+      count += m;
+      positions[static_cast<size_t>(b)].push_back(m ? count - 1 : 1);
+    }
+  }
+  return positions;
+}
+
+// The prompt, its mask and its positions, all taken out of the feeds.
+TokenRows TakePromptRows(RuntimeValueMap& feeds, const GenerationOptions& o) {
+  const Tensor prompt = TakePrompt(feeds, o);
+  TokenRows rows;
+  rows.batch = prompt.dim(0);
+  rows.prompt_len = prompt.dim(1);
+  rows.mask = TakeMask(feeds, o.attention_mask_name, rows.batch, rows.prompt_len);
+  rows.positions =
+      TakePositions(feeds, o.position_ids_name, rows.mask, rows.batch, rows.prompt_len);
+  rows.tokens.resize(static_cast<size_t>(rows.batch));
+  for (int64_t b = 0; b < rows.batch; ++b)
+    rows.tokens[static_cast<size_t>(b)].assign(prompt.data<int64_t>() + b * rows.prompt_len,
+                                               prompt.data<int64_t>() + (b + 1) * rows.prompt_len);
+  rows.finished.assign(static_cast<size_t>(rows.batch), false);
+  return rows;
+}
+
+// Bound inputs become the state's initial values (taken out of the feeds; each must be an
+// empty prefix); everything else stays fixed.
+RuntimeValueMap TakeInitialCaches(RuntimeValueMap& feeds, const GraphProto& graph) {
+  std::unordered_set<std::string> bound;
+  for (const auto& b : graph.persistent_bindings()) bound.insert(b.input_name());
+  RuntimeValueMap initial;
+  for (auto it = feeds.begin(); it != feeds.end();) {
+    if (!bound.count(it->first)) {
+      ++it;
+      continue;
+    }
+    const RuntimeValue& v = it->second;
+    const bool empty = (v.is_tensor() && v.tensor().numel() == 0) ||
+                       (v.is_sequence() && v.elements().empty()) || v.is_struct();
+    OL_CHECK(
+        empty, ErrorCode::kInvalidArgument,
+        "generate: initial cache '" + it->first +
+            "' must represent an empty prefix (a zero-length dimension), got " +
+            (v.is_tensor() ? ShapeToString(v.tensor().shape()) : std::string("a non-empty value")));
+    initial.emplace(it->first, it->second);
+    it = feeds.erase(it);
+  }
+  return initial;
+}
+
+// Which per-step inputs the graph declares, and the position limit they are checked against.
+struct StepInputs {
+  const GenerationOptions& options;
+  bool declares_mask, declares_positions;
+  PositionLimit limit;
+};
+
+// One call's feeds: the fixed ones, the last `fed` of the `length` known tokens, the mask
+// over all of them and the positions of the fed ones.
+RuntimeValueMap StepFeeds(const RuntimeValueMap& fixed, const TokenRows& rows, const StepInputs& in,
+                          int64_t length, int64_t fed) {
+  const GenerationOptions& o = in.options;
+  RuntimeValueMap call = fixed;  // shares owners; no payload copy
+  call.emplace(o.input_ids_name,
+               RuntimeValue(rows.Slice(o.input_ids_name, rows.tokens, length - fed, fed)));
+  if (in.declares_mask)
+    call.emplace(o.attention_mask_name,
+                 RuntimeValue(rows.Slice(o.attention_mask_name, rows.mask, 0, length)));
+  // Refused here rather than as an index error deep inside the graph. Without a position
+  // input the positions are the token indices.
+  if (!in.declares_positions) {
+    CheckPosition(in.limit, length - 1);
+    return call;
+  }
+  for (const auto& row : rows.positions)
+    for (int64_t t = length - fed; t < length; ++t)
+      CheckPosition(in.limit, row[static_cast<size_t>(t)]);
+  call.emplace(o.position_ids_name,
+               RuntimeValue(rows.Slice(o.position_ids_name, rows.positions, length - fed, fed)));
+  return call;
+}
+
+const Tensor& StepLogits(const RuntimeValueMap& outputs, const std::string& name, int64_t batch) {
+  auto it = outputs.find(name);
+  OL_CHECK(it != outputs.end() && it->second.is_tensor(), ErrorCode::kInvalidArgument,
+           "generate: the model has no tensor output '" + name + "'");
+  const Tensor& logits = it->second.tensor();
+  OL_CHECK(
+      logits.dim(0) == batch, ErrorCode::kInvalidArgument,
+      "generate: logits batch " + std::to_string(logits.dim(0)) + " != " + std::to_string(batch));
+  return logits;
+}
+
+bool IsStop(const GenerationOptions& o, int64_t token) {
+  return (o.eos_token_id && token == *o.eos_token_id) ||
+         std::find(o.stop_token_ids.begin(), o.stop_token_ids.end(), token) !=
+             o.stop_token_ids.end();
+}
+
+// Samples the next token of every unfinished row (a finished one gets `pad`) and appends it
+// to the row with its mask and position; returns the chosen tokens.
+std::vector<int64_t> AppendNextTokens(TokenRows& rows, const Tensor& logits, Sampler& sampler,
+                                      const GenerationOptions& o, int64_t pad) {
+  std::vector<int64_t> chosen(static_cast<size_t>(rows.batch), pad);
+  for (size_t b = 0; b < chosen.size(); ++b) {
+    auto& row = rows.tokens[b];
+    if (!rows.finished[b]) {
+      const std::vector<float> l = LastLogits(logits, static_cast<int64_t>(b), o.logits_name);
+      chosen[b] = sampler.Next(l, row);
+      if (IsStop(o, chosen[b])) rows.finished[b] = true;
+    }
+    row.push_back(chosen[b]);
+    rows.mask[b].push_back(1);
+    rows.positions[b].push_back(rows.positions[b].back() + 1);
+  }
+  return chosen;
+}
+
+void RecordStep(GenerationStats* stats, int64_t step, std::chrono::steady_clock::time_point start) {
+  if (stats == nullptr) return;
+  stats->steps = step + 1;
+  stats->step_ns.push_back(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count());
+}
+
 }  // namespace
 
 Task<Tensor> GenerateTask(std::shared_ptr<const ModelProto> model, RuntimeContext& context,
@@ -177,100 +391,13 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
   OL_CHECK(session != nullptr, ErrorCode::kInvalidArgument, "generate: session is null");
   OL_CHECK(options.max_new_tokens >= 0, ErrorCode::kInvalidArgument,
            "max_new_tokens must be >= 0, got " + std::to_string(options.max_new_tokens));
-  SamplingOptions sampling;
-  sampling.temperature = options.temperature;
-  sampling.top_k = options.top_k;
-  sampling.top_p = options.top_p;
-  sampling.repetition_penalty = options.repetition_penalty;
-  sampling.seed = options.seed;
-  Sampler sampler(sampling);  // validates the sampling options
+  Sampler sampler(SamplingFrom(options));  // validates the sampling options
   const GraphProto& graph = session->model().graph();
   CheckRoles(options, graph);
 
-  // The prompt.
-  auto ids_it = feeds.find(options.input_ids_name);
-  OL_CHECK(ids_it != feeds.end(), ErrorCode::kInvalidArgument,
-           "generate: feeds must contain the token input '" + options.input_ids_name + "'");
-  OL_CHECK(ids_it->second.is_tensor() && ids_it->second.tensor().dtype() == DataType::kInt64 &&
-               ids_it->second.tensor().rank() == 2 && ids_it->second.tensor().dim(1) > 0,
-           ErrorCode::kInvalidArgument,
-           "generate: '" + options.input_ids_name +
-               "' must be a non-empty INT64 [batch, prompt] tensor");
-  const Tensor prompt = ids_it->second.tensor();
-  const int64_t batch = prompt.dim(0), prompt_len = prompt.dim(1);
-  feeds.erase(ids_it);
-
-  // Attention mask: supplied (left padding allowed) or created when declared.
-  const bool declares_mask = Declares(graph, options.attention_mask_name);
-  const bool declares_positions = Declares(graph, options.position_ids_name);
-  std::vector<std::vector<int64_t>> mask(static_cast<size_t>(batch),
-                                         std::vector<int64_t>(static_cast<size_t>(prompt_len), 1));
-  if (auto it = feeds.find(options.attention_mask_name); it != feeds.end()) {
-    const Tensor& m = it->second.tensor();
-    OL_CHECK(m.dtype() == DataType::kInt64 && m.shape() == Shape({batch, prompt_len}),
-             ErrorCode::kInvalidArgument,
-             "generate: '" + options.attention_mask_name + "' must be INT64 [" +
-                 std::to_string(batch) + ", " + std::to_string(prompt_len) + "]");
-    for (int64_t b = 0; b < batch; ++b) {
-      bool seen_one = false;
-      for (int64_t t = 0; t < prompt_len; ++t) {
-        const int64_t v = m.data<int64_t>()[b * prompt_len + t];
-        OL_CHECK(v == 0 || v == 1, ErrorCode::kInvalidArgument,
-                 "generate: attention mask values must be 0 or 1");
-        OL_CHECK(!(seen_one && v == 0), ErrorCode::kInvalidArgument,
-                 "generate: prompts must be unpadded or left-padded (row " + std::to_string(b) +
-                     " of '" + options.attention_mask_name + "' has padding after a token)");
-        seen_one = seen_one || v == 1;
-        mask[static_cast<size_t>(b)][static_cast<size_t>(t)] = v;
-      }
-      OL_CHECK(seen_one, ErrorCode::kInvalidArgument,
-               "generate: row " + std::to_string(b) + " of the prompt is all padding");
-    }
-    feeds.erase(it);
-  }
-  // Positions: supplied for the prompt, or counted over the mask (padding gets 1, as
-  // transformers does); each new token continues from the row's last position.
-  std::vector<std::vector<int64_t>> positions(static_cast<size_t>(batch));
-  if (auto it = feeds.find(options.position_ids_name); it != feeds.end()) {
-    const Tensor& p = it->second.tensor();
-    OL_CHECK(p.dtype() == DataType::kInt64 && p.shape() == Shape({batch, prompt_len}),
-             ErrorCode::kInvalidArgument,
-             "generate: '" + options.position_ids_name + "' must be INT64 [batch, prompt]");
-    for (int64_t b = 0; b < batch; ++b)
-      positions[static_cast<size_t>(b)].assign(p.data<int64_t>() + b * prompt_len,
-                                               p.data<int64_t>() + (b + 1) * prompt_len);
-    feeds.erase(it);
-  } else {
-    for (int64_t b = 0; b < batch; ++b) {
-      int64_t count = 0;
-      for (int64_t t = 0; t < prompt_len; ++t) {
-        const int64_t m = mask[static_cast<size_t>(b)][static_cast<size_t>(t)];
-        count += m;
-        positions[static_cast<size_t>(b)].push_back(m ? count - 1 : 1);
-      }
-    }
-  }
-
-  // Bound inputs become the state's initial values; everything else stays fixed.
-  std::unordered_set<std::string> bound;
-  for (const auto& b : graph.persistent_bindings()) bound.insert(b.input_name());
-  RuntimeValueMap initial;
-  for (auto it = feeds.begin(); it != feeds.end();) {
-    if (bound.count(it->first)) {
-      const RuntimeValue& v = it->second;
-      const bool empty = (v.is_tensor() && v.tensor().numel() == 0) ||
-                         (v.is_sequence() && v.elements().empty()) || v.is_struct();
-      OL_CHECK(empty, ErrorCode::kInvalidArgument,
-               "generate: initial cache '" + it->first +
-                   "' must represent an empty prefix (a zero-length dimension), got " +
-                   (v.is_tensor() ? ShapeToString(v.tensor().shape())
-                                  : std::string("a non-empty value")));
-      initial.emplace(it->first, it->second);
-      it = feeds.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  // The feeds split three ways: the prompt rows, the caches' initial values, the fixed rest.
+  TokenRows rows = TakePromptRows(feeds, options);
+  RuntimeValueMap initial = TakeInitialCaches(feeds, graph);
   const RuntimeValueMap fixed = std::move(feeds);
 
   // Only the logits come back from each call: the caches stay in the state.
@@ -279,96 +406,35 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
            "generate: the model has no tensor output '" + options.logits_name + "'");
   const std::vector<std::string> wanted = {options.logits_name};
   std::unique_ptr<PersistentValueState> state;
-  if (!bound.empty()) state = std::make_unique<PersistentValueState>(session, std::move(initial));
+  if (graph.persistent_bindings_size() > 0)
+    state = std::make_unique<PersistentValueState>(session, std::move(initial));
   if (stats) stats->used_persistent_state = state != nullptr;
 
   const int64_t pad =
       options.pad_token_id ? *options.pad_token_id : options.eos_token_id.value_or(0);
-  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(batch));
-  for (int64_t b = 0; b < batch; ++b)
-    rows[static_cast<size_t>(b)].assign(prompt.data<int64_t>() + b * prompt_len,
-                                        prompt.data<int64_t>() + (b + 1) * prompt_len);
-  std::vector<bool> finished(static_cast<size_t>(batch), false);
-  auto is_stop = [&](int64_t token) {
-    return (options.eos_token_id && token == *options.eos_token_id) ||
-           std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), token) !=
-               options.stop_token_ids.end();
-  };
-
-  const PositionLimit limit =
-      FindPositionLimit(graph, options.position_ids_name, declares_positions);
+  const StepInputs inputs{options, Declares(graph, options.attention_mask_name),
+                          Declares(graph, options.position_ids_name),
+                          FindPositionLimit(graph, options.position_ids_name,
+                                            Declares(graph, options.position_ids_name))};
   int64_t generated = 0;
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     if (step > 0 && options.step_gate) co_await options.step_gate(step);
     if (cancel != nullptr && cancel->cancelled()) break;
-    const int64_t length = prompt_len + step;  // tokens known so far
-    const bool incremental = state != nullptr && step > 0;
-    const int64_t fed = incremental ? 1 : length;  // tokens fed this call
-    RuntimeValueMap call = fixed;                  // shares owners; no payload copy
-    call.emplace(
-        options.input_ids_name,
-        RuntimeValue(Int64Tensor(options.input_ids_name, batch, fed, [&](int64_t b, int64_t t) {
-          return rows[static_cast<size_t>(b)][static_cast<size_t>(length - fed + t)];
-        })));
-    if (declares_mask)
-      call.emplace(options.attention_mask_name,
-                   RuntimeValue(Int64Tensor(
-                       options.attention_mask_name, batch, length, [&](int64_t b, int64_t t) {
-                         return mask[static_cast<size_t>(b)][static_cast<size_t>(t)];
-                       })));
-    // Refused here rather than as an index error deep inside the graph. Without a position
-    // input the positions are the token indices.
-    if (!declares_positions) CheckPosition(limit, length - 1);
-    if (declares_positions) {
-      for (const auto& row : positions)
-        for (int64_t t = length - fed; t < length; ++t)
-          CheckPosition(limit, row[static_cast<size_t>(t)]);
-      call.emplace(
-          options.position_ids_name,
-          RuntimeValue(
-              Int64Tensor(options.position_ids_name, batch, fed, [&](int64_t b, int64_t t) {
-                return positions[static_cast<size_t>(b)][static_cast<size_t>(length - fed + t)];
-              })));
-    }
-
+    // With a state, only the first call feeds the whole prompt; later ones feed one token.
+    const int64_t length = rows.prompt_len + step;  // tokens known so far
+    const int64_t fed = state != nullptr && step > 0 ? 1 : length;
+    RuntimeValueMap call = StepFeeds(fixed, rows, inputs, length, fed);
     const auto start = std::chrono::steady_clock::now();
     RuntimeValueMap outputs =
         co_await RunStep(state.get(), *session, context, std::move(call), wanted);
-    if (stats) {
-      stats->steps = step + 1;
-      stats->step_ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now() - start)
-                                   .count());
-    }
-    auto logits_it = outputs.find(options.logits_name);
-    OL_CHECK(logits_it != outputs.end() && logits_it->second.is_tensor(),
-             ErrorCode::kInvalidArgument,
-             "generate: the model has no tensor output '" + options.logits_name + "'");
-    const Tensor& logits = logits_it->second.tensor();
-    OL_CHECK(
-        logits.dim(0) == batch, ErrorCode::kInvalidArgument,
-        "generate: logits batch " + std::to_string(logits.dim(0)) + " != " + std::to_string(batch));
-
-    std::vector<int64_t> chosen(static_cast<size_t>(batch), pad);
-    for (int64_t b = 0; b < batch; ++b) {
-      auto& row = rows[static_cast<size_t>(b)];
-      if (!finished[static_cast<size_t>(b)]) {
-        const std::vector<float> l = LastLogits(logits, b, options.logits_name);
-        chosen[static_cast<size_t>(b)] = sampler.Next(l, row);
-        if (is_stop(chosen[static_cast<size_t>(b)])) finished[static_cast<size_t>(b)] = true;
-      }
-      row.push_back(chosen[static_cast<size_t>(b)]);
-      mask[static_cast<size_t>(b)].push_back(1);
-      positions[static_cast<size_t>(b)].push_back(positions[static_cast<size_t>(b)].back() + 1);
-    }
+    RecordStep(stats, step, start);
+    const std::vector<int64_t> chosen = AppendNextTokens(
+        rows, StepLogits(outputs, options.logits_name, rows.batch), sampler, options, pad);
     ++generated;
     if (on_token && !on_token(step, chosen)) break;
-    if (std::all_of(finished.begin(), finished.end(), [](bool f) { return f; })) break;
+    if (std::all_of(rows.finished.begin(), rows.finished.end(), [](bool f) { return f; })) break;
   }
-
-  co_return Int64Tensor(
-      options.input_ids_name, batch, prompt_len + generated,
-      [&](int64_t b, int64_t t) { return rows[static_cast<size_t>(b)][static_cast<size_t>(t)]; });
+  co_return rows.Slice(options.input_ids_name, rows.tokens, 0, rows.prompt_len + generated);
 }
 
 Tensor Generate(std::shared_ptr<const RuntimeSession> session, RuntimeContext& context,

@@ -66,6 +66,36 @@ struct RequestRecord {
     request = GenerationRequest{};
     if (callback) callback(err, std::move(out));
   }
+
+  // A request that never ran completes with its prompt (or with the error generate would
+  // raise for its absence).
+  void CompleteWithPrompt() {
+    std::exception_ptr error;
+    Tensor prompt;
+    const std::string& name = request.options.input_ids_name;
+    auto ids = request.feeds.find(name);
+    if (ids != request.feeds.end() && ids->second.is_tensor()) {
+      prompt = ids->second.tensor();
+    } else {
+      error = std::make_exception_ptr(
+          Error(ErrorCode::kInvalidArgument,
+                "generate: feeds must contain the token input '" + name + "'"));
+    }
+    Complete(error, std::move(prompt));
+  }
+
+  // The request's token callback (taken from the request), wrapped to record the time to
+  // the first token and each token's latency before it runs.
+  TokenCallback TakeTimedTokenCallback() {
+    return [this, user = std::move(request.on_token)](int64_t step,
+                                                      const std::vector<int64_t>& chosen) {
+      const Clock::time_point now = Clock::now();
+      if (stats.time_to_first_token_ns < 0) stats.time_to_first_token_ns = Nanos(now - submitted);
+      stats.token_latency_ns.push_back(Nanos(now - last_token));
+      last_token = now;
+      return user ? user(step, chosen) : true;
+    };
+  }
 };
 
 // A coroutine that starts when first resumed and frees itself at the end: one per admitted
@@ -118,18 +148,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
       if (it == pending_.end()) return;  // running or done: the step loop sees the token
       pending_.erase(it);
     }
-    std::exception_ptr error;
-    Tensor prompt;
-    const std::string& name = record->request.options.input_ids_name;
-    auto ids = record->request.feeds.find(name);
-    if (ids != record->request.feeds.end() && ids->second.is_tensor()) {
-      prompt = ids->second.tensor();
-    } else {
-      error = std::make_exception_ptr(
-          Error(ErrorCode::kInvalidArgument,
-                "generate: feeds must contain the token input '" + name + "'"));
-    }
-    record->Complete(error, std::move(prompt));
+    record->CompleteWithPrompt();
     std::lock_guard<std::mutex> lock(mutex_);
     NotifyIfIdleLocked();
   }
@@ -222,6 +241,21 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
   };
   static Task<void> YieldTurn(SchedulerCore* core) { co_await Turn{core}; }
 
+  // The request's generation (not started: a Task runs when awaited), on its own session
+  // when it names one, else on the cached session of its model. Takes the request's inputs.
+  static Task<Tensor> StartGeneration(SchedulerCore* core, RequestRecord* r) {
+    GenerationOptions options = std::move(r->request.options);
+    options.step_gate = [core](int64_t) { return YieldTurn(core); };
+    TokenCallback on_token = r->TakeTimedTokenCallback();
+    if (r->request.session != nullptr)
+      return GenerateTask(std::move(r->request.session), core->context(),
+                          std::move(r->request.feeds), std::move(options), std::move(on_token),
+                          r->cancel.get(), &r->stats.generation);
+    return GenerateTask(std::move(r->request.model), core->context(), std::move(r->request.feeds),
+                        std::move(options), r->request.session_options, std::move(on_token),
+                        r->cancel.get(), &r->stats.generation);
+  }
+
   static Driver Drive(SchedulerCore* core, std::shared_ptr<RequestRecord> record) {
     RequestRecord* r = record.get();
     r->started = Clock::now();
@@ -230,27 +264,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     Tensor tokens;
     std::exception_ptr error;
     try {
-      GenerationOptions options = std::move(r->request.options);
-      options.step_gate = [core](int64_t) { return YieldTurn(core); };
-      TokenCallback user = std::move(r->request.on_token);
-      TokenCallback on_token = [r, user = std::move(user)](int64_t step,
-                                                           const std::vector<int64_t>& chosen) {
-        const Clock::time_point now = Clock::now();
-        if (r->stats.time_to_first_token_ns < 0)
-          r->stats.time_to_first_token_ns = Nanos(now - r->submitted);
-        r->stats.token_latency_ns.push_back(Nanos(now - r->last_token));
-        r->last_token = now;
-        return user ? user(step, chosen) : true;
-      };
-      if (r->request.session != nullptr)
-        tokens = co_await GenerateTask(std::move(r->request.session), core->context(),
-                                       std::move(r->request.feeds), std::move(options),
-                                       std::move(on_token), r->cancel.get(), &r->stats.generation);
-      else
-        tokens = co_await GenerateTask(std::move(r->request.model), core->context(),
-                                       std::move(r->request.feeds), std::move(options),
-                                       r->request.session_options, std::move(on_token),
-                                       r->cancel.get(), &r->stats.generation);
+      tokens = co_await StartGeneration(core, r);
     } catch (...) {
       error = std::current_exception();
     }

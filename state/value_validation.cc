@@ -96,6 +96,45 @@ bool TypesEqual(const TypeProto& a, const TypeProto& b) {
   }
 }
 
+// The bytes one field of a fixed-layout structured encoding takes: a concrete, non-string
+// tensor (the layout is positional, so every size must be known without the payload).
+size_t FixedFieldBytes(const std::string& field_path, const TypeProto& type) {
+  if (!type.has_tensor_type())
+    Fail(ErrorCode::kInvalidArgument, field_path,
+         "fixed-layout structured encodings hold only tensor fields");
+  const auto& t = type.tensor_type();
+  const auto dtype = static_cast<DataType>(t.elem_type());
+  if (dtype == DataType::kString)
+    Fail(ErrorCode::kInvalidArgument, field_path, "string tensors cannot be persistent");
+  if (!t.has_shape())
+    Fail(ErrorCode::kInvalidArgument, field_path, "structured encoding field has no rank");
+  int64_t n = 1;
+  for (const auto& d : t.shape().dim()) {
+    if (!d.has_dim_value())
+      Fail(ErrorCode::kInvalidArgument, field_path,
+           "structured encoding field shape " + DimsString(t.shape()) + " is not concrete");
+    n = CheckedMul(n, d.dim_value(), "structured encoding field");
+  }
+  return StorageBytes(dtype, n);
+}
+
+// A structured payload is its fields' bytes back to back: its size must be their sum.
+void CheckStructuredPayload(const std::string& path, const StructTypeProto& s,
+                            size_t payload_bytes) {
+  if (s.field_size() == 0)
+    Fail(ErrorCode::kInvalidArgument, path, "structured encoding declares no fields");
+  size_t bytes = 0;
+  for (const auto& f : s.field())
+    bytes = static_cast<size_t>(
+        CheckedAdd(static_cast<int64_t>(bytes),
+                   static_cast<int64_t>(FixedFieldBytes(path + "." + f.name(), f.type())),
+                   "structured encoding payload"));
+  if (bytes != payload_bytes)
+    Fail(ErrorCode::kInvalidArgument, path,
+         "structured encoding payload has " + std::to_string(payload_bytes) +
+             " bytes but its fields need " + std::to_string(bytes));
+}
+
 }  // namespace
 
 ValueValidator::ValueValidator(const ModelProto& model) : model_(model) {}
@@ -182,39 +221,9 @@ void ValueValidator::CheckEncodedPayload(const std::string& path, const RuntimeV
     case EncodedValueProto::kAffine:
       ResolveAffineEncoding(Where(path), value);
       return;
-    case EncodedValueProto::kStructType: {
-      const StructTypeProto& s = ResolveStruct(path, e.struct_type());
-      if (s.field_size() == 0)
-        Fail(ErrorCode::kInvalidArgument, path, "structured encoding declares no fields");
-      size_t bytes = 0;
-      for (const auto& f : s.field()) {
-        const std::string field_path = path + "." + f.name();
-        if (!f.type().has_tensor_type())
-          Fail(ErrorCode::kInvalidArgument, field_path,
-               "fixed-layout structured encodings hold only tensor fields");
-        const auto& t = f.type().tensor_type();
-        const auto dtype = static_cast<DataType>(t.elem_type());
-        if (dtype == DataType::kString)
-          Fail(ErrorCode::kInvalidArgument, field_path, "string tensors cannot be persistent");
-        if (!t.has_shape())
-          Fail(ErrorCode::kInvalidArgument, field_path, "structured encoding field has no rank");
-        int64_t n = 1;
-        for (const auto& d : t.shape().dim()) {
-          if (!d.has_dim_value())
-            Fail(ErrorCode::kInvalidArgument, field_path,
-                 "structured encoding field shape " + DimsString(t.shape()) + " is not concrete");
-          n = CheckedMul(n, d.dim_value(), "structured encoding field");
-        }
-        bytes = static_cast<size_t>(CheckedAdd(static_cast<int64_t>(bytes),
-                                               static_cast<int64_t>(StorageBytes(dtype, n)),
-                                               "structured encoding payload"));
-      }
-      if (bytes != e.raw_data().size())
-        Fail(ErrorCode::kInvalidArgument, path,
-             "structured encoding payload has " + std::to_string(e.raw_data().size()) +
-                 " bytes but its fields need " + std::to_string(bytes));
+    case EncodedValueProto::kStructType:
+      CheckStructuredPayload(path, ResolveStruct(path, e.struct_type()), e.raw_data().size());
       return;
-    }
     case EncodedValueProto::LAYOUT_NOT_SET:
       break;
   }

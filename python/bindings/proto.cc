@@ -553,14 +553,8 @@ py::object MakeClass(py::handle meta, py::handle base, const pb::Descriptor* d,
   return cls;
 }
 
-}  // namespace
-
-void RegisterProto(py::module_& m) {
-  py::module_ proto =
-      m.def_submodule("proto", "Message classes of onnx_light.proto backed by the C++ messages");
-
-  py::class_<RefToken>(proto, "_RefToken");
-
+// FieldDescriptor: the read-only view of a field's descriptor that `onnx` code reads.
+void RegisterFieldDescriptor(py::module_& proto) {
   py::class_<FieldDesc>(proto, "FieldDescriptor")
       .def_property_readonly("name", [](const FieldDesc& s) { return s.f->name(); })
       .def_property_readonly("full_name", [](const FieldDesc& s) { return s.f->full_name(); })
@@ -597,7 +591,10 @@ void RegisterProto(py::module_& m) {
       .def_property_readonly_static("LABEL_REPEATED", [](py::object) { return 3; })
       .def_property_readonly_static("TYPE_MESSAGE", [](py::object) { return 11; })
       .def_property_readonly_static("CPPTYPE_MESSAGE", [](py::object) { return 10; });
+}
 
+// Descriptor: a message type's fields (by order, name and number) and oneofs.
+void RegisterMessageDescriptor(py::module_& proto) {
   py::class_<MessageDesc>(proto, "Descriptor")
       .def_property_readonly("name", [](const MessageDesc& s) { return s.d->name(); })
       .def_property_readonly("full_name", [](const MessageDesc& s) { return s.d->full_name(); })
@@ -644,7 +641,10 @@ void RegisterProto(py::module_& m) {
       .def("__hash__", [](const MessageDesc& s) { return std::hash<const void*>()(s.d); })
       .def("__repr__",
            [](const MessageDesc& s) { return "<Descriptor " + s.d->full_name() + ">"; });
+}
 
+// EnumTypeWrapper: an enum's names and numbers, as protobuf's Python API spells them.
+void RegisterEnumType(py::module_& proto) {
   py::class_<EnumType>(proto, "EnumTypeWrapper")
       .def("Name",
            [](const EnumType& s, int number) {
@@ -691,51 +691,77 @@ void RegisterProto(py::module_& m) {
       .def_property_readonly("full_name", [](const EnumType& s) { return s.e->full_name(); })
       .def("__repr__",
            [](const EnumType& s) { return "<EnumTypeWrapper " + s.e->full_name() + ">"; });
+}
 
-  py::class_<RepeatedScalar>(proto, "RepeatedScalarContainer")
-      .def("__len__", &RepeatedScalar::Size)
-      .def("__getitem__", [](const RepeatedScalar& s, int64_t i) { return s.Item(s.Index(i)); })
+// What both repeated containers share: the read-only list protocol, pop/clear/extend and
+// list-like comparison (with a sequence or a container of the same kind). Unhashable.
+template <typename Container>
+void DefineRepeatedCommon(py::class_<Container>& c) {
+  c.def("__len__", &Container::Size)
+      .def("__getitem__", [](const Container& s, int64_t i) { return s.Item(s.Index(i)); })
       .def("__getitem__",
-           [](const RepeatedScalar& s, const py::slice& sl) {
+           [](const Container& s, const py::slice& sl) {
              py::list out;
              for (int i : s.SliceIndices(sl)) out.append(s.Item(i));
              return out;
            })
-      .def("__setitem__",
-           [](const RepeatedScalar& s, int64_t i, py::handle v) {
-             int j = s.Index(i);
-             StoreScalar(s.owner.Mutable(), s.field, v, Store::kSetRepeated, j);
-           })
-      .def("__setitem__",
-           [](const RepeatedScalar& s, const py::slice& sl, py::handle v) {
-             py::list values = s.ToList();
-             values[sl] = AsList(v);
-             s.Replace(values);
-           })
-      .def("__delitem__", [](const RepeatedScalar& s, int64_t i) { s.Remove({s.Index(i)}); })
+      .def("__delitem__", [](const Container& s, int64_t i) { s.Remove({s.Index(i)}); })
       .def("__delitem__",
-           [](const RepeatedScalar& s, const py::slice& sl) { s.Remove(s.SliceIndices(sl)); })
-      .def("__iter__", [](const RepeatedScalar& s) { return py::iter(s.ToList()); })
-      .def("__contains__",
-           [](const RepeatedScalar& s, py::handle v) { return s.ToList().contains(v); })
-      .def("append", [](const RepeatedScalar& s,
-                        py::handle v) { StoreScalar(s.owner.Mutable(), s.field, v, Store::kAdd); })
-      .def("extend", &RepeatedScalar::Extend)
-      .def("MergeFrom", &RepeatedScalar::Extend)
-      .def("insert",
-           [](const RepeatedScalar& s, int64_t i, py::handle v) {
-             StoreScalar(s.owner.Mutable(), s.field, v, Store::kAdd);
-             s.MoveLastTo(i);
-           })
+           [](const Container& s, const py::slice& sl) { s.Remove(s.SliceIndices(sl)); })
+      .def("__iter__", [](const Container& s) { return py::iter(s.ToList()); })
+      .def("extend", &Container::Extend)
+      .def("MergeFrom", &Container::Extend)
       .def(
           "pop",
-          [](const RepeatedScalar& s, int64_t i) {
+          [](const Container& s, int64_t i) {
             int j = s.Index(i);
             py::object v = s.Item(j);
             s.Remove({j});
             return v;
           },
           py::arg("index") = -1)
+      .def("clear", &Container::Clear)
+      .def("__eq__",
+           [](const Container& s, py::handle other) -> py::object {
+             if (!py::isinstance<py::sequence>(other) && !py::isinstance<Container>(other))
+               return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+             return py::bool_(s.ToList().equal(AsList(other)));
+           })
+      .def("__ne__",
+           [](const Container& s, py::handle other) -> py::object {
+             if (!py::isinstance<py::sequence>(other) && !py::isinstance<Container>(other))
+               return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+             return py::bool_(!s.ToList().equal(AsList(other)));
+           })
+      .def("__repr__", [](const Container& s) { return py::repr(s.ToList()); })
+      .attr("__hash__") = py::none();
+}
+
+// RepeatedScalarContainer: a repeated scalar field as a mutable list (item assignment,
+// insertion, removal by value and sorting rewrite the field).
+void RegisterRepeatedScalar(py::module_& proto) {
+  py::class_<RepeatedScalar> c(proto, "RepeatedScalarContainer");
+  DefineRepeatedCommon(c);
+  c.def("__setitem__",
+        [](const RepeatedScalar& s, int64_t i, py::handle v) {
+          int j = s.Index(i);
+          StoreScalar(s.owner.Mutable(), s.field, v, Store::kSetRepeated, j);
+        })
+      .def("__setitem__",
+           [](const RepeatedScalar& s, const py::slice& sl, py::handle v) {
+             py::list values = s.ToList();
+             values[sl] = AsList(v);
+             s.Replace(values);
+           })
+      .def("__contains__",
+           [](const RepeatedScalar& s, py::handle v) { return s.ToList().contains(v); })
+      .def("append", [](const RepeatedScalar& s,
+                        py::handle v) { StoreScalar(s.owner.Mutable(), s.field, v, Store::kAdd); })
+      .def("insert",
+           [](const RepeatedScalar& s, int64_t i, py::handle v) {
+             StoreScalar(s.owner.Mutable(), s.field, v, Store::kAdd);
+             s.MoveLastTo(i);
+           })
       .def("remove",
            [](const RepeatedScalar& s, py::handle v) {
              py::list values = s.ToList();
@@ -747,7 +773,6 @@ void RegisterProto(py::module_& m) {
              }
              throw py::value_error("list.remove(x): x not in list");
            })
-      .def("clear", &RepeatedScalar::Clear)
       .def(
           "sort",
           [](const RepeatedScalar& s, py::object key, bool reverse) {
@@ -755,104 +780,62 @@ void RegisterProto(py::module_& m) {
             values.attr("sort")(py::arg("key") = key, py::arg("reverse") = reverse);
             s.Replace(values);
           },
-          py::arg("key") = py::none(), py::arg("reverse") = false)
-      .def("__eq__",
-           [](const RepeatedScalar& s, py::handle other) -> py::object {
-             if (!py::isinstance<py::sequence>(other) && !py::isinstance<RepeatedScalar>(other)) {
-               return py::reinterpret_borrow<py::object>(Py_NotImplemented);
-             }
-             return py::bool_(s.ToList().equal(AsList(other)));
-           })
-      .def("__ne__",
-           [](const RepeatedScalar& s, py::handle other) -> py::object {
-             if (!py::isinstance<py::sequence>(other) && !py::isinstance<RepeatedScalar>(other)) {
-               return py::reinterpret_borrow<py::object>(Py_NotImplemented);
-             }
-             return py::bool_(!s.ToList().equal(AsList(other)));
-           })
-      .def("__repr__", [](const RepeatedScalar& s) { return py::repr(s.ToList()); })
-      .attr("__hash__") = py::none();
+          py::arg("key") = py::none(), py::arg("reverse") = false);
+}
 
-  py::class_<RepeatedComposite>(proto, "RepeatedCompositeContainer")
-      .def("__len__", &RepeatedComposite::Size)
-      .def("__getitem__", [](const RepeatedComposite& s, int64_t i) { return s.Item(s.Index(i)); })
-      .def("__getitem__",
-           [](const RepeatedComposite& s, const py::slice& sl) {
-             py::list out;
-             for (int i : s.SliceIndices(sl)) out.append(s.Item(i));
-             return out;
-           })
-      .def("__delitem__", [](const RepeatedComposite& s, int64_t i) { s.Remove({s.Index(i)}); })
-      .def("__delitem__",
-           [](const RepeatedComposite& s, const py::slice& sl) { s.Remove(s.SliceIndices(sl)); })
-      .def("__iter__", [](const RepeatedComposite& s) { return py::iter(s.ToList()); })
-      .def("add",
-           [](const RepeatedComposite& s, py::kwargs kwargs) {
-             std::unique_ptr<pb::Message> element(pb::MessageFactory::generated_factory()
-                                                      ->GetPrototype(s.field->message_type())
-                                                      ->New());
-             InitFromKwargs(element.get(), kwargs);
-             pb::Message* m = s.owner.Mutable();
-             m->GetReflection()->AddAllocatedMessage(m, s.field, element.release());
-             return s.Item(s.Size() - 1);
-           })
+// RepeatedCompositeContainer: a repeated message field; add() builds an element in place.
+void RegisterRepeatedComposite(py::module_& proto) {
+  py::class_<RepeatedComposite> c(proto, "RepeatedCompositeContainer");
+  DefineRepeatedCommon(c);
+  c.def(
+       "add",
+       [](const RepeatedComposite& s, py::kwargs kwargs) {
+         std::unique_ptr<pb::Message> element(
+             pb::MessageFactory::generated_factory()->GetPrototype(s.field->message_type())->New());
+         InitFromKwargs(element.get(), kwargs);
+         pb::Message* m = s.owner.Mutable();
+         m->GetReflection()->AddAllocatedMessage(m, s.field, element.release());
+         return s.Item(s.Size() - 1);
+       })
       .def("append", [](const RepeatedComposite& s, py::handle v) { s.Extend(py::make_tuple(v)); })
-      .def("extend", &RepeatedComposite::Extend)
-      .def("MergeFrom", &RepeatedComposite::Extend)
       .def("insert",
            [](const RepeatedComposite& s, int64_t i, py::handle v) {
              s.Extend(py::make_tuple(v));
              s.MoveLastTo(i);
            })
-      .def(
-          "pop",
-          [](const RepeatedComposite& s, int64_t i) {
-            int j = s.Index(i);
-            py::object v = s.Item(j);
-            s.Remove({j});
-            return v;
-          },
-          py::arg("index") = -1)
-      .def("remove",
-           [](const RepeatedComposite& s, py::handle v) {
-             if (IsOurMessage(v)) {
-               const pb::Message& target = v.cast<const MessageRef&>().Get();
-               const pb::Message& m = s.owner.Get();
-               const int n = s.Size();
-               for (int i = 0; i < n; ++i) {
-                 if (MessagesEqual(m.GetReflection()->GetRepeatedMessage(m, s.field, i), target)) {
-                   s.Remove({i});
-                   return;
-                 }
-               }
-             }
-             throw py::value_error("list.remove(x): x not in list");
-           })
-      .def("clear", &RepeatedComposite::Clear)
-      .def(
-          "__eq__",
-          [](const RepeatedComposite& s, py::handle other) -> py::object {
-            if (!py::isinstance<py::sequence>(other) && !py::isinstance<RepeatedComposite>(other)) {
-              return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+      .def("remove", [](const RepeatedComposite& s, py::handle v) {
+        if (IsOurMessage(v)) {
+          const pb::Message& target = v.cast<const MessageRef&>().Get();
+          const pb::Message& m = s.owner.Get();
+          const int n = s.Size();
+          for (int i = 0; i < n; ++i) {
+            if (MessagesEqual(m.GetReflection()->GetRepeatedMessage(m, s.field, i), target)) {
+              s.Remove({i});
+              return;
             }
-            return py::bool_(s.ToList().equal(AsList(other)));
-          })
-      .def(
-          "__ne__",
-          [](const RepeatedComposite& s, py::handle other) -> py::object {
-            if (!py::isinstance<py::sequence>(other) && !py::isinstance<RepeatedComposite>(other)) {
-              return py::reinterpret_borrow<py::object>(Py_NotImplemented);
-            }
-            return py::bool_(!s.ToList().equal(AsList(other)));
-          })
-      .def("__repr__", [](const RepeatedComposite& s) { return py::repr(s.ToList()); })
-      .attr("__hash__") = py::none();
+          }
+        }
+        throw py::value_error("list.remove(x): x not in list");
+      });
+}
 
-  py::class_<MessageRef> base(proto, "Message",
-                              "Base class of every generated message class; a view of a C++ "
-                              "message whose tree it keeps alive.");
-  base.def(py::init([](const RefToken& token) { return token.ref; }))
-      .def("HasField",
+// `bytes` parsed into a fresh message of self's type (self is left as it is).
+std::unique_ptr<pb::Message> ParseAs(const MessageRef& self, const std::string& bytes) {
+  std::unique_ptr<pb::Message> tmp(self.Get().New());
+  OL_CHECK(tmp->ParseFromString(bytes), ErrorCode::kInvalidArgument,
+           "Error parsing message: the bytes are not a valid " + self.descriptor()->name());
+  return tmp;
+}
+
+py::object CopyToPython(const MessageRef& self) {
+  std::shared_ptr<pb::Message> copy(self.Get().New());
+  copy->CopyFrom(self.Get());
+  return MessageToPython(std::move(copy));
+}
+
+// Message fields: presence, clearing, oneofs, copying and merging, listing.
+void DefineMessageFields(py::class_<MessageRef>& base) {
+  base.def("HasField",
            [](const MessageRef& self, const std::string& name) {
              const pb::Descriptor* d = self.descriptor();
              if (const pb::OneofDescriptor* o = d->FindOneofByName(name)) {
@@ -901,25 +884,28 @@ void RegisterProto(py::module_& m) {
              std::unique_ptr<pb::Message> tmp = NewCopy(self.descriptor(), other);
              self.Mutable()->MergeFrom(*tmp);
            })
-      .def(
-          "SerializeToString",
-          [](const MessageRef& self, bool deterministic) {
-            return Serialize(self.Get(), deterministic);
-          },
-          py::kw_only(), py::arg("deterministic") = false)
-      .def(
-          "SerializePartialToString",
-          [](const MessageRef& self, bool deterministic) {
-            return Serialize(self.Get(), deterministic);
-          },
-          py::kw_only(), py::arg("deterministic") = false)
+      .def("ListFields", [](const MessageRef& self) {
+        const pb::Message& m = self.Get();
+        std::vector<const FD*> fields;
+        m.GetReflection()->ListFields(m, &fields);
+        py::list out;
+        for (const FD* f : fields) out.append(py::make_tuple(FieldDesc{f}, FieldValue(self, f)));
+        return out;
+      });
+}
+
+// Message bytes: serialization and parsing (both parse forms parse into a scratch message
+// first, so a failed parse leaves the message unchanged).
+void DefineMessageBytes(py::class_<MessageRef>& base) {
+  auto serialize = [](const MessageRef& self, bool deterministic) {
+    return Serialize(self.Get(), deterministic);
+  };
+  base.def("SerializeToString", serialize, py::kw_only(), py::arg("deterministic") = false)
+      .def("SerializePartialToString", serialize, py::kw_only(), py::arg("deterministic") = false)
       .def("ParseFromString",
            [](const MessageRef& self, py::handle data) {
              std::string bytes = ReadBuffer(data);
-             std::unique_ptr<pb::Message> tmp(self.Get().New());
-             OL_CHECK(
-                 tmp->ParseFromString(bytes), ErrorCode::kInvalidArgument,
-                 "Error parsing message: the bytes are not a valid " + self.descriptor()->name());
+             std::unique_ptr<pb::Message> tmp = ParseAs(self, bytes);
              pb::Message* m = self.Mutable();
              m->GetReflection()->Swap(m, tmp.get());
              return bytes.size();
@@ -927,28 +913,18 @@ void RegisterProto(py::module_& m) {
       .def("MergeFromString",
            [](const MessageRef& self, py::handle data) {
              std::string bytes = ReadBuffer(data);
-             std::unique_ptr<pb::Message> tmp(self.Get().New());
-             OL_CHECK(
-                 tmp->ParseFromString(bytes), ErrorCode::kInvalidArgument,
-                 "Error parsing message: the bytes are not a valid " + self.descriptor()->name());
-             self.Mutable()->MergeFrom(*tmp);
+             self.Mutable()->MergeFrom(*ParseAs(self, bytes));
              return bytes.size();
            })
       .def("ByteSize", [](const MessageRef& self) { return self.Get().ByteSizeLong(); })
       .def("IsInitialized", [](const MessageRef& self) { return self.Get().IsInitialized(); })
       .def("DiscardUnknownFields",
-           [](const MessageRef& self) { self.Mutable()->DiscardUnknownFields(); })
-      .def("ListFields",
-           [](const MessageRef& self) {
-             const pb::Message& m = self.Get();
-             std::vector<const FD*> fields;
-             m.GetReflection()->ListFields(m, &fields);
-             py::list out;
-             for (const FD* f : fields)
-               out.append(py::make_tuple(FieldDesc{f}, FieldValue(self, f)));
-             return out;
-           })
-      .def("__eq__",
+           [](const MessageRef& self) { self.Mutable()->DiscardUnknownFields(); });
+}
+
+// Message as a Python object: comparison, text, copies, pickling; unhashable (mutable).
+void DefineMessageProtocol(py::class_<MessageRef>& base) {
+  base.def("__eq__",
            [](const MessageRef& self, py::handle other) -> py::object {
              if (!IsOurMessage(other)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
              return py::bool_(MessagesEqual(self.Get(), other.cast<const MessageRef&>().Get()));
@@ -960,18 +936,8 @@ void RegisterProto(py::module_& m) {
            })
       .def("__str__", [](const MessageRef& self) { return TextFormat(self.Get()); })
       .def("__repr__", [](const MessageRef& self) { return TextFormat(self.Get()); })
-      .def("__copy__",
-           [](const MessageRef& self) {
-             std::shared_ptr<pb::Message> copy(self.Get().New());
-             copy->CopyFrom(self.Get());
-             return MessageToPython(std::move(copy));
-           })
-      .def("__deepcopy__",
-           [](const MessageRef& self, py::handle) {
-             std::shared_ptr<pb::Message> copy(self.Get().New());
-             copy->CopyFrom(self.Get());
-             return MessageToPython(std::move(copy));
-           })
+      .def("__copy__", &CopyToPython)
+      .def("__deepcopy__", [](const MessageRef& self, py::handle) { return CopyToPython(self); })
       .def("__reduce__",
            [](py::handle self) {
              // Unpickled by onnx_light.onnx._unpickle(qualified class name, bytes).
@@ -985,8 +951,23 @@ void RegisterProto(py::module_& m) {
           [](const MessageRef& self) { return reinterpret_cast<uintptr_t>(self.Find()); },
           "Address of the C++ message (0 while unset): lets tests prove the runtime shares it.")
       .attr("__hash__") = py::none();
-  SetBaseInit(base.attr("__init__"));
+}
 
+// Message: the base class of every generated message class.
+py::class_<MessageRef> RegisterMessageBase(py::module_& proto) {
+  py::class_<MessageRef> base(proto, "Message",
+                              "Base class of every generated message class; a view of a C++ "
+                              "message whose tree it keeps alive.");
+  base.def(py::init([](const RefToken& token) { return token.ref; }));
+  DefineMessageFields(base);
+  DefineMessageBytes(base);
+  DefineMessageProtocol(base);
+  SetBaseInit(base.attr("__init__"));
+  return base;
+}
+
+// Model files and the onnx-light extension checks.
+void RegisterModelFunctions(py::module_& proto) {
   proto.def(
       "load_model_file",
       [](const std::string& path) { return MessageToPython(core::LoadModel(path)); },
@@ -1014,7 +995,10 @@ void RegisterProto(py::module_& m) {
       py::arg("message"), py::arg("target"),
       "Raises ValueError naming every onnx-light extension `message` uses: `target` (a "
       "standard ONNX consumer) cannot preserve them.");
+}
 
+// One Python class per message of onnx_light.proto (nested ones inside theirs), its enums.
+void RegisterMessageClasses(py::module_& proto, const py::class_<MessageRef>& base) {
   py::handle meta = reinterpret_cast<PyObject*>(Py_TYPE(base.ptr()));
   const pb::FileDescriptor* file = ModelProto::descriptor()->file();
   for (int i = 0; i < file->message_type_count(); ++i) {
@@ -1022,6 +1006,22 @@ void RegisterProto(py::module_& m) {
     proto.attr(d->name().c_str()) = MakeClass(meta, base, d, "");
   }
   for (int i = 0; i < file->enum_type_count(); ++i) AddEnum(proto, file->enum_type(i));
+}
+
+}  // namespace
+
+void RegisterProto(py::module_& m) {
+  py::module_ proto =
+      m.def_submodule("proto", "Message classes of onnx_light.proto backed by the C++ messages");
+  py::class_<RefToken>(proto, "_RefToken");
+  RegisterFieldDescriptor(proto);
+  RegisterMessageDescriptor(proto);
+  RegisterEnumType(proto);
+  RegisterRepeatedScalar(proto);
+  RegisterRepeatedComposite(proto);
+  const py::class_<MessageRef> base = RegisterMessageBase(proto);
+  RegisterModelFunctions(proto);
+  RegisterMessageClasses(proto, base);
 }
 
 }  // namespace onnx_light::python

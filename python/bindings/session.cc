@@ -51,10 +51,27 @@ std::shared_ptr<py::object> SharedCallable(py::object fn) {
 
 namespace {
 
-// fn(context, inputs: list) -> list of outputs, run with the GIL held.
+// What runtime.KernelInfo shows a Python kernel: a copy of the C++ KernelInfo taken when the
+// kernel is built (that one refers to the plan builder's data and dies with the factory call).
+struct PythonKernelInfo {
+  std::string node_name, op_type, domain;
+  int64_t since_version;
+  KernelContext opsets;  // in force where the node sits (a function body: its opset_import)
+
+  explicit PythonKernelInfo(const KernelInfo& info)
+      : node_name(info.node().name()),
+        op_type(info.node().op_type()),
+        domain(info.node().domain()),
+        since_version(info.since_version()),
+        opsets(info.kernel_ctx()) {}
+};
+
+// fn(context, inputs: list) -> list of outputs, or fn(context, inputs, info) when registered
+// with_info (info: the node's runtime.KernelInfo); run with the GIL held.
 class PythonKernel final : public KernelBase {
  public:
-  explicit PythonKernel(std::shared_ptr<py::object> fn) : fn_(std::move(fn)) {}
+  PythonKernel(std::shared_ptr<py::object> fn, std::shared_ptr<PythonKernelInfo> info)
+      : fn_(std::move(fn)), info_(std::move(info)) {}
 
   void Compute(KernelCall& call) const override {
     py::gil_scoped_acquire gil;
@@ -63,7 +80,8 @@ class PythonKernel final : public KernelBase {
       for (size_t i = 0; i < call.input_count(); ++i)
         inputs.append(call.has_input(i) ? ValueToPython(call.input_value(i)) : py::none());
       py::object context = py::cast(&call.context(), py::return_value_policy::reference);
-      py::object result = (*fn_)(context, inputs);
+      py::object result =
+          info_ ? (*fn_)(context, inputs, py::cast(info_)) : (*fn_)(context, inputs);
       if (!py::isinstance<py::list>(result) && !py::isinstance<py::tuple>(result))
         call.Fail("the Python kernel must return a list of outputs, got " +
                   std::string(py::str(result.get_type().attr("__name__"))));
@@ -92,6 +110,7 @@ class PythonKernel final : public KernelBase {
 
  private:
   std::shared_ptr<py::object> fn_;
+  std::shared_ptr<PythonKernelInfo> info_;  // null unless registered with_info
 };
 
 OpsetMap OpsetsFromPython(py::handle obj) {
@@ -105,6 +124,12 @@ OpsetMap OpsetsFromPython(py::handle obj) {
   for (auto item : obj.cast<py::dict>())
     opsets[item.first.cast<std::string>()] = item.second.cast<int64_t>();
   return opsets;
+}
+
+py::dict OpsetsToPython(const KernelContext& k) {
+  py::dict d;
+  for (const auto& [domain, v] : k.opsets()) d[py::str(domain)] = v;
+  return d;
 }
 
 // A nonnegative int option that fits size_t; `what` names it in errors.
@@ -241,10 +266,32 @@ void RegisterSession(py::module_& runtime) {
            py::arg("opsets") = 18)
       .def("opset", &KernelContext::opset, py::arg("domain"),
            "The version of `domain` (0 when not imported).")
-      .def_property_readonly("opsets", [](const KernelContext& k) {
-        py::dict d;
-        for (const auto& [domain, v] : k.opsets()) d[py::str(domain)] = v;
-        return d;
+      .def_property_readonly("opsets", &OpsetsToPython);
+
+  py::class_<PythonKernelInfo, std::shared_ptr<PythonKernelInfo>>(
+      runtime, "KernelInfo",
+      "What a kernel is built from, given to a Python kernel registered with_info=True: the "
+      "node, the since-version of the kernel chosen for it and the opsets in force where it "
+      "sits (the model's opset_import; in a model-local function's body, the function's "
+      "own), never the caller's KernelContext defaults.")
+      .def_readonly("node_name", &PythonKernelInfo::node_name)
+      .def_readonly("op_type", &PythonKernelInfo::op_type)
+      .def_readonly("domain", &PythonKernelInfo::domain)
+      .def_readonly("since_version", &PythonKernelInfo::since_version)
+      .def(
+          "opset",
+          [](const PythonKernelInfo& i, const std::string& d) { return i.opsets.opset(d); },
+          py::arg("domain"), "The version of `domain` in force for the node (0 when not imported).")
+      .def_property_readonly(
+          "node_opset", [](const PythonKernelInfo& i) { return i.opsets.opset(i.domain); },
+          "The version of the node's own domain in force for the node.")
+      .def_property_readonly(
+          "opsets", [](const PythonKernelInfo& i) { return OpsetsToPython(i.opsets); },
+          "{domain: version} in force for the node.")
+      .def("__repr__", [](const PythonKernelInfo& i) {
+        return "KernelInfo(" + (i.domain.empty() ? std::string() : i.domain + ".") + i.op_type +
+               ", node='" + i.node_name + "', opset=" + std::to_string(i.opsets.opset(i.domain)) +
+               ")";
       });
 
   py::enum_<RuntimeEventAction>(runtime, "RuntimeEventAction")
@@ -285,21 +332,26 @@ void RegisterSession(py::module_& runtime) {
       .def(
           "register_kernel",
           [](RuntimeContext& ctx, const std::string& domain, const std::string& op_type,
-             py::function fn, int64_t since_version) {
+             py::function fn, int64_t since_version, bool with_info) {
             auto shared = SharedCallable(std::move(fn));
             ctx.RegisterKernelFn(
                 domain, op_type, core::symbolic::Device::kCPU,
-                [shared](const NodeProto& node, RuntimeContext&,
-                         const KernelInfo&) -> std::unique_ptr<KernelBase> {
-                  auto kernel = std::make_unique<PythonKernel>(shared);
+                [shared, with_info](const NodeProto& node, RuntimeContext&,
+                                    const KernelInfo& info) -> std::unique_ptr<KernelBase> {
+                  auto kernel = std::make_unique<PythonKernel>(
+                      shared, with_info ? std::make_shared<PythonKernelInfo>(info) : nullptr);
                   kernel->set_node(node);
                   return kernel;
                 },
                 since_version);
           },
           py::arg("domain"), py::arg("op_type"), py::arg("fn"), py::arg("since_version") = 1,
-          "Registers fn(context, inputs: list) -> list of outputs for domain::op_type. It runs "
-          "with the GIL held; `context` is the call's child context, valid during the call.")
+          py::kw_only(), py::arg("with_info") = false,
+          "Registers fn(context, inputs: list) -> list of outputs for domain::op_type; with "
+          "with_info=True, fn(context, inputs, info) where info is the node's "
+          "runtime.KernelInfo (its since-version and the opsets in force where it sits, as C++ "
+          "kernels get them). It runs with the GIL held; `context` is the call's child context, "
+          "valid during the call.")
       .def(
           "get_value",
           [](const RuntimeContext& ctx, const std::string& name) {

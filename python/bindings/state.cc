@@ -161,44 +161,11 @@ class PyState {
   std::vector<py::object> contexts_;
 };
 
-// The spec's example needs runtime.RuntimeContext, KernelContext, default_opset and
-// RuntimeSessionOptions. session.cc (registered before this file) owns them; these minimal
-// definitions apply only while it does not define them, so that both never clash.
-void RegisterSessionTypesIfMissing(py::module_& runtime) {
-  using core::runtime::KernelContext;
-  using core::runtime::OpsetMap;
-  if (!py::hasattr(runtime, "default_opset"))
-    runtime.def("default_opset", &core::runtime::default_opset, py::arg("onnx_version") = 18);
-  if (!py::hasattr(runtime, "KernelContext"))
-    py::class_<KernelContext>(runtime, "KernelContext")
-        .def(py::init<OpsetMap>(), py::arg("opsets"))
-        .def(py::init<int64_t>(), py::arg("onnx_version") = 18)
-        .def("opset", &KernelContext::opset);
-  if (!py::hasattr(runtime, "RuntimeContext"))
-    py::class_<RuntimeContext>(runtime, "RuntimeContext")
-        .def(py::init([](const KernelContext& kernel_ctx, bool events_enabled) {
-               core::runtime::RuntimeContextOptions options;
-               options.events_enabled = events_enabled;
-               return std::make_unique<RuntimeContext>(kernel_ctx, options);
-             }),
-             py::arg("kernel_context") = KernelContext(18), py::kw_only(),
-             py::arg("events_enabled") = false);
-  if (!py::hasattr(runtime, "RuntimeSessionOptions"))
-    py::class_<RuntimeSessionOptions>(runtime, "RuntimeSessionOptions")
-        .def(py::init([](size_t capacity) {
-               RuntimeSessionOptions o;
-               o.persistent_tensor_initial_capacity = capacity;
-               return o;
-             }),
-             py::kw_only(), py::arg("persistent_tensor_initial_capacity") = 32)
-        .def_readwrite("persistent_tensor_initial_capacity",
-                       &RuntimeSessionOptions::persistent_tensor_initial_capacity);
-}
-
 }  // namespace
 
+// Needs session.cc's types (RuntimeContext, RuntimeSessionOptions): module.cc registers that
+// file first.
 void RegisterState(py::module_& runtime) {
-  RegisterSessionTypesIfMissing(runtime);
   py::class_<TaskCompletion, std::shared_ptr<TaskCompletion>>(
       runtime, "TaskCompletion",
       "Single-use cancellation token of one PersistentValueState.run call. cancel() may be "
