@@ -359,13 +359,48 @@ int64_t DepthBlock(int64_t k) {
 
 // Packs op(A)[i0 : i0+mc, p0 : p0+kc] into mr-row panels, zero padded: panel r holds
 // rows i0 + r*mr .. +mr, element (p, i) at p * mr + i.
+#ifdef OL_HAVE_X86
+// Four rows of A (src, lda apart) into four adjacent lanes of a panel (panel[p * mr + i] =
+// src[i * lda + p]), 4 x 8 blocks transposed in registers: columns [0, returned) done.
+OL_AVX2 int64_t PackA4RowsAvx2(const float* src, int64_t lda, int64_t kc, int64_t mr,
+                               float* panel) {
+  int64_t p = 0;
+  for (; p + 8 <= kc; p += 8) {
+    const __m256 r0 = _mm256_loadu_ps(src + p), r1 = _mm256_loadu_ps(src + lda + p);
+    const __m256 r2 = _mm256_loadu_ps(src + 2 * lda + p), r3 = _mm256_loadu_ps(src + 3 * lda + p);
+    const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    // Column q of the block in the low half of u[q % 4] (q < 4) or its high half (q >= 4).
+    const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
+                         _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
+    float* d = panel + p * mr;
+    for (int q = 0; q < 4; ++q) {
+      _mm_storeu_ps(d + q * mr, _mm256_castps256_ps128(u[q]));
+      _mm_storeu_ps(d + (q + 4) * mr, _mm256_extractf128_ps(u[q], 1));
+    }
+  }
+  return p;
+}
+#endif
+
 void PackA(const GemmArgs& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int64_t mr,
            float* out) {
   for (int64_t r = 0; r < mc; r += mr) {
     const int64_t rows = std::min(mr, mc - r);
     float* panel = out + r * kc;
     if (!g.trans_a) {
-      for (int64_t i = 0; i < rows; ++i) {
+      int64_t i = 0;
+#ifdef OL_HAVE_X86
+      if (CpuHasAvx2Fma()) {  // the same bits as the scalar copy, so for every path
+        for (; i + 4 <= rows; i += 4) {
+          const float* src = g.a + (i0 + r + i) * g.lda + p0;
+          const int64_t done = PackA4RowsAvx2(src, g.lda, kc, mr, panel + i);
+          for (int64_t ii = 0; ii < 4; ++ii)
+            for (int64_t p = done; p < kc; ++p) panel[p * mr + i + ii] = src[ii * g.lda + p];
+        }
+      }
+#endif
+      for (; i < rows; ++i) {
         const float* src = g.a + (i0 + r + i) * g.lda + p0;
         for (int64_t p = 0; p < kc; ++p) panel[p * mr + i] = src[p];
       }
