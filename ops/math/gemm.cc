@@ -577,8 +577,9 @@ void PackedGemmOneRowBlock(const GemmArgs& g, const PackedB* packed, const Kerne
       PackA(g, i0, std::min(mr, g.m - i0), p0, kc, mr, a + b * padded_m * depth + i0 * kc);
     }
   };
-  // Packing A is cheap next to the product (K x M of M x K x N): split only large ones.
-  constexpr int64_t kParallelPackFloats = 1 << 16;
+  // Packing A is cheap next to the product (K x M of M x K x N): split only large ones
+  // (a 128 x 576 A packs in a few microseconds, about what a fork/join costs).
+  constexpr int64_t kParallelPackFloats = 1 << 18;
   const int64_t a_items = blocks * a_panels;
   if (padded_m * g.k >= kParallelPackFloats && Workers() > 1) {
     Split(a_items, std::max<int64_t>(1, a_items / (4 * Workers())), pack_a);

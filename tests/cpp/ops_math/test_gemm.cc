@@ -92,7 +92,7 @@ TEST_CASE("prompt-shaped SGEMM: fused tile stores, equal column blocks, whole-de
   // through the whole depth; more rows do the same per row block with a packed B (M = 300
   // on one thread: one column block wider than 256, so column panels outer) and take the
   // per-depth-block loop without one. Two-panel (32-column) AVX-512 tiles run wherever two
-  // panels remain. K = 600 is three depth
+  // panels remain; a large A (128 x 2100) is packed in parallel. K = 600 is three depth
   // blocks of 200, N = 1153 ends in a one-column panel (masked or buffered stores), N = 1152
   // splits into column blocks that do not divide into 256. C has a larger leading dimension
   // whose padding must stay untouched, with alpha and beta applied on the first depth block
@@ -100,8 +100,9 @@ TEST_CASE("prompt-shaped SGEMM: fused tile stores, equal column blocks, whole-de
   struct Case {
     int64_t m, n, k;
   };
-  for (const Case s : {Case{128, 1153, 600}, Case{12, 1152, 600}, Case{150, 67, 600},
-                       Case{300, 1153, 600}, Case{128, 40, 5}, Case{7, 16, 300}})
+  for (const Case s :
+       {Case{128, 1153, 600}, Case{12, 1152, 600}, Case{150, 67, 600}, Case{300, 1153, 600},
+        Case{128, 40, 2100}, Case{128, 40, 5}, Case{7, 16, 300}})
     for (const float beta : {0.0f, 2.0f}) {
       const int64_t ldc = s.n + 3;
       const std::vector<float> a = Random(s.m * s.k, -1, 1, 11), b = Random(s.k * s.n, -1, 1, 12);
