@@ -6,6 +6,7 @@
 #include <benchmark/benchmark.h>
 #include <tbb/task_arena.h>
 
+#include <array>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -43,7 +44,8 @@ void BM_SgemmPortable(benchmark::State& state) { Sgemm(state, math::GemmPath::kP
 
 // M x K times a K x N weight, B packed per call or once beforehand (PackedB), in an arena
 // of `threads` threads (0: the default arena).
-void Prefill(benchmark::State& state, int64_t m, int64_t k, int64_t n, bool cached, int threads) {
+void Prefill(benchmark::State& state, int64_t m, int64_t k, int64_t n, bool cached, int threads,
+             math::GemmPath path = math::GemmPath::kAuto) {
   const std::vector<float> a = RandomVector(m * k), b = RandomVector(k * n);
   std::vector<float> c(static_cast<size_t>(m * n));
   const math::PackedB packed(false, k, n, b.data(), n);
@@ -59,7 +61,7 @@ void Prefill(benchmark::State& state, int64_t m, int64_t k, int64_t n, bool cach
   g.ldc = n;
   tbb::task_arena arena(threads > 0 ? threads : tbb::task_arena::automatic);
   for (auto _ : state) {
-    arena.execute([&] { math::Sgemm(g, cached ? &packed : nullptr); });
+    arena.execute([&] { math::Sgemm(g, cached ? &packed : nullptr, path); });
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
@@ -76,6 +78,16 @@ void BM_Prefill(benchmark::State& state) {
 // thread, timed in CPU time: a figure that a shared, noisy machine moves less.
 void BM_PrefillOneThread(benchmark::State& state) {
   Prefill(state, state.range(0), state.range(1), state.range(2), true, 1);
+}
+
+// The same on the AVX2/FMA micro-kernels (what a CPU without AVX-512 runs).
+void BM_PrefillOneThreadAvx2(benchmark::State& state) {
+  Prefill(state, state.range(0), state.range(1), state.range(2), true, 1, math::GemmPath::kAvx2);
+}
+
+// The same products on two threads (wall time): how the work splits over the cores.
+void BM_PrefillTwoThreads(benchmark::State& state) {
+  Prefill(state, state.range(0), state.range(1), state.range(2), true, 2);
 }
 
 // 1 x K times K x N (trans_b = 0) or times N x K stored transposed (trans_b = 1).
@@ -135,15 +147,23 @@ BENCHMARK(BM_Prefill)
     ->UseRealTime();
 // SmolLM2-135M: q/k/v side by side, o, gate/up side by side, down, the LM head; Qwen2.5-0.5B
 // gate/up and down.
-BENCHMARK(BM_PrefillOneThread)
-    ->Args({128, 576, 960})
-    ->Args({128, 576, 576})
-    ->Args({128, 576, 3072})
-    ->Args({128, 1536, 576})
-    ->Args({128, 576, 8192})
-    ->Args({128, 896, 9728})
-    ->Args({128, 4864, 896})
-    ->Unit(benchmark::kMillisecond);
+// Prompt products of the real-size decoders (128 rows times a packed weight): SmolLM2-135M
+// (hidden 576, intermediate 1536) and Qwen2.5-0.5B (hidden 896, QKV group 1152,
+// intermediate 4864).
+void PromptShapes(benchmark::internal::Benchmark* b) {
+  for (const auto& [m, k, n] : {std::array<int64_t, 3>{128, 576, 960},
+                                {128, 576, 576},
+                                {128, 576, 3072},
+                                {128, 1536, 576},
+                                {128, 576, 8192},
+                                {128, 896, 1152},
+                                {128, 896, 9728},
+                                {128, 4864, 896}})
+    b->Args({m, k, n});
+}
+BENCHMARK(BM_PrefillOneThread)->Apply(PromptShapes)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PrefillOneThreadAvx2)->Apply(PromptShapes)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PrefillTwoThreads)->Apply(PromptShapes)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Gemv)
     ->Args({4096, 4096, 0})
     ->Args({4096, 4096, 1})

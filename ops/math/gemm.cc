@@ -64,15 +64,54 @@ constexpr int64_t kKc = 256;  // depth of one packed panel pair (A panel 12 KB, 
 constexpr int64_t kMc = 144;  // rows of A per task (a multiple of every tile height)
 constexpr int64_t kNc = 256;  // columns of B per task at most (multiple of kNr)
 
-// tile[i * kNr + j] = sum_p ap[p * a_step + i] * bp[p * kNr + j] over kc packed steps, for
-// the kernel's row count i < R (A panels hold a_step rows, zero padded).
+// Where a micro-kernel puts its tile (rows x nr of C at c, leading dimension ldc):
+//   C = alpha * tile                 when !load_c (C is not read: it may hold NaN),
+//   C = alpha * tile + c_scale * C   when load_c (c_scale is beta on the first depth block,
+//                                    1 on later ones; 1 skips the multiply).
+// Fusing this into the kernel (the accumulators go straight to C, masked in the last
+// partial panel) saves the round trip through a tile buffer.
+struct TileOut {
+  float* c;
+  int64_t ldc;
+  int64_t nr;  // valid columns, 1..kNr
+  float alpha;
+  float c_scale;
+  bool load_c;
+};
+
+// C tile update from a tile buffer (tile[i * kNr + j]): the portable path's epilogue, and
+// the AVX2 one for a partial panel.
+inline void StoreTile(const float* tile, int64_t rows, const TileOut& o) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* crow = o.c + i * o.ldc;
+    const float* t = tile + i * kNr;
+    if (!o.load_c) {
+      for (int64_t j = 0; j < o.nr; ++j) crow[j] = o.alpha * t[j];
+    } else if (o.c_scale == 1.0f) {
+      for (int64_t j = 0; j < o.nr; ++j) crow[j] += o.alpha * t[j];
+    } else {
+      for (int64_t j = 0; j < o.nr; ++j) crow[j] = o.alpha * t[j] + o.c_scale * crow[j];
+    }
+  }
+}
+
+// tile[i][j] = sum_p ap[p * a_step + i] * bp[p * kNr + j] over kc packed steps, for the
+// kernel's row count i < R (A panels hold a_step rows, zero padded), stored through `out`.
 using MicroKernel = void (*)(int64_t kc, const float* ap, int64_t a_step, const float* bp,
-                             float* tile);
+                             const TileOut& out);
 
 // A micro-kernel family: `rows[r]` computes r rows (1 <= r <= mr) of a tile.
+// A wide micro-kernel computes two adjacent panels at once (32 columns: out.nr up to
+// 2 * kNr); the second panel's steps start b_step floats after the first's.
+using WideMicroKernel = void (*)(int64_t kc, const float* ap, int64_t a_step, const float* bp,
+                                 int64_t b_step, const TileOut& out);
+
+// A micro-kernel family: `rows[r]` computes r rows (1 <= r <= mr) of a tile, `wide[r]` (if
+// not null) the same rows over two panels.
 struct Kernels {
   int64_t mr;
   MicroKernel rows[kMaxMr + 1];
+  WideMicroKernel wide[kMaxMr + 1];
 };
 
 // GCC/Clang generic vectors: 4 floats, lowered to whatever SIMD the target has (SSE2 on
@@ -85,9 +124,11 @@ inline V4 LoadV4(const float* p) {
   return v;
 }
 
-// Always computes a 6-row tile (the A panels are zero padded): one kernel for every R.
+// Always computes a 6-row tile (the A panels are zero padded), stores R rows.
+template <int R>
 void MicroKernelPortable(int64_t kc, const float* ap, int64_t a_step, const float* bp,
-                         float* tile) {
+                         const TileOut& out) {
+  alignas(64) float tile[6 * kNr];
   // Two passes of 3 rows keep 12 vector accumulators (fits 16 SSE registers).
   for (int64_t half = 0; half < 2; ++half) {
     V4 acc[3][4] = {};
@@ -107,19 +148,21 @@ void MicroKernelPortable(int64_t kc, const float* ap, int64_t a_step, const floa
     }
     std::memcpy(tile + half * 3 * kNr, acc, sizeof(acc));
   }
+  StoreTile(tile, R, out);
 }
 
 constexpr Kernels kPortableKernels = {
     6,
-    {nullptr, MicroKernelPortable, MicroKernelPortable, MicroKernelPortable, MicroKernelPortable,
-     MicroKernelPortable, MicroKernelPortable, nullptr, nullptr, nullptr, nullptr, nullptr,
-     nullptr}};
+    {nullptr, MicroKernelPortable<1>, MicroKernelPortable<2>, MicroKernelPortable<3>,
+     MicroKernelPortable<4>, MicroKernelPortable<5>, MicroKernelPortable<6>, nullptr, nullptr,
+     nullptr, nullptr, nullptr, nullptr},
+    {}};
 
 #ifdef OL_HAVE_X86
 // R rows x 16 columns in 2R ymm accumulators (R <= 6 leaves registers for B and A).
 template <int R>
 OL_AVX2 void MicroKernelAvx2(int64_t kc, const float* ap, int64_t a_step, const float* bp,
-                             float* tile) {
+                             const TileOut& out) {
   __m256 c0[R], c1[R];
 #pragma GCC unroll 12
   for (int i = 0; i < R; ++i) c0[i] = c1[i] = _mm256_setzero_ps();
@@ -135,24 +178,50 @@ OL_AVX2 void MicroKernelAvx2(int64_t kc, const float* ap, int64_t a_step, const 
     ap += a_step;
     bp += kNr;
   }
+  if (out.nr < kNr) {  // the last, partial panel of N: through a tile buffer
+    alignas(32) float tile[R * kNr];
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) {
+      _mm256_store_ps(tile + i * kNr, c0[i]);
+      _mm256_store_ps(tile + i * kNr + 8, c1[i]);
+    }
+    StoreTile(tile, R, out);
+    return;
+  }
+  const __m256 alpha = _mm256_set1_ps(out.alpha);
+  const __m256 scale = _mm256_set1_ps(out.c_scale);
+  const bool scaled = out.c_scale != 1.0f;
 #pragma GCC unroll 12
   for (int i = 0; i < R; ++i) {
-    _mm256_storeu_ps(tile + i * kNr, c0[i]);
-    _mm256_storeu_ps(tile + i * kNr + 8, c1[i]);
+    float* c = out.c + i * out.ldc;
+    __m256 r0 = _mm256_mul_ps(alpha, c0[i]), r1 = _mm256_mul_ps(alpha, c1[i]);
+    if (out.load_c) {
+      __m256 x0 = _mm256_loadu_ps(c), x1 = _mm256_loadu_ps(c + 8);
+      if (scaled) {
+        x0 = _mm256_mul_ps(scale, x0);
+        x1 = _mm256_mul_ps(scale, x1);
+      }
+      r0 = _mm256_add_ps(r0, x0);
+      r1 = _mm256_add_ps(r1, x1);
+    }
+    _mm256_storeu_ps(c, r0);
+    _mm256_storeu_ps(c + 8, r1);
   }
 }
 
 constexpr Kernels kAvx2Kernels = {
     6,
     {nullptr, MicroKernelAvx2<1>, MicroKernelAvx2<2>, MicroKernelAvx2<3>, MicroKernelAvx2<4>,
-     MicroKernelAvx2<5>, MicroKernelAvx2<6>, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}};
+     MicroKernelAvx2<5>, MicroKernelAvx2<6>, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr},
+    {}};
 
 // R rows x 16 columns in R zmm accumulators; the A element is broadcast from memory. Fewer
 // than 8 rows would leave the FMA units waiting on their 4-cycle latency: those tiles keep
-// two accumulators per row (even and odd steps) and add them at the end.
+// two accumulators per row (even and odd steps) and add them at the end. A partial panel
+// is loaded and stored under a mask.
 template <int R>
 OL_AVX512 void MicroKernelAvx512(int64_t kc, const float* ap, int64_t a_step, const float* bp,
-                                 float* tile) {
+                                 const TileOut& out) {
   constexpr bool kSplit = R < 8;
   __m512 c[R], d[kSplit ? R : 1];
 #pragma GCC unroll 12
@@ -184,8 +253,66 @@ OL_AVX512 void MicroKernelAvx512(int64_t kc, const float* ap, int64_t a_step, co
 #pragma GCC unroll 12
     for (int i = 0; i < R; ++i) c[i] = _mm512_add_ps(c[i], d[i]);
   }
+  const __mmask16 mask = static_cast<__mmask16>(out.nr >= kNr ? 0xFFFFu : (1u << out.nr) - 1u);
+  const __m512 alpha = _mm512_set1_ps(out.alpha);
+  const __m512 scale = _mm512_set1_ps(out.c_scale);
+  const bool scaled = out.c_scale != 1.0f;
 #pragma GCC unroll 12
-  for (int i = 0; i < R; ++i) _mm512_storeu_ps(tile + i * kNr, c[i]);
+  for (int i = 0; i < R; ++i) {
+    float* crow = out.c + i * out.ldc;
+    __m512 r = _mm512_mul_ps(alpha, c[i]);
+    if (out.load_c) {
+      __m512 x = _mm512_maskz_loadu_ps(mask, crow);
+      if (scaled) x = _mm512_mul_ps(scale, x);
+      r = _mm512_add_ps(r, x);
+    }
+    _mm512_mask_storeu_ps(crow, mask, r);
+  }
+}
+
+// R rows x 32 columns (two panels) in 2R zmm accumulators: one broadcast of A feeds two
+// FMAs and no FMA takes a memory operand, so a 12-row tile issues 24 FMAs per 14 loads
+// instead of 12 per 13.
+template <int R>
+OL_AVX512 void WideMicroKernelAvx512(int64_t kc, const float* ap, int64_t a_step, const float* bp,
+                                     int64_t b_step, const TileOut& out) {
+  __m512 c0[R], c1[R];
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
+  const float* bq = bp + b_step;
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bq);
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) {
+      const __m512 a = _mm512_set1_ps(ap[i]);
+      c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
+      c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
+    }
+    ap += a_step;
+    bp += kNr;
+    bq += kNr;
+  }
+  const int64_t nr1 = out.nr - kNr;  // valid columns of the second panel, 1..16
+  const __mmask16 mask1 = static_cast<__mmask16>(nr1 >= kNr ? 0xFFFFu : (1u << nr1) - 1u);
+  const __m512 alpha = _mm512_set1_ps(out.alpha);
+  const __m512 scale = _mm512_set1_ps(out.c_scale);
+  const bool scaled = out.c_scale != 1.0f;
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) {
+    float* crow = out.c + i * out.ldc;
+    __m512 r0 = _mm512_mul_ps(alpha, c0[i]), r1 = _mm512_mul_ps(alpha, c1[i]);
+    if (out.load_c) {
+      __m512 x0 = _mm512_loadu_ps(crow), x1 = _mm512_maskz_loadu_ps(mask1, crow + kNr);
+      if (scaled) {
+        x0 = _mm512_mul_ps(scale, x0);
+        x1 = _mm512_mul_ps(scale, x1);
+      }
+      r0 = _mm512_add_ps(r0, x0);
+      r1 = _mm512_add_ps(r1, x1);
+    }
+    _mm512_storeu_ps(crow, r0);
+    _mm512_mask_storeu_ps(crow + kNr, mask1, r1);
+  }
 }
 
 constexpr Kernels kAvx512Kernels = {
@@ -193,7 +320,11 @@ constexpr Kernels kAvx512Kernels = {
     {nullptr, MicroKernelAvx512<1>, MicroKernelAvx512<2>, MicroKernelAvx512<3>,
      MicroKernelAvx512<4>, MicroKernelAvx512<5>, MicroKernelAvx512<6>, MicroKernelAvx512<7>,
      MicroKernelAvx512<8>, MicroKernelAvx512<9>, MicroKernelAvx512<10>, MicroKernelAvx512<11>,
-     MicroKernelAvx512<12>}};
+     MicroKernelAvx512<12>},
+    {nullptr, WideMicroKernelAvx512<1>, WideMicroKernelAvx512<2>, WideMicroKernelAvx512<3>,
+     WideMicroKernelAvx512<4>, WideMicroKernelAvx512<5>, WideMicroKernelAvx512<6>,
+     WideMicroKernelAvx512<7>, WideMicroKernelAvx512<8>, WideMicroKernelAvx512<9>,
+     WideMicroKernelAvx512<10>, WideMicroKernelAvx512<11>, WideMicroKernelAvx512<12>}};
 #endif
 
 const Kernels& SelectKernels(GemmPath path) {
@@ -228,13 +359,48 @@ int64_t DepthBlock(int64_t k) {
 
 // Packs op(A)[i0 : i0+mc, p0 : p0+kc] into mr-row panels, zero padded: panel r holds
 // rows i0 + r*mr .. +mr, element (p, i) at p * mr + i.
+#ifdef OL_HAVE_X86
+// Four rows of A (src, lda apart) into four adjacent lanes of a panel (panel[p * mr + i] =
+// src[i * lda + p]), 4 x 8 blocks transposed in registers: columns [0, returned) done.
+OL_AVX2 int64_t PackA4RowsAvx2(const float* src, int64_t lda, int64_t kc, int64_t mr,
+                               float* panel) {
+  int64_t p = 0;
+  for (; p + 8 <= kc; p += 8) {
+    const __m256 r0 = _mm256_loadu_ps(src + p), r1 = _mm256_loadu_ps(src + lda + p);
+    const __m256 r2 = _mm256_loadu_ps(src + 2 * lda + p), r3 = _mm256_loadu_ps(src + 3 * lda + p);
+    const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    // Column q of the block in the low half of u[q % 4] (q < 4) or its high half (q >= 4).
+    const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
+                         _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
+    float* d = panel + p * mr;
+    for (int q = 0; q < 4; ++q) {
+      _mm_storeu_ps(d + q * mr, _mm256_castps256_ps128(u[q]));
+      _mm_storeu_ps(d + (q + 4) * mr, _mm256_extractf128_ps(u[q], 1));
+    }
+  }
+  return p;
+}
+#endif
+
 void PackA(const GemmArgs& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int64_t mr,
            float* out) {
   for (int64_t r = 0; r < mc; r += mr) {
     const int64_t rows = std::min(mr, mc - r);
     float* panel = out + r * kc;
     if (!g.trans_a) {
-      for (int64_t i = 0; i < rows; ++i) {
+      int64_t i = 0;
+#ifdef OL_HAVE_X86
+      if (CpuHasAvx2Fma()) {  // the same bits as the scalar copy, so for every path
+        for (; i + 4 <= rows; i += 4) {
+          const float* src = g.a + (i0 + r + i) * g.lda + p0;
+          const int64_t done = PackA4RowsAvx2(src, g.lda, kc, mr, panel + i);
+          for (int64_t ii = 0; ii < 4; ++ii)
+            for (int64_t p = done; p < kc; ++p) panel[p * mr + i + ii] = src[ii * g.lda + p];
+        }
+      }
+#endif
+      for (; i < rows; ++i) {
         const float* src = g.a + (i0 + r + i) * g.lda + p0;
         for (int64_t p = 0; p < kc; ++p) panel[p * mr + i] = src[p];
       }
@@ -280,22 +446,6 @@ void PackB(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t j1, fl
   }
 }
 
-// C tile update: C = alpha * tile + (first ? beta * C : C), only the valid mr x nr part.
-inline void StoreTile(const float* tile, float* c, int64_t ldc, int64_t mr, int64_t nr, float alpha,
-                      float beta, bool first) {
-  for (int64_t i = 0; i < mr; ++i) {
-    float* crow = c + i * ldc;
-    const float* t = tile + i * kNr;
-    if (!first) {
-      for (int64_t j = 0; j < nr; ++j) crow[j] += alpha * t[j];
-    } else if (beta == 0.0f) {
-      for (int64_t j = 0; j < nr; ++j) crow[j] = alpha * t[j];
-    } else {
-      for (int64_t j = 0; j < nr; ++j) crow[j] = alpha * t[j] + beta * crow[j];
-    }
-  }
-}
-
 // Packs every panel of op(B) depth block [p0, p0 + kc) into `out` (panel q at q * kNr * kc).
 void PackBBlock(const GemmArgs& g, int64_t p0, int64_t kc, float* out) {
   const int64_t n_panels = (g.n + kNr - 1) / kNr;
@@ -320,16 +470,22 @@ float* ThreadBuffer(int64_t n, int which) {
   return b.data;
 }
 
-// `packed` (may be null) holds op(B) already packed: depth block p0 at packed->block(p0).
-// With a single block of rows (M <= kMc: prompts), A is packed once per depth block for all
-// tasks, and without `packed` each task packs its own columns of B just before use (each
-// panel is used by one task only, and is still in L2 when the micro-kernel reads it). With
-// more rows, each task packs its rows of A and B is packed once per depth block, shared.
-void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels) {
-  const int64_t depth = DepthBlock(g.k);
-  const int64_t mr = kernels.mr;
-  const int64_t m_blocks = (g.m + kMc - 1) / kMc;
-  // Enough tasks for every thread (small M leaves few row blocks): narrower column blocks.
+// What a micro-kernel call stores: rows [i, i + rows) x columns [j0, j0 + nr) of C, on the
+// depth block that is `first` or not.
+inline TileOut Out(const GemmArgs& g, int64_t i, int64_t j0, int64_t nr, bool first) {
+  TileOut out;
+  out.c = g.c + i * g.ldc + j0;
+  out.ldc = g.ldc;
+  out.nr = nr;
+  out.alpha = g.alpha;
+  out.c_scale = first ? g.beta : 1.0f;
+  out.load_c = !first || g.beta != 0.0f;
+  return out;
+}
+
+// Column blocks of at most kNc columns (a multiple of kNr), narrower when there are too few
+// row blocks to give every thread two tasks.
+int64_t ColumnBlock(const GemmArgs& g, int64_t m_blocks) {
   const int64_t want_tasks = 2 * Workers();
   int64_t nc = kNc;
   if (m_blocks >= want_tasks) {
@@ -339,36 +495,158 @@ void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels
     nc = std::max<int64_t>(4 * kNr, ((g.n + per_block - 1) / per_block + kNr - 1) / kNr * kNr);
     nc = std::min(nc, kNc);
   }
+  return nc;
+}
+
+// Rows [i0, i0 + mc) x columns [j_begin, j_end) of C over one depth block of kc steps:
+// `a_block` holds the rows' packed A panels (panel of row i0 + r at a_block + r * kc),
+// `b_block` the packed B panel of column j_begin (the next ones kNr * kc floats apart).
+// Up to kNc columns, a row panel (mr x kc, in L1) meets every column panel in turn (the
+// columns' panels, at most 256 KB, come from L2); wider blocks take a column panel (in L1)
+// against every row panel instead, so that B is read once.
+void BlockProduct(const GemmArgs& g, const Kernels& kernels, int64_t kc, const float* a_block,
+                  int64_t i0, int64_t mc, const float* b_block, int64_t j_begin, int64_t j_end,
+                  bool first) {
+  const int64_t mr = kernels.mr;
+  const bool wide = kernels.wide[1] != nullptr;
+  const auto panel = [&](int64_t j0) { return b_block + (j0 - j_begin) * kc; };
+  if (j_end - j_begin <= kNc) {
+    for (int64_t r = 0; r < mc; r += mr) {
+      const int64_t rows = std::min(mr, mc - r);
+      const float* apanel = a_block + r * kc;
+      int64_t j0 = j_begin;
+      if (wide) {
+        for (; j0 + kNr < j_end; j0 += 2 * kNr)  // two panels, the second maybe partial
+          kernels.wide[rows](kc, apanel, mr, panel(j0), kNr * kc,
+                             Out(g, i0 + r, j0, std::min(2 * kNr, j_end - j0), first));
+      }
+      for (; j0 < j_end; j0 += kNr)
+        kernels.rows[rows](kc, apanel, mr, panel(j0),
+                           Out(g, i0 + r, j0, std::min(kNr, j_end - j0), first));
+    }
+    return;
+  }
+  for (int64_t j0 = j_begin; j0 < j_end;) {
+    const int64_t step = wide && j0 + kNr < j_end ? 2 * kNr : kNr;
+    const int64_t nr = std::min(step, j_end - j0);
+    for (int64_t r = 0; r < mc; r += mr) {
+      const int64_t rows = std::min(mr, mc - r);
+      if (step == kNr) {
+        kernels.rows[rows](kc, a_block + r * kc, mr, panel(j0), Out(g, i0 + r, j0, nr, first));
+      } else {
+        kernels.wide[rows](kc, a_block + r * kc, mr, panel(j0), kNr * kc,
+                           Out(g, i0 + r, j0, nr, first));
+      }
+    }
+    j0 += step;
+  }
+}
+
+// M <= kMc (prompts): A is packed once for every depth block, then one parallel loop over
+// column blocks runs each block through the whole depth (one fork/join per call, not one
+// per depth block; no serial packing while the other threads wait). Without `packed`, each
+// task packs its own columns of B for one depth block just before use (each panel is used
+// by one task only, and is still in L2 when the micro-kernel reads it).
+void PackedGemmOneRowBlock(const GemmArgs& g, const PackedB* packed, const Kernels& kernels) {
+  const int64_t depth = DepthBlock(g.k);
+  const int64_t blocks = (g.k + depth - 1) / depth;
+  const int64_t mr = kernels.mr;
+  const int64_t a_panels = (g.m + mr - 1) / mr;
+  const int64_t padded_m = a_panels * mr;
+  // Equal column blocks of at most kNc columns, their count a multiple of the thread count
+  // (at least two per thread): a 1152-column product in 256-column blocks would leave one
+  // thread 640 columns and the other 512.
+  const int64_t workers = Workers();
+  const int64_t n_panels = (g.n + kNr - 1) / kNr;
+  int64_t n_blocks = std::max((n_panels * kNr + kNc - 1) / kNc, 2 * workers);
+  n_blocks = std::min((n_blocks + workers - 1) / workers * workers, n_panels);
+  const int64_t nc = (n_panels + n_blocks - 1) / n_blocks * kNr;
+  n_blocks = (g.n + nc - 1) / nc;
+  const bool pack_b_per_task = packed == nullptr;
+  if (pack_b_per_task) b_packs.fetch_add(1, std::memory_order_relaxed);
+  // Depth block b of packed A at a + b * padded_m * depth, its panel r at + r * mr * kc.
+  // Per call (a thread waiting in ParallelFor may run another call's tasks): from the
+  // default allocator, which recycles large blocks.
+  const std::shared_ptr<void> a_storage = core::runtime::DefaultAllocator().Allocate(
+      static_cast<size_t>(padded_m * g.k) * sizeof(float));
+  float* const a = static_cast<float*>(a_storage.get());
+  auto pack_a = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / a_panels, r = t % a_panels;
+      const int64_t p0 = b * depth, kc = std::min(depth, g.k - p0), i0 = r * mr;
+      PackA(g, i0, std::min(mr, g.m - i0), p0, kc, mr, a + b * padded_m * depth + i0 * kc);
+    }
+  };
+  // Packing A is cheap next to the product (K x M of M x K x N): split only large ones
+  // (a 128 x 576 A packs in a few microseconds, about what a fork/join costs).
+  constexpr int64_t kParallelPackFloats = 1 << 18;
+  const int64_t a_items = blocks * a_panels;
+  if (padded_m * g.k >= kParallelPackFloats && Workers() > 1) {
+    Split(a_items, std::max<int64_t>(1, a_items / (4 * Workers())), pack_a);
+  } else {
+    pack_a(0, a_items);
+  }
+  Split(n_blocks, 1, [&](int64_t t0, int64_t t1) {
+    float* b_buffer = pack_b_per_task ? ThreadBuffer(nc * kKc, 1) : nullptr;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t j_begin = t * nc, j_end = std::min(g.n, j_begin + nc);
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t p0 = b * depth, kc = std::min(depth, g.k - p0);
+        if (b_buffer != nullptr) PackB(g, p0, kc, j_begin, j_end, b_buffer);
+        // The panel of column j_begin: the task's buffer, or its place in the packed block.
+        const float* b_block = b_buffer != nullptr ? b_buffer : packed->block(p0) + j_begin * kc;
+        BlockProduct(g, kernels, kc, a + b * padded_m * depth, 0, g.m, b_block, j_begin, j_end,
+                     b == 0);
+      }
+    }
+  });
+}
+
+// `packed` (may be null) holds op(B) already packed: depth block p0 at packed->block(p0).
+// With a single block of rows see PackedGemmOneRowBlock. With more rows, each task packs
+// its rows of A and B is packed once per depth block, shared.
+void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels) {
+  const int64_t m_blocks = (g.m + kMc - 1) / kMc;
+  if (m_blocks == 1) return PackedGemmOneRowBlock(g, packed, kernels);
+  const int64_t depth = DepthBlock(g.k);
+  const int64_t mr = kernels.mr;
+  const int64_t nc = ColumnBlock(g, m_blocks);
   const int64_t n_blocks = (g.n + nc - 1) / nc;
-  const bool one_row_block = m_blocks == 1;
-  const bool pack_b_per_task = packed == nullptr && one_row_block;
-  // Per call, not per thread: a thread waiting in ParallelFor may run another call's tasks.
   // Shared B may take MiBs: from the default allocator, which recycles large blocks instead
   // of page-faulting fresh ones in on every call.
-  std::unique_ptr<float[]> a_storage;
   std::shared_ptr<void> b_storage;
   float* shared_b = nullptr;
-  float* shared_a = nullptr;
   if (packed == nullptr) {
     b_packs.fetch_add(1, std::memory_order_relaxed);
-    if (!pack_b_per_task) {
-      b_storage = core::runtime::DefaultAllocator().Allocate(
-          static_cast<size_t>(PaddedN(g.n) * depth) * sizeof(float));
-      shared_b = static_cast<float*>(b_storage.get());
-    }
+    b_storage = core::runtime::DefaultAllocator().Allocate(
+        static_cast<size_t>(PaddedN(g.n) * depth) * sizeof(float));
+    shared_b = static_cast<float*>(b_storage.get());
   }
-  if (one_row_block) shared_a = AllocateAligned(kMc * depth, &a_storage);
+  if (packed != nullptr) {
+    // One parallel loop: each task runs its rows and columns through the whole depth,
+    // packing its rows of A per depth block.
+    Split(m_blocks * n_blocks, 1, [&](int64_t t0, int64_t t1) {
+      float* a_buffer = ThreadBuffer(kMc * kKc, 0);
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t mb = t / n_blocks, nb = t % n_blocks;
+        const int64_t i0 = mb * kMc, mc = std::min(kMc, g.m - i0);
+        const int64_t j_begin = nb * nc, j_end = std::min(g.n, j_begin + nc);
+        for (int64_t p0 = 0; p0 < g.k; p0 += depth) {
+          const int64_t kc = std::min(depth, g.k - p0);
+          PackA(g, i0, mc, p0, kc, mr, a_buffer);
+          BlockProduct(g, kernels, kc, a_buffer, i0, mc, packed->block(p0) + j_begin * kc, j_begin,
+                       j_end, p0 == 0);
+        }
+      }
+    });
+    return;
+  }
   for (int64_t p0 = 0; p0 < g.k; p0 += depth) {
     const int64_t kc = std::min(depth, g.k - p0);
-    const bool first = p0 == 0;
-    const float* bp = packed != nullptr ? packed->block(p0) : shared_b;
-    if (shared_b != nullptr) PackBBlock(g, p0, kc, shared_b);
-    if (shared_a != nullptr) PackA(g, 0, g.m, p0, kc, mr, shared_a);
+    PackBBlock(g, p0, kc, shared_b);
     Split(m_blocks * n_blocks, 1, [&](int64_t t0, int64_t t1) {
-      float* a_buffer = shared_a != nullptr ? shared_a : ThreadBuffer(kMc * kKc, 0);
-      float* b_buffer = pack_b_per_task ? ThreadBuffer(nc * kKc, 1) : nullptr;
-      alignas(64) float tile[kMaxMr * kNr];
-      int64_t packed_block = shared_a != nullptr ? 0 : -1;
+      float* a_buffer = ThreadBuffer(kMc * kKc, 0);
+      int64_t packed_block = -1;
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t mb = t / n_blocks, nb = t % n_blocks;
         const int64_t i0 = mb * kMc, mc = std::min(kMc, g.m - i0);
@@ -377,17 +655,8 @@ void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels
           packed_block = mb;
         }
         const int64_t j_begin = nb * nc, j_end = std::min(g.n, j_begin + nc);
-        if (b_buffer != nullptr) PackB(g, p0, kc, j_begin, j_end, b_buffer);
-        for (int64_t j0 = j_begin; j0 < j_end; j0 += kNr) {
-          const int64_t nr = std::min(kNr, g.n - j0);
-          const float* bpanel =
-              b_buffer != nullptr ? b_buffer + (j0 - j_begin) * kc : bp + (j0 / kNr) * kNr * kc;
-          for (int64_t r = 0; r < mc; r += mr) {
-            const int64_t rows = std::min(mr, mc - r);
-            kernels.rows[rows](kc, a_buffer + r * kc, mr, bpanel, tile);
-            StoreTile(tile, g.c + (i0 + r) * g.ldc + j0, g.ldc, rows, nr, g.alpha, g.beta, first);
-          }
-        }
+        BlockProduct(g, kernels, kc, a_buffer, i0, mc, shared_b + j_begin * kc, j_begin, j_end,
+                     p0 == 0);
       }
     });
   }

@@ -2,8 +2,10 @@
 //   C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C[M,N]   (row-major, leading dims)
 // op(X) is X or X^T. beta == 0 means C is not read (it may hold garbage or NaN).
 // The M > 1 path packs A and B into cache-sized panels and runs a register-blocked
-// micro-kernel: AVX-512 (12 x 16 tiles) or AVX2/FMA (6 x 16) when the CPU has it (chosen at
-// run time), else a portable one the compiler auto-vectorises. M == 1 (decode-shaped GEMV)
+// micro-kernel that stores its tile straight into C: AVX-512 (12 x 32 and 12 x 16 tiles) or
+// AVX2/FMA (6 x 16) when the CPU has it (chosen at run time), else a portable one the
+// compiler auto-vectorises. Up to 144 rows (prompts), A is packed once and each task runs
+// its columns through the whole depth (one fork/join per call). M == 1 (decode-shaped GEMV)
 // streams B once, split over N. Work is split with tbb::parallel_for in the caller's
 // current task_arena.
 // A B that is used many times (a constant weight) can be packed once into a PackedB and

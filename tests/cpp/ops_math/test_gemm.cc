@@ -1,3 +1,7 @@
+#include <tbb/task_arena.h>
+
+#include <cmath>
+
 #include "core/error.h"
 #include "op_test_util.h"
 #include "ops/math/gemm.h"
@@ -81,6 +85,75 @@ TEST_CASE("SGEMM honours leading dimensions larger than the matrix") {
         }
       }
   }
+}
+
+TEST_CASE("prompt-shaped SGEMM: fused tile stores, equal column blocks, whole-depth tasks") {
+  // One row block (M <= 144) packs A for every depth block and runs each column block
+  // through the whole depth; more rows do the same per row block with a packed B (M = 300
+  // on one thread: one column block wider than 256, so column panels outer) and take the
+  // per-depth-block loop without one. Two-panel (32-column) AVX-512 tiles run wherever two
+  // panels remain; a large A (128 x 2100) is packed in parallel. K = 600 is three depth
+  // blocks of 200, N = 1153 ends in a one-column panel (masked or buffered stores), N = 1152
+  // splits into column blocks that do not divide into 256. C has a larger leading dimension
+  // whose padding must stay untouched, with alpha and beta applied on the first depth block
+  // only, and beta = 0 never reading C (NaN).
+  struct Case {
+    int64_t m, n, k;
+  };
+  for (const Case s :
+       {Case{128, 1153, 600}, Case{12, 1152, 600}, Case{150, 67, 600}, Case{300, 1153, 600},
+        Case{128, 40, 2100}, Case{128, 40, 5}, Case{7, 16, 300}})
+    for (const float beta : {0.0f, 2.0f}) {
+      const int64_t ldc = s.n + 3;
+      const std::vector<float> a = Random(s.m * s.k, -1, 1, 11), b = Random(s.k * s.n, -1, 1, 12);
+      const std::vector<float> c0 = Random(s.m * ldc, -1, 1, 13);
+      const float alpha = 0.5f;
+      std::vector<double> expected(static_cast<size_t>(s.m * ldc));
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t j = 0; j < ldc; ++j) {
+          const size_t at = static_cast<size_t>(i * ldc + j);
+          if (j >= s.n) {
+            expected[at] = c0[at];  // padding: untouched
+            continue;
+          }
+          double sum = 0;
+          for (int64_t p = 0; p < s.k; ++p)
+            sum += static_cast<double>(a[i * s.k + p]) * b[p * s.n + j];
+          expected[at] = alpha * sum + (beta != 0 ? beta * static_cast<double>(c0[at]) : 0.0);
+        }
+      const math::PackedB packed(false, s.k, s.n, b.data(), s.n);
+      for (int threads : {1, 2, 3}) {
+        tbb::task_arena arena(threads, static_cast<unsigned>(threads));
+        for (math::GemmPath path : kAllPaths)
+          for (bool use_packed : {false, true}) {
+            CAPTURE(s.m);
+            CAPTURE(s.n);
+            CAPTURE(s.k);
+            CAPTURE(beta);
+            CAPTURE(threads);
+            CAPTURE(static_cast<int>(path));
+            CAPTURE(use_packed);
+            std::vector<float> c = c0;
+            if (beta == 0)
+              for (int64_t i = 0; i < s.m; ++i)
+                std::fill(c.begin() + i * ldc, c.begin() + i * ldc + s.n, std::nanf(""));
+            math::GemmArgs g;
+            g.m = s.m;
+            g.n = s.n;
+            g.k = s.k;
+            g.alpha = alpha;
+            g.a = a.data();
+            g.lda = s.k;
+            g.b = b.data();
+            g.ldb = s.n;
+            g.beta = beta;
+            g.c = c.data();
+            g.ldc = ldc;
+            arena.execute([&] { math::Sgemm(g, use_packed ? &packed : nullptr, path); });
+            CheckClose(c, expected, 1e-5, 1e-5);
+          }
+      }
+    }
 }
 
 TEST_CASE("decode-shaped GEMV (M = 1) matches the reference on every path") {
