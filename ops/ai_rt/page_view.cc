@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/tensor_proto.h"
 #include "onnx_light.pb.h"
+#include "ops/math/cpu_features.h"
 #include "ops/math/quantize.h"
 
 namespace onnx_light::ops::ai_rt {
@@ -122,8 +123,7 @@ __attribute__((target("avx2,f16c"))) void HalfToFloatF16c(const uint16_t* in, in
 }
 
 void HalfToFloats(const uint16_t* in, int64_t n, float* out) {
-  static const bool f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
-  if (f16c) return HalfToFloatF16c(in, n, out);
+  if (math::CpuHasAvx2FmaF16c()) return HalfToFloatF16c(in, n, out);
   for (int64_t t = 0; t < n; ++t) out[t] = core::HalfToFloat(in[t]);
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ops/math/cpu_features.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -78,15 +80,7 @@ void SumsPortable(const float* ws, int64_t w_stride, int64_t heads, const CodeRo
   }
 }
 
-bool HasAvx2() {
-#if defined(__x86_64__)
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
-  return ok;
-#else
-  return false;
-#endif
-}
+bool HasAvx2() { return CpuHasAvx2FmaF16c(); }
 
 // The vector kernels read whole chunks of 8 elements: packed rows must start on a byte.
 bool Vectorisable(const CodeRows& run, int64_t d) {

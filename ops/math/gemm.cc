@@ -1,7 +1,5 @@
 #include "ops/math/gemm.h"
 
-#include <tbb/task_arena.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -21,24 +19,6 @@
 
 namespace onnx_light::ops::math {
 
-bool CpuHasAvx2Fma() {
-#ifdef OL_HAVE_X86
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-#else
-  return false;
-#endif
-}
-
-bool CpuHasAvx512() {
-#ifdef OL_HAVE_X86
-  static const bool has = CpuHasAvx2Fma() && __builtin_cpu_supports("avx512f");
-  return has;
-#else
-  return false;
-#endif
-}
-
 namespace {
 
 // Set while SgemmOnThisThread runs: the product spawns no task.
@@ -50,7 +30,7 @@ void Split(int64_t n, int64_t grain, const F& fn) {
   if (n > 0) fn(int64_t{0}, n);
 }
 
-int64_t Workers() { return serial_here ? 1 : tbb::this_task_arena::max_concurrency(); }
+int64_t Workers() { return serial_here ? 1 : core::runtime::IntraOpThreads(); }
 
 std::atomic<uint64_t> b_packs{0};
 

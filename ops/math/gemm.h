@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "ops/math/cpu_features.h"  // the paths it picks from
+
 namespace onnx_light::ops::math {
 
 enum class GemmPath { kAuto, kPortable, kAvx2, kAvx512 };
@@ -33,11 +35,6 @@ struct GemmArgs {
   float* c = nullptr;
   int64_t ldc = 0;
 };
-
-// True when this CPU runs the AVX2/FMA path.
-bool CpuHasAvx2Fma();
-// True when it also has AVX-512F (the default M > 1 micro-kernel then).
-bool CpuHasAvx512();
 
 // op(B)[K, N] in the panel layout of the packed path (zero padded to a multiple of 16
 // columns): what Sgemm would otherwise rebuild on every call with M > 1. Immutable once

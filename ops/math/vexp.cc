@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ops/math/gemm.h"  // CpuHasAvx2Fma, CpuHasAvx512
+#include "ops/math/cpu_features.h"
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 intrinsics seed results with a self-initialised "undefined" vector,

@@ -1,0 +1,13 @@
+// What this CPU can run, detected once: the kernels pick their SIMD paths from these.
+#pragma once
+
+namespace onnx_light::ops::math {
+
+// AVX2 and FMA (the AVX2 paths of every kernel).
+bool CpuHasAvx2Fma();
+// AVX2, FMA and F16C (16-bit float conversions in registers).
+bool CpuHasAvx2FmaF16c();
+// AVX-512F on top of AVX2/FMA (the default M > 1 SGEMM micro-kernel then).
+bool CpuHasAvx512();
+
+}  // namespace onnx_light::ops::math
