@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "ops/math/common.h"
+#include "ops/math/vector_ops.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -706,27 +707,6 @@ OL_AVX2 void GemvRowsAvx2(const GemmArgs& g, int64_t j0, int64_t j1, float* acc)
   }
 }
 
-OL_AVX2 float DotAvx2(const float* a, int64_t a_stride, const float* b, int64_t k) {
-  if (a_stride != 1) return DotPortable(a, a_stride, b, k);
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-  __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-  int64_t p = 0;
-  for (; p + 32 <= k; p += 32) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p), _mm256_loadu_ps(b + p), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p + 8), _mm256_loadu_ps(b + p + 8), s1);
-    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p + 16), _mm256_loadu_ps(b + p + 16), s2);
-    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p + 24), _mm256_loadu_ps(b + p + 24), s3);
-  }
-  for (; p + 8 <= k; p += 8)
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p), _mm256_loadu_ps(b + p), s0);
-  const __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  float r = _mm_cvtss_f32(h);
-  for (; p < k; ++p) r += a[p] * b[p];
-  return r;
-}
 #endif
 
 void Gemv(const GemmArgs& g, bool avx2) {
@@ -758,12 +738,9 @@ void Gemv(const GemmArgs& g, bool avx2) {
   const int64_t a_stride = g.trans_a ? g.lda : 1;
   Split(g.n, std::max<int64_t>(1, 65536 / std::max<int64_t>(g.k, 1)), [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
-#ifdef OL_HAVE_X86
-      const float d = avx2 ? DotAvx2(g.a, a_stride, g.b + j * g.ldb, g.k)
-                           : DotPortable(g.a, a_stride, g.b + j * g.ldb, g.k);
-#else
-                  const float d = DotPortable(g.a, a_stride, g.b + j * g.ldb, g.k);
-#endif
+      // Dense rows take the shared vector dot (ops/math/vector_ops.h).
+      const float d = avx2 && a_stride == 1 ? Dot(g.a, g.b + j * g.ldb, g.k)
+                                            : DotPortable(g.a, a_stride, g.b + j * g.ldb, g.k);
       finish(g.c + j, &d, 1);
     }
   });
