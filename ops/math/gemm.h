@@ -6,8 +6,8 @@
 // AVX2/FMA (6 x 16) when the CPU has it (chosen at run time), else a portable one the
 // compiler auto-vectorises. Up to 144 rows (prompts), A is packed once and each task runs
 // its columns through the whole depth (one fork/join per call). M == 1 (decode-shaped GEMV)
-// streams B once, split over N. Work is split with tbb::parallel_for in the caller's
-// current task_arena.
+// streams B once, split over N. Work is split with the runtime's ParallelFor
+// (executor/parallel.h) in the caller's task arena.
 // A B that is used many times (a constant weight) can be packed once into a PackedB and
 // handed to Sgemm, which then skips the per-call packing of B.
 #pragma once
