@@ -137,8 +137,22 @@ const char* TypeKindName(const TypeProto& type) {
   return "untyped";
 }
 
+const StructTypeProto* FindStruct(const StructTypeProto& s, const ModelProto* model) {
+  const StructTypeProto* cur = &s;
+  for (int hops = 0; cur != nullptr && !cur->type_ref().empty(); ++hops) {
+    if (hops >= kMaxTypeDepth || model == nullptr) return nullptr;
+    const StructTypeProto* next = nullptr;
+    for (const auto& entry : model->struct_types())
+      if (entry.name() == cur->type_ref()) next = &entry;
+    cur = next;
+  }
+  return cur;
+}
+
 const StructTypeProto& ResolveStruct(const StructTypeProto& s, const ModelProto* model,
                                      const std::string& what) {
+  if (const StructTypeProto* found = FindStruct(s, model)) return *found;
+  // Unresolvable: walk again to say why.
   const StructTypeProto* cur = &s;
   for (int hops = 0; !cur->type_ref().empty(); ++hops) {
     OL_CHECK(hops < kMaxTypeDepth, ErrorCode::kInvalidModel,

@@ -12,6 +12,11 @@ namespace onnx_light::core {
 // Nesting bound for types and struct reference chains (guards against cycles).
 constexpr int kMaxTypeDepth = 64;
 
+// The struct `s` denotes, following type_ref through `model`'s struct_types, or null when a
+// reference is cyclic, unresolvable or `model` is null where one must be followed. Builds no
+// message: for hot paths that report the failure through ResolveStruct.
+const StructTypeProto* FindStruct(const StructTypeProto& s, const ModelProto* model);
+
 // The struct `s` denotes, following type_ref through `model`'s struct_types. Throws
 // kInvalidModel naming `what` for a cyclic or unresolvable reference (also when `model` is
 // null and a reference must be followed).

@@ -84,15 +84,18 @@ class PagedTailLease final : public BindingLease {
 // The leases of one run, one per binding (null for values that cannot be appended to). The
 // kernels reach them through the append sites the plan recorded (KernelCall::append_lease).
 struct RunLeases {
-  explicit RunLeases(size_t bindings) : by_binding(bindings, nullptr), tensor_of(bindings, -1) {
-    tensors.reserve(bindings);  // stable addresses: by_binding points into these
-    paged.reserve(bindings);
-  }
+  explicit RunLeases(size_t bindings) : by_binding(bindings, nullptr), tensor_of(bindings, -1) {}
+  // Each kind's vector is sized for every binding on its first use (stable addresses:
+  // by_binding points into them), so a model without paged caches allocates none for them.
   void AddTensor(size_t b, PersistentTensor::AppendLease lease) {
+    if (tensors.capacity() == 0) tensors.reserve(by_binding.size());
     tensor_of[b] = static_cast<int>(tensors.size());
     by_binding[b] = &tensors.emplace_back(std::move(lease));
   }
-  void AddPaged(size_t b, bool exclusive) { by_binding[b] = &paged.emplace_back(exclusive); }
+  void AddPaged(size_t b, bool exclusive) {
+    if (paged.capacity() == 0) paged.reserve(by_binding.size());
+    by_binding[b] = &paged.emplace_back(exclusive);
+  }
   std::span<BindingLease* const> span() const {
     return tensors.empty() && paged.empty() ? std::span<BindingLease* const>() : by_binding;
   }

@@ -149,8 +149,9 @@ size_t ValueValidator::memo_size() const {
 
 const StructTypeProto& ValueValidator::ResolveStruct(const std::string& path,
                                                      const StructTypeProto& type) const {
-  if (type.type_ref().empty()) return type;
-  return core::ResolveStruct(type, &model_, Where(path));  // the one resolver
+  // The one resolver; the message (an allocation) is built only when it fails.
+  if (const StructTypeProto* found = core::FindStruct(type, &model_)) return *found;
+  return core::ResolveStruct(type, &model_, Where(path));
 }
 
 void ValueValidator::ValidatePersistent(const std::string& key, const RuntimeValue& value,
