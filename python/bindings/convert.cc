@@ -3,7 +3,9 @@
 #include <dlpack/dlpack.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/dlpack.h"
@@ -196,15 +198,9 @@ PyObject* NumpyArrayType() {
   return type;
 }
 
-// A plain NumPy array of a built-in numeric or boolean dtype: read through the buffer
-// protocol at once, without the attribute probes below (each probe of a missing attribute
-// raises and clears an AttributeError, which dominated small conversions).
-bool IsPlainNumericArray(py::handle obj) {
-  PyObject* ndarray = NumpyArrayType();
-  if (ndarray == nullptr || Py_TYPE(obj.ptr()) != reinterpret_cast<PyTypeObject*>(ndarray))
-    return false;
-  py::object dtype = obj.attr("dtype");
-  // 1: compiled into NumPy (user-defined dtypes such as ml_dtypes' bfloat16/float8 are 2).
+// Whether `dtype` (a numpy.dtype) is compiled into NumPy (isbuiltin 1: user-defined dtypes
+// such as ml_dtypes' bfloat16/float8 are 2) and numeric or boolean.
+bool IsBuiltinNumericDtype(py::handle dtype) {
   py::object builtin = dtype.attr("isbuiltin");
   if (!py::isinstance<py::int_>(builtin) || builtin.cast<int>() != 1) return false;
   py::object kind = dtype.attr("kind");
@@ -213,15 +209,42 @@ bool IsPlainNumericArray(py::handle obj) {
   return k.size() == 1 && std::string("biufc").find(k[0]) != std::string::npos;
 }
 
+// A plain NumPy array of a built-in numeric or boolean dtype: read through the buffer
+// protocol at once, without the attribute probes below (each probe of a missing attribute
+// raises and clears an AttributeError, which dominated small conversions). The dtypes seen
+// are remembered (and kept alive, so an address is never reused by another dtype): arrays
+// share their dtype object, so the common case is one attribute read and a pointer compare.
+bool IsPlainNumericArray(py::handle obj) {
+  PyObject* ndarray = NumpyArrayType();
+  if (ndarray == nullptr || Py_TYPE(obj.ptr()) != reinterpret_cast<PyTypeObject*>(ndarray))
+    return false;
+  static std::array<PyObject*, 16> known{};  // guarded by the GIL
+  py::object dtype = obj.attr("dtype");
+  for (PyObject* k : known)
+    if (k == dtype.ptr()) return true;
+  if (!IsBuiltinNumericDtype(dtype)) return false;
+  for (PyObject*& k : known)
+    if (k == nullptr) {
+      k = dtype.inc_ref().ptr();
+      break;
+    }
+  return true;
+}
+
 }  // namespace
 
+std::optional<Tensor> PlainArrayToTensor(py::handle obj, const std::string& name) {
+  if (!IsPlainNumericArray(obj)) return std::nullopt;
+  return FromBuffer(obj, name);
+}
+
 Tensor TensorFromPython(py::handle obj, const std::string& name) {
+  if (IsPlainNumericArray(obj)) return FromBuffer(obj, name);
   if (py::isinstance<Tensor>(obj)) {
     Tensor t = obj.cast<const Tensor&>();  // shares the owner; metadata is independent
     t.set_name(name);
     return t;
   }
-  if (IsPlainNumericArray(obj)) return FromBuffer(obj, name);
   if (py::hasattr(obj, "requires_grad") && py::bool_(obj.attr("requires_grad"))) {
     core::Throw(ErrorCode::kInvalidArgument,
                 "input '" + name +

@@ -12,6 +12,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <optional>
 #include <string>
 
 #include "core/runtime_value.h"
@@ -24,6 +25,9 @@ namespace py = pybind11;
 // A runtime Tensor named `name` viewing `obj` (runtime.Tensor, NumPy array or anything with
 // __dlpack__ on the CPU). Throws core::Error (ValueError/TypeError in Python).
 core::runtime::Tensor TensorFromPython(py::handle obj, const std::string& name);
+// TensorFromPython's fast path: a plain NumPy array of a built-in numeric or boolean dtype,
+// borrowed; nullopt for anything else (the caller tries its other conversions).
+std::optional<core::runtime::Tensor> PlainArrayToTensor(py::handle obj, const std::string& name);
 // A runtime.Tensor object sharing `tensor`'s owner.
 py::object TensorToPython(const core::runtime::Tensor& tensor);
 

@@ -1,8 +1,10 @@
 #include "python/bindings/state_convert.h"
 
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
+#include "core/type_compat.h"
 #include "onnx_light.pb.h"
 #include "python/bindings/convert.h"
 #include "python/bindings/proto_wrapper.h"
@@ -18,18 +20,6 @@ using core::runtime::RuntimeValueMap;
 namespace {
 
 std::string TypeName(py::handle obj) { return py::str(py::type::of(obj).attr("__name__")); }
-
-const StructTypeProto* ResolveStruct(const ModelProto& model, const StructTypeProto& type) {
-  const StructTypeProto* current = &type;
-  for (int depth = 0; !current->type_ref().empty() && depth < 64; ++depth) {
-    const StructTypeProto* next = nullptr;
-    for (const auto& s : model.struct_types())
-      if (s.name() == current->type_ref()) next = &s;
-    if (next == nullptr) return nullptr;
-    current = next;
-  }
-  return current;
-}
 
 bool IsMessage(py::handle obj, const pb::Descriptor* descriptor) {
   py::handle cls = MessageClass(descriptor);
@@ -51,10 +41,13 @@ RuntimeValue StateConverter::FromPython(py::handle obj, const std::string& path,
     core::Throw(ErrorCode::kInvalidArgument,
                 "'" + path.substr(0, 200) + "...': dicts/lists nest more than " +
                     std::to_string(kMaxNesting) + " levels deep (is the value self-referential?)");
+  // The common case first: a NumPy array, before the probes for dicts, lists and messages.
+  if (std::optional<core::runtime::Tensor> plain = PlainArrayToTensor(obj, path))
+    return RuntimeValue(std::move(*plain));
   if (py::isinstance<py::dict>(obj)) {
     const StructTypeProto* s = nullptr;
     if (declared != nullptr && declared->has_struct_type())
-      s = ResolveStruct(*model_, declared->struct_type());
+      s = core::FindStruct(declared->struct_type(), model_.get());  // null: the state reports it
     std::vector<RuntimeValue::Field> fields;
     for (auto item : py::reinterpret_borrow<py::dict>(obj)) {
       if (!py::isinstance<py::str>(item.first))
