@@ -3,7 +3,6 @@
 #include <dlpack/dlpack.h>
 #include <pybind11/stl.h>
 
-#include <array>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -198,9 +197,15 @@ PyObject* NumpyArrayType() {
   return type;
 }
 
-// Whether `dtype` (a numpy.dtype) is compiled into NumPy (isbuiltin 1: user-defined dtypes
-// such as ml_dtypes' bfloat16/float8 are 2) and numeric or boolean.
-bool IsBuiltinNumericDtype(py::handle dtype) {
+// A plain NumPy array of a built-in numeric or boolean dtype: read through the buffer
+// protocol at once, without the attribute probes below (each probe of a missing attribute
+// raises and clears an AttributeError, which dominated small conversions).
+bool IsPlainNumericArray(py::handle obj) {
+  PyObject* ndarray = NumpyArrayType();
+  if (ndarray == nullptr || Py_TYPE(obj.ptr()) != reinterpret_cast<PyTypeObject*>(ndarray))
+    return false;
+  py::object dtype = obj.attr("dtype");
+  // 1: compiled into NumPy (user-defined dtypes such as ml_dtypes' bfloat16/float8 are 2).
   py::object builtin = dtype.attr("isbuiltin");
   if (!py::isinstance<py::int_>(builtin) || builtin.cast<int>() != 1) return false;
   py::object kind = dtype.attr("kind");
@@ -209,37 +214,107 @@ bool IsBuiltinNumericDtype(py::handle dtype) {
   return k.size() == 1 && std::string("biufc").find(k[0]) != std::string::npos;
 }
 
-// A plain NumPy array of a built-in numeric or boolean dtype: read through the buffer
-// protocol at once, without the attribute probes below (each probe of a missing attribute
-// raises and clears an AttributeError, which dominated small conversions). The dtypes seen
-// are remembered (and kept alive, so an address is never reused by another dtype): arrays
-// share their dtype object, so the common case is one attribute read and a pointer compare.
-bool IsPlainNumericArray(py::handle obj) {
+// The leading fields of NumPy's ndarray and dtype objects, which NumPy's own C API macros
+// read directly (PyArray_DATA, PyArray_DIMS, PyArray_FLAGS, PyArray_DESCR, descr->type_num,
+// descr->byteorder): the same layout in NumPy 1.x and 2.x. NumPy's headers are not a build
+// dependency, so they are spelled out here.
+struct NumpyArrayFields {
+  PyObject_HEAD char* data;
+  int nd;
+  Py_ssize_t* dimensions;
+  Py_ssize_t* strides;
+  PyObject* base;
+  PyObject* descr;
+  int flags;
+};
+struct NumpyDescrFields {
+  PyObject_HEAD PyTypeObject* typeobj;
+  char kind;
+  char type;
+  char byteorder;
+  char former_flags;
+  int type_num;
+};
+
+// NumPy's built-in type numbers (NPY_BOOL ... NPY_ULONGLONG, NPY_FLOAT, NPY_DOUBLE, NPY_HALF);
+// kUndefined for every other (complex, strings, objects, user-defined such as bfloat16).
+DataType DataTypeOfNumpyTypeNum(int type_num) {
+  constexpr bool kLong64 = sizeof(long) == 8;
+  switch (type_num) {
+    case 0:
+      return DataType::kBool;
+    case 1:
+      return DataType::kInt8;
+    case 2:
+      return DataType::kUint8;
+    case 3:
+      return DataType::kInt16;
+    case 4:
+      return DataType::kUint16;
+    case 5:
+      return DataType::kInt32;
+    case 6:
+      return DataType::kUint32;
+    case 7:
+      return kLong64 ? DataType::kInt64 : DataType::kInt32;
+    case 8:
+      return kLong64 ? DataType::kUint64 : DataType::kUint32;
+    case 9:
+      return DataType::kInt64;
+    case 10:
+      return DataType::kUint64;
+    case 11:
+      return DataType::kFloat;
+    case 12:
+      return DataType::kDouble;
+    case 23:
+      return DataType::kFloat16;
+    default:
+      return DataType::kUndefined;
+  }
+}
+
+// Keeps a NumPy array alive while a tensor borrows its data; the last handle may die on a
+// worker thread, so the GIL is taken to release it.
+std::shared_ptr<const void> ArrayOwner(py::handle array) {
+  return std::shared_ptr<PyObject>(array.inc_ref().ptr(), [](PyObject* obj) {
+    if (!InterpreterAlive()) return;  // at exit: leak, never crash
+    PyGILState_STATE state = PyGILState_Ensure();
+    Py_DECREF(obj);
+    PyGILState_Release(state);
+  });
+}
+
+// The common case without the buffer protocol (whose export builds a format string per
+// call): an ndarray that is C-contiguous, aligned, in native byte order and of a built-in
+// numeric dtype. Anything else returns nullopt and takes the checked buffer path, which
+// names what is wrong.
+std::optional<Tensor> BorrowNativeArray(py::handle obj, const std::string& name) {
   PyObject* ndarray = NumpyArrayType();
   if (ndarray == nullptr || Py_TYPE(obj.ptr()) != reinterpret_cast<PyTypeObject*>(ndarray))
-    return false;
-  static std::array<PyObject*, 16> known{};  // guarded by the GIL
-  py::object dtype = obj.attr("dtype");
-  for (PyObject* k : known)
-    if (k == dtype.ptr()) return true;
-  if (!IsBuiltinNumericDtype(dtype)) return false;
-  for (PyObject*& k : known)
-    if (k == nullptr) {
-      k = dtype.inc_ref().ptr();
-      break;
-    }
-  return true;
+    return std::nullopt;
+  const auto* array = reinterpret_cast<const NumpyArrayFields*>(obj.ptr());
+  constexpr int kCContiguous = 0x0001, kAligned = 0x0100;  // NPY_ARRAY_C_CONTIGUOUS, _ALIGNED
+  if ((array->flags & (kCContiguous | kAligned)) != (kCContiguous | kAligned)) return std::nullopt;
+  const auto* descr = reinterpret_cast<const NumpyDescrFields*>(array->descr);
+  const bool swapped = descr->byteorder == (PY_LITTLE_ENDIAN ? '>' : '<');
+  const DataType dtype = DataTypeOfNumpyTypeNum(descr->type_num);
+  if (swapped || dtype == DataType::kUndefined || array->nd < 0) return std::nullopt;
+  Shape shape(array->dimensions, array->dimensions + array->nd);
+  core::runtime::ShapeNumel(shape);  // checked: no overflow
+  return Tensor::Borrow(name, dtype, std::move(shape), array->data, ArrayOwner(obj));
 }
 
 }  // namespace
 
 std::optional<Tensor> PlainArrayToTensor(py::handle obj, const std::string& name) {
+  if (std::optional<Tensor> t = BorrowNativeArray(obj, name)) return t;
   if (!IsPlainNumericArray(obj)) return std::nullopt;
   return FromBuffer(obj, name);
 }
 
 Tensor TensorFromPython(py::handle obj, const std::string& name) {
-  if (IsPlainNumericArray(obj)) return FromBuffer(obj, name);
+  if (std::optional<Tensor> t = PlainArrayToTensor(obj, name)) return std::move(*t);
   if (py::isinstance<Tensor>(obj)) {
     Tensor t = obj.cast<const Tensor&>();  // shares the owner; metadata is independent
     t.set_name(name);

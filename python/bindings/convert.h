@@ -1,5 +1,6 @@
 // Python <-> runtime value conversions shared by the bindings (sessions, state, generation).
-// Tensors cross without copying their payload: NumPy arrays through the buffer protocol and
+// Tensors cross without copying their payload: NumPy arrays directly (contiguous, aligned,
+// native-order built-in dtypes: no buffer export) or through the buffer protocol, and
 // DLPack producers (PyTorch, ...) through __dlpack__ are borrowed and kept alive by the
 // tensor's owner; runtime tensors go back to Python as runtime.Tensor objects sharing the
 // owner. Noncontiguous, byte-swapped or unsupported inputs raise ValueError naming the input

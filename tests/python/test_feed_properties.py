@@ -165,3 +165,28 @@ def test_arbitrary_python_objects_are_accepted_or_rejected_never_crash(obj):
         run(np.float32, obj)
     except (ValueError, TypeError) as e:
         assert str(e)
+
+
+@pytest.mark.parametrize("dtype", [np.intc, np.uintc, np.int_, np.uint, np.longlong,
+                                   np.ulonglong, np.half, np.single, np.double, np.bool_])
+def test_a_borrowed_array_is_kept_alive_by_its_tensor_and_released_after(dtype):
+    """The direct ndarray path (no buffer export) holds one reference to the array while a
+    tensor views it, and gives it back when the last view dies."""
+    import gc
+    import sys
+    a = np.arange(6).astype(dtype).reshape(2, 3)
+    before = sys.getrefcount(a)
+    t = runtime.Tensor(a, "x")
+    assert sys.getrefcount(a) == before + 1
+    assert t.data_ptr == a.__array_interface__["data"][0]
+    np.testing.assert_array_equal(np.from_dlpack(t), a)
+    del t
+    gc.collect()
+    assert sys.getrefcount(a) == before
+
+
+def test_an_unaligned_array_is_rejected_naming_the_input():
+    raw = np.zeros(4 * 8 + 1, np.uint8)
+    a = np.frombuffer(raw.data, np.float32, count=8, offset=1)
+    assert not a.flags.aligned
+    rejected(np.float32, a, "'x'", "not aligned")
