@@ -4,14 +4,17 @@
 // memcpy of the same bytes for comparison.
 //   ./build/perf/bench_matmul [--benchmark_filter=Prefill]
 #include <benchmark/benchmark.h>
+#include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
 #include <array>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "ops/math/gemm.h"
+#include "ops/math/vector_ops.h"
 
 namespace math = onnx_light::ops::math;
 
@@ -105,6 +108,80 @@ void BM_Gemv(benchmark::State& state) {
       benchmark::Counter(4.0 * k * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// A decode step's weight traffic: the Qwen2.5-0.5B shape's per-layer products (q, k, v, o,
+// gate, up, down: K x N with K = 896 or 4864) packed once, `layers` of them (more bytes than
+// any cache), each multiplied by one row in turn, in an arena of `threads` threads. Reported
+// as GB/s of packed weight read; BM_ReadLayers reads the same buffers with a plain vector
+// sum of squares (the shared vector Dot), so the ratio of the two (in one run) is the GEMV's share
+// of the read rate.
+struct LayerWeights {
+  std::vector<std::unique_ptr<const math::PackedB>> packs;
+  std::vector<std::array<int64_t, 2>> shapes;  // K, N
+  size_t bytes = 0;
+  explicit LayerWeights(int layers) {
+    const std::array<std::array<int64_t, 2>, 7> layer = {
+        {{896, 896}, {896, 128}, {896, 128}, {896, 896}, {896, 4864}, {896, 4864}, {4864, 896}}};
+    for (int l = 0; l < layers; ++l)
+      for (const auto& [k, n] : layer) {
+        const std::vector<float> b = RandomVector(k * n);
+        packs.push_back(std::make_unique<const math::PackedB>(false, k, n, b.data(), n));
+        shapes.push_back({k, n});
+        bytes += packs.back()->bytes();
+      }
+  }
+};
+
+void BM_GemvLayers(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const LayerWeights w(static_cast<int>(state.range(1)));
+  const std::vector<float> a = RandomVector(4864);
+  std::vector<float> c(4864);
+  tbb::task_arena arena(threads);
+  for (auto _ : state) {
+    arena.execute([&] {
+      for (size_t i = 0; i < w.packs.size(); ++i) {
+        math::GemmArgs g;
+        g.m = 1;
+        g.k = w.shapes[i][0];
+        g.n = w.shapes[i][1];
+        g.a = a.data();
+        g.lda = g.k;
+        g.c = c.data();
+        g.ldc = g.n;
+        math::Sgemm(g, w.packs[i].get());
+      }
+    });
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.bytes) / 1e9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_ReadLayers(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const LayerWeights w(static_cast<int>(state.range(1)));
+  tbb::task_arena arena(threads);
+  std::vector<float> sums(w.packs.size() * 64);
+  for (auto _ : state) {
+    arena.execute([&] {
+      for (size_t i = 0; i < w.packs.size(); ++i) {
+        const float* data = w.packs[i]->block(0);
+        const int64_t n = static_cast<int64_t>(w.packs[i]->bytes() / sizeof(float));
+        tbb::parallel_for(int64_t{0}, int64_t{threads}, [&](int64_t t) {
+          const int64_t b = n * t / threads, e = n * (t + 1) / threads;
+          // Each line is fetched once (the second operand hits L1).
+          sums[i * 64 + static_cast<size_t>(t)] = math::Dot(data + b, data + b, e - b);
+        });
+      }
+    });
+    benchmark::DoNotOptimize(sums.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.bytes) / 1e9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // memcpy of the weight's bytes: reads + writes them (twice the traffic of a GEMV read).
 void BM_Memcpy(benchmark::State& state) {
   const int64_t k = state.range(0), n = state.range(1);
@@ -171,6 +248,12 @@ BENCHMARK(BM_Gemv)
     ->Args({2048, 8192, 1})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+// {threads, layers}: 8 layers are 478 MB of packed weights. One thread in CPU time, two in
+// wall time.
+BENCHMARK(BM_GemvLayers)->Args({1, 8})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ReadLayers)->Args({1, 8})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GemvLayers)->Args({2, 8})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ReadLayers)->Args({2, 8})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Memcpy)
     ->Args({4096, 4096})
     ->Args({2048, 8192})
