@@ -431,10 +431,10 @@ OL_AVX2 void DequantizeRowAvx2(const uint8_t q[16], const float* s, const float*
 }
 #endif
 
-// Dequantizes W[k0 : k0 + kc, tiles t0 .. t0 + nt) into buf (row-major, ld = nt * 16).
-void DequantizeTile(const PackedNBits& w, int64_t k0, int64_t kc, int64_t t0, int64_t nt,
-                    float* buf, NBitsPath path) {
-  const int64_t ld = nt * kTile;
+// Dequantizes W[k0 : k0 + kc, tiles t0 .. t0 + nt) into `out` in the SGEMM's packed panel
+// layout (math::SgemmFromPanels): tile t at out + t * 16 * kc, row k at + (k - k0) * 16.
+void DequantizeTiles(const PackedNBits& w, int64_t k0, int64_t kc, int64_t t0, int64_t nt,
+                     float* out, NBitsPath path) {
   const bool avx2 = UseAvx2(path);
   for (int64_t t = 0; t < nt; ++t)
     for (int64_t k = k0; k < k0 + kc;) {
@@ -445,7 +445,7 @@ void DequantizeTile(const PackedNBits& w, int64_t k0, int64_t kc, int64_t t0, in
       for (; k < end; ++k) {
         uint8_t q[kTile];
         RowBytes(w, t0 + t, kb, k % w.block(), q);
-        float* row = buf + (k - k0) * ld + t * kTile;
+        float* row = out + t * kTile * kc + (k - k0) * kTile;
 #if defined(__x86_64__)
         if (avx2) {
           DequantizeRowAvx2(q, s, z, row);
@@ -467,34 +467,21 @@ void NBitsGemm(const PackedNBits& w, int64_t m, const float* a, float* c, NBitsP
     for (int64_t r = 0; r < m; ++r) NBitsGemv(w, a + r * k, c + r * n, path, compute);
     return;
   }
-  // Column panels of 8 tiles over the whole depth (up to 2048 rows: a float buffer of at most
-  // 1 MiB per task), so that each panel of C is written once, not once per depth chunk (C is
-  // 25 MB for a 128-token prompt through a 49152-column LM head).
-  constexpr int64_t kPanelTiles = 8;
-  const int64_t depth = k <= 2048 ? k : 1024;
-  const int64_t panels = (w.tiles() + kPanelTiles - 1) / kPanelTiles;
-  math::ParallelFor(panels, 1, [&](int64_t p0, int64_t p1) {
-    std::vector<float> buf(static_cast<size_t>(depth * kPanelTiles * kTile));
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t t0 = p * kPanelTiles, nt = std::min(kPanelTiles, w.tiles() - t0);
-      const int64_t n0 = t0 * kTile, nc = std::min(nt * kTile, n - n0);
-      for (int64_t k0 = 0; k0 < k; k0 += depth) {
-        const int64_t kc = std::min(depth, k - k0);
-        DequantizeTile(w, k0, kc, t0, nt, buf.data(), path);
-        math::GemmArgs g;
-        g.m = m;
-        g.n = nc;
-        g.k = kc;
-        g.a = a + k0;
-        g.lda = k;
-        g.b = buf.data();
-        g.ldb = nt * kTile;
-        g.beta = k0 == 0 ? 0.0f : 1.0f;
-        g.c = c + n0;
-        g.ldc = n;
-        math::Sgemm(g);
-      }
-    }
+  // The SGEMM micro-kernel reads B as 16-column panels, the width of a weight tile: each
+  // task dequantizes its tiles for one depth block straight into that layout (in L2, just
+  // before use), so no float copy of the weight is made and none is packed again.
+  static_assert(kTile == math::kPanelColumns);
+  math::GemmArgs g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.a = a;
+  g.lda = k;
+  g.c = c;
+  g.ldc = n;
+  math::SgemmFromPanels(g, [&](int64_t p0, int64_t kc, int64_t j0, int64_t j1, float* out) {
+    const int64_t t0 = j0 / kTile, nt = (j1 + kTile - 1) / kTile - t0;
+    DequantizeTiles(w, p0, kc, t0, nt, out, path);
   });
 }
 

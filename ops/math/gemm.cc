@@ -427,11 +427,18 @@ void PackB(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t j1, fl
   }
 }
 
+// Packs op(B)[p0 : p0+kc, j0 : j1) into `out` from g.b, or has `source` write it.
+void PackOrProduceB(const GemmArgs& g, const BPanelSource* source, int64_t p0, int64_t kc,
+                    int64_t j0, int64_t j1, float* out) {
+  if (source != nullptr) return (*source)(p0, kc, j0, j1, out);
+  PackB(g, p0, kc, j0, j1, out);
+}
+
 // Packs every panel of op(B) depth block [p0, p0 + kc) into `out` (panel q at q * kNr * kc).
-void PackBBlock(const GemmArgs& g, int64_t p0, int64_t kc, float* out) {
+void PackBBlock(const GemmArgs& g, const BPanelSource* source, int64_t p0, int64_t kc, float* out) {
   const int64_t n_panels = (g.n + kNr - 1) / kNr;
   Split(n_panels, 8, [&](int64_t q0, int64_t q1) {
-    PackB(g, p0, kc, q0 * kNr, std::min(g.n, q1 * kNr), out + q0 * kNr * kc);
+    PackOrProduceB(g, source, p0, kc, q0 * kNr, std::min(g.n, q1 * kNr), out + q0 * kNr * kc);
   });
 }
 
@@ -528,7 +535,8 @@ void BlockProduct(const GemmArgs& g, const Kernels& kernels, int64_t kc, const f
 // per depth block; no serial packing while the other threads wait). Without `packed`, each
 // task packs its own columns of B for one depth block just before use (each panel is used
 // by one task only, and is still in L2 when the micro-kernel reads it).
-void PackedGemmOneRowBlock(const GemmArgs& g, const PackedB* packed, const Kernels& kernels) {
+void PackedGemmOneRowBlock(const GemmArgs& g, const PackedB* packed, const BPanelSource* source,
+                           const Kernels& kernels) {
   const int64_t depth = DepthBlock(g.k);
   const int64_t blocks = (g.k + depth - 1) / depth;
   const int64_t mr = kernels.mr;
@@ -544,7 +552,7 @@ void PackedGemmOneRowBlock(const GemmArgs& g, const PackedB* packed, const Kerne
   const int64_t nc = (n_panels + n_blocks - 1) / n_blocks * kNr;
   n_blocks = (g.n + nc - 1) / nc;
   const bool pack_b_per_task = packed == nullptr;
-  if (pack_b_per_task) b_packs.fetch_add(1, std::memory_order_relaxed);
+  if (pack_b_per_task && source == nullptr) b_packs.fetch_add(1, std::memory_order_relaxed);
   // Depth block b of packed A at a + b * padded_m * depth, its panel r at + r * mr * kc.
   // Per call (a thread waiting in ParallelFor may run another call's tasks): from the
   // default allocator, which recycles large blocks.
@@ -573,7 +581,7 @@ void PackedGemmOneRowBlock(const GemmArgs& g, const PackedB* packed, const Kerne
       const int64_t j_begin = t * nc, j_end = std::min(g.n, j_begin + nc);
       for (int64_t b = 0; b < blocks; ++b) {
         const int64_t p0 = b * depth, kc = std::min(depth, g.k - p0);
-        if (b_buffer != nullptr) PackB(g, p0, kc, j_begin, j_end, b_buffer);
+        if (b_buffer != nullptr) PackOrProduceB(g, source, p0, kc, j_begin, j_end, b_buffer);
         // The panel of column j_begin: the task's buffer, or its place in the packed block.
         const float* b_block = b_buffer != nullptr ? b_buffer : packed->block(p0) + j_begin * kc;
         BlockProduct(g, kernels, kc, a + b * padded_m * depth, 0, g.m, b_block, j_begin, j_end,
@@ -586,9 +594,11 @@ void PackedGemmOneRowBlock(const GemmArgs& g, const PackedB* packed, const Kerne
 // `packed` (may be null) holds op(B) already packed: depth block p0 at packed->block(p0).
 // With a single block of rows see PackedGemmOneRowBlock. With more rows, each task packs
 // its rows of A and B is packed once per depth block, shared.
-void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels) {
+// `source` (may be null, never with `packed`) produces B's panels instead of g.b.
+void PackedGemm(const GemmArgs& g, const PackedB* packed, const BPanelSource* source,
+                const Kernels& kernels) {
   const int64_t m_blocks = (g.m + kMc - 1) / kMc;
-  if (m_blocks == 1) return PackedGemmOneRowBlock(g, packed, kernels);
+  if (m_blocks == 1) return PackedGemmOneRowBlock(g, packed, source, kernels);
   const int64_t depth = DepthBlock(g.k);
   const int64_t mr = kernels.mr;
   const int64_t nc = ColumnBlock(g, m_blocks);
@@ -598,7 +608,7 @@ void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels
   std::shared_ptr<void> b_storage;
   float* shared_b = nullptr;
   if (packed == nullptr) {
-    b_packs.fetch_add(1, std::memory_order_relaxed);
+    if (source == nullptr) b_packs.fetch_add(1, std::memory_order_relaxed);
     b_storage = core::runtime::DefaultAllocator().Allocate(
         static_cast<size_t>(PaddedN(g.n) * depth) * sizeof(float));
     shared_b = static_cast<float*>(b_storage.get());
@@ -624,7 +634,7 @@ void PackedGemm(const GemmArgs& g, const PackedB* packed, const Kernels& kernels
   }
   for (int64_t p0 = 0; p0 < g.k; p0 += depth) {
     const int64_t kc = std::min(depth, g.k - p0);
-    PackBBlock(g, p0, kc, shared_b);
+    PackBBlock(g, source, p0, kc, shared_b);
     Split(m_blocks * n_blocks, 1, [&](int64_t t0, int64_t t1) {
       float* a_buffer = ThreadBuffer(kMc * kKc, 0);
       int64_t packed_block = -1;
@@ -875,7 +885,7 @@ PackedB::PackedB(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb
   g.ldb = ldb;
   const int64_t depth = DepthBlock(k);
   for (int64_t p0 = 0; p0 < k; p0 += depth)
-    PackBBlock(g, p0, std::min(depth, k - p0), data_ + p0 * padded_n_);
+    PackBBlock(g, nullptr, p0, std::min(depth, k - p0), data_ + p0 * padded_n_);
   b_packs.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -912,7 +922,14 @@ void Sgemm(const GemmArgs& g, const PackedB* packed, GemmPath path) {
   }
   const bool avx2 = UseAvx2(path);
   if (g.m == 1) return packed != nullptr ? GemvPacked(g, *packed, path) : Gemv(g, avx2);
-  PackedGemm(g, packed, SelectKernels(path));
+  PackedGemm(g, packed, nullptr, SelectKernels(path));
+}
+
+void SgemmFromPanels(const GemmArgs& g, const BPanelSource& source, GemmPath path) {
+  static_assert(kNr == kPanelColumns);
+  if (g.m <= 0 || g.n <= 0) return;
+  OL_CHECK(g.k > 0, core::ErrorCode::kInvalidArgument, "SgemmFromPanels needs K > 0");
+  PackedGemm(g, nullptr, &source, SelectKernels(path));
 }
 
 }  // namespace onnx_light::ops::math

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "ops/math/cpu_features.h"  // the paths it picks from
@@ -75,6 +76,20 @@ void Sgemm(const GemmArgs& args, const PackedB* packed, GemmPath path = GemmPath
 // The same product on the calling thread alone (no task is spawned): for callers that run
 // many small products in parallel themselves (attention over heads and query blocks).
 void SgemmOnThisThread(const GemmArgs& args, GemmPath path = GemmPath::kAuto);
+
+// B produced on demand in the packed panel layout, for a B that is not stored as floats (a
+// quantized weight, dequantized panel by panel straight into the layout the micro-kernel
+// reads, instead of into a float matrix that Sgemm would pack again). source(p0, kc, j0, j1,
+// out) writes op(B)[p0 : p0 + kc, j0 : j1), j0 a multiple of kPanelColumns, as
+// kPanelColumns-wide panels: panel q (columns j0 + q * kPanelColumns ..) at
+// out + q * kPanelColumns * kc, element (p, j) at p * kPanelColumns + j; the columns of the
+// last panel past j1 may hold anything (they are computed, never stored). It is called from
+// several threads at once, each with its own `out`. args.b and args.trans_b are not read.
+constexpr int64_t kPanelColumns = 16;
+using BPanelSource =
+    std::function<void(int64_t p0, int64_t kc, int64_t j0, int64_t j1, float* out)>;
+void SgemmFromPanels(const GemmArgs& args, const BPanelSource& source,
+                     GemmPath path = GemmPath::kAuto);
 
 // How many times B was packed (per call without a PackedB, plus PackedB constructions)
 // since the process started: lets tests check that a cached pack is reused.

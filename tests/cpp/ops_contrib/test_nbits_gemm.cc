@@ -134,8 +134,10 @@ TEST_CASE("both paths equal the reference on a real decoder shape (K = 576, N = 
   MESSAGE("AVX2/FMA on this CPU: " << onnx_light::ops::math::CpuHasAvx2Fma());
 }
 
+// 19: one block of rows (A packed once, each task dequantizes its own panels); 150: more rows
+// than one SGEMM row block (kMc = 144), so a depth block of B is dequantized once and shared.
 TEST_CASE("the M > 1 product (GEMV rows, then dequantized tiles into SGEMM) equals the reference") {
-  for (int64_t m : {2, 5, 19})
+  for (int64_t m : {2, 5, 19, 150})
     for (auto nkb : {std::tuple<int64_t, int64_t, int64_t>{37, 91, 32},
                      {300, 600, 64},
                      {129, 17, 16},
