@@ -467,6 +467,8 @@ void NBitsGemm(const PackedNBits& w, int64_t m, const float* a, float* c, NBitsP
     for (int64_t r = 0; r < m; ++r) NBitsGemv(w, a + r * k, c + r * n, path, compute);
     return;
   }
+  if (compute == NBitsCompute::kInt8 && path != NBitsPath::kPortable && NBitsGemmInt8(w, m, a, c))
+    return;
   // The SGEMM micro-kernel reads B as 16-column panels, the width of a weight tile: each
   // task dequantizes its tiles for one depth block straight into that layout (in L2, just
   // before use), so no float copy of the weight is made and none is packed again.

@@ -25,8 +25,9 @@ enum class NBitsPath { kAuto, kPortable, kAvx2 };
 // int8 in groups of 32 (scale = max|a| / 127, round to nearest even) and the GEMV sums
 // integer products of 4-bit weights and int8 activations (AVX2 maddubs, 64 weights per 11
 // instructions); the block's float scale and the group's scale are applied per group. Only
-// for 4 bits with block_size a multiple of 32 (Int8Eligible); otherwise, and for M > 4, the
-// float path runs. Results are exact integer sums, so both code paths agree bit for bit.
+// for 4 bits with block_size a multiple of 32 (Int8Eligible); otherwise the float path runs.
+// M > 4 rows take NBitsGemmInt8 on CPUs with AVX-512 VNNI, the float path elsewhere. Results
+// are exact integer sums, so every int8 code path agrees bit for bit.
 enum class NBitsCompute { kFloat, kInt8 };
 
 // The source tensors as MatMulNBits takes them (B [N, k_blocks, block*bits/8] uint8,
@@ -86,10 +87,16 @@ bool Int8Eligible(const PackedNBits& w);
 void NBitsGemv(const PackedNBits& w, const float* a, float* y, NBitsPath path = NBitsPath::kAuto,
                NBitsCompute compute = NBitsCompute::kFloat);
 
-// C[M, N] = A[M, K] W (row-major, lda = K, ldc = N): GEMV per row for small M, else blocks of
-// W dequantized into a small float buffer feeding the packed SGEMM (never the whole weight).
+// C[M, N] = A[M, K] W (row-major, lda = K, ldc = N): GEMV per row for small M; else, with
+// kInt8 on AVX-512 VNNI, NBitsGemmInt8; else W dequantized panel by panel straight into the
+// packed SGEMM's layout (math::SgemmFromPanels; never the whole weight).
 void NBitsGemm(const PackedNBits& w, int64_t m, const float* a, float* c,
                NBitsPath path = NBitsPath::kAuto, NBitsCompute compute = NBitsCompute::kFloat);
+
+// C[M, N] = A W with int8 activations (nbits_gemm_int8.cc): each row of C equals the kInt8
+// GEMV of that row bit for bit. False, with nothing written, when w is not Int8Eligible or
+// the CPU lacks AVX-512 VNNI.
+bool NBitsGemmInt8(const PackedNBits& w, int64_t m, const float* a, float* c);
 
 // The int8 activation row of kInt8 (exposed for tests): q[k] and one scale per 32 values.
 void QuantizeActivations(const float* a, int64_t k, int64_t k_pad, int8_t* q, float* scales);

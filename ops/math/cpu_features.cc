@@ -15,10 +15,15 @@ bool CpuHasAvx512() {
   static const bool has = CpuHasAvx2Fma() && __builtin_cpu_supports("avx512f");
   return has;
 }
+bool CpuHasAvx512Vnni() {
+  static const bool has = CpuHasAvx512() && __builtin_cpu_supports("avx512vnni");
+  return has;
+}
 #else
 bool CpuHasAvx2Fma() { return false; }
 bool CpuHasAvx2FmaF16c() { return false; }
 bool CpuHasAvx512() { return false; }
+bool CpuHasAvx512Vnni() { return false; }
 #endif
 
 }  // namespace onnx_light::ops::math

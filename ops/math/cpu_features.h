@@ -9,5 +9,7 @@ bool CpuHasAvx2Fma();
 bool CpuHasAvx2FmaF16c();
 // AVX-512F on top of AVX2/FMA (the default M > 1 SGEMM micro-kernel then).
 bool CpuHasAvx512();
+// AVX-512F and AVX-512 VNNI (int8 dot products: vpdpbusd).
+bool CpuHasAvx512Vnni();
 
 }  // namespace onnx_light::ops::math

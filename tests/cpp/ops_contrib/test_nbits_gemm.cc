@@ -10,9 +10,11 @@
 #include <vector>
 
 #include "ops/contrib/nbits_gemm.h"
+#include "ops/math/cpu_features.h"
 #include "ops/math/gemm.h"
 
 namespace contrib = onnx_light::ops::contrib;
+namespace math = onnx_light::ops::math;
 
 namespace {
 
@@ -206,6 +208,43 @@ TEST_CASE("the int8-activation GEMV (accuracy_level 4) is the exact product of t
         for (int64_t j = 0; j < n; ++j)
           CHECK(avx[static_cast<size_t>(j)] == portable[static_cast<size_t>(j)]);
       }
+}
+
+TEST_CASE("the int8 prompt product (AVX-512 VNNI) equals the int8 GEMV of every row bit for bit") {
+  if (!math::CpuHasAvx512Vnni()) {
+    // Without VNNI the product is the float path, covered above; say which path ran.
+    MESSAGE("this CPU has no AVX-512 VNNI: NBitsGemmInt8 must decline");
+    const Quantized q(4, 37, 64, 32, false, 7);
+    const contrib::PackedNBits packed(q.Source());
+    std::vector<float> a(64 * 5, 1.0f), c(37 * 5);
+    CHECK_FALSE(contrib::NBitsGemmInt8(packed, 5, a.data(), c.data()));
+    return;
+  }
+  uint32_t seed = 900;
+  for (int64_t block : {32, 64, 128, 256})
+    for (bool with_zp : {false, true})
+      for (auto nk : {std::pair<int64_t, int64_t>{37, 3 * block - 5}, {16, block}, {300, 600}})
+        for (int64_t m : {5, 7, 19, 150}) {
+          const int64_t n = nk.first, k = nk.second;
+          CAPTURE(block);
+          CAPTURE(with_zp);
+          CAPTURE(n);
+          CAPTURE(k);
+          CAPTURE(m);
+          const Quantized q(4, n, k, block, with_zp, ++seed);
+          const contrib::PackedNBits packed(q.Source());
+          const auto a = Activations(m * k, seed);
+          std::vector<float> c(static_cast<size_t>(m * n), -1.0f);
+          contrib::NBitsGemm(packed, m, a.data(), c.data(), contrib::NBitsPath::kAuto,
+                             contrib::NBitsCompute::kInt8);
+          std::vector<float> row(static_cast<size_t>(n));
+          for (int64_t r = 0; r < m; ++r) {
+            contrib::NBitsGemv(packed, a.data() + r * k, row.data(), contrib::NBitsPath::kAvx2,
+                               contrib::NBitsCompute::kInt8);
+            for (int64_t j = 0; j < n; ++j)
+              REQUIRE(c[static_cast<size_t>(r * n + j)] == row[static_cast<size_t>(j)]);
+          }
+        }
 }
 
 TEST_CASE("int8 activations round to nearest with one scale per 32 values, zero rows stay zero") {

@@ -1,0 +1,156 @@
+// MatMulNBits prompts (M > 4) with int8 activations (accuracy_level 4) on AVX-512 VNNI.
+// Each row of A is quantized exactly as the int8 GEMV quantizes its one row
+// (QuantizeActivations: a scale per 32 values), each tile's 4-bit weights are unpacked once
+// per task into VNNI order (per column, 4 consecutive rows of K in one 32-bit lane), and
+// vpdpbusd multiplies 16 columns x 4 rows per instruction for 4 rows of A at a time. The
+// integer sums and the float epilogue (per 32-value group: fma(float(dot - zp * sum),
+// scale * s_a, out), then the zero-point term) are those of the GEMV, so every row equals
+// the kInt8 GEMV of that row bit for bit (tested), at a fraction of the float path's cost.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "ops/contrib/nbits_gemm.h"
+#include "ops/math/common.h"
+#include "ops/math/cpu_features.h"
+
+#if defined(__x86_64__)
+// GCC 12's AVX-512 intrinsics seed results with a self-initialised "undefined" vector,
+// which -Wmaybe-uninitialized reports at the header's lines (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
+namespace onnx_light::ops::contrib {
+
+#if defined(__x86_64__)
+namespace {
+
+constexpr int64_t kTile = 16;   // columns per weight tile (nbits_gemm.h)
+constexpr int64_t kGroup = 32;  // activation values per int8 scale
+constexpr int kRows = 4;        // rows of A per register block
+
+// A's rows as int8 (k_pad per row), with a scale and the sum of q per group of 32.
+struct Int8Rows {
+  int64_t k_pad = 0, groups = 0;
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+  std::vector<int32_t> sums;
+};
+
+Int8Rows QuantizeRows(const PackedNBits& w, int64_t m, const float* a) {
+  Int8Rows rows;
+  rows.k_pad = w.k_blocks() * w.block();
+  rows.groups = rows.k_pad / kGroup;
+  rows.q.resize(static_cast<size_t>(m * rows.k_pad));
+  rows.scales.resize(static_cast<size_t>(m * rows.groups));
+  rows.sums.assign(static_cast<size_t>(m * rows.groups), 0);
+  math::ParallelFor(m, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int8_t* q = rows.q.data() + r * rows.k_pad;
+      QuantizeActivations(a + r * w.k(), w.k(), rows.k_pad, q, rows.scales.data() + r * rows.groups);
+      int32_t* sums = rows.sums.data() + r * rows.groups;
+      for (int64_t i = 0; i < rows.k_pad; ++i) sums[i / kGroup] += q[i];
+    }
+  });
+  return rows;
+}
+
+#define OL_VNNI __attribute__((target("avx512f,avx512vnni")))
+
+// Tile t's 4-bit weights in VNNI order: for rows 4i..4i+3 of K, 64 bytes, column j's four
+// values (0..15) in bytes 4j..4j+3. The packed layout (nbits_gemm.h) holds each row pair as
+// 16 bytes, low nibble the first row: two pairs make one 64-byte step.
+OL_VNNI void UnpackTile(const PackedNBits& w, int64_t t, uint8_t* out) {
+  const __m128i nibble = _mm_set1_epi8(0x0F);
+  for (int64_t kb = 0; kb < w.k_blocks(); ++kb) {
+    const uint8_t* q = w.weights(t, kb);
+    for (int64_t quad = 0; quad < w.block() / 4; ++quad, q += 32, out += 64) {
+      const __m128i p0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+      const __m128i p1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
+      const __m128i lo0 = _mm_and_si128(p0, nibble), hi0 = _mm_and_si128(_mm_srli_epi16(p0, 4), nibble);
+      const __m128i lo1 = _mm_and_si128(p1, nibble), hi1 = _mm_and_si128(_mm_srli_epi16(p1, 4), nibble);
+      const __m128i a = _mm_unpacklo_epi8(lo0, hi0), b = _mm_unpackhi_epi8(lo0, hi0);
+      const __m128i c = _mm_unpacklo_epi8(lo1, hi1), d = _mm_unpackhi_epi8(lo1, hi1);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi16(a, c));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm_unpackhi_epi16(a, c));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 32), _mm_unpacklo_epi16(b, d));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 48), _mm_unpackhi_epi16(b, d));
+    }
+  }
+}
+
+// C[r0 .. r0 + R) x tile t's columns from the unpacked tile `wv`.
+template <int R>
+OL_VNNI void TileRows(const PackedNBits& w, int64_t t, const uint8_t* wv, const Int8Rows& a,
+                      int64_t r0, float* c) {
+  __m512 out[R];
+  for (int r = 0; r < R; ++r) out[r] = _mm512_setzero_ps();
+  const int64_t per_block = w.block() / kGroup;
+  for (int64_t kb = 0; kb < w.k_blocks(); ++kb) {
+    const __m512 s = _mm512_loadu_ps(w.scales(t, kb));
+    const float* zp = w.neg_scaled_zp(t, kb);
+    const __m512 z = zp != nullptr ? _mm512_loadu_ps(zp) : _mm512_setzero_ps();
+    for (int64_t g = 0; g < per_block; ++g) {
+      const int64_t gi = kb * per_block + g;
+      __m512i acc[R];
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
+      const uint8_t* wg = wv + gi * kGroup * kTile;
+      for (int step = 0; step < kGroup / 4; ++step) {
+        const __m512i wq = _mm512_loadu_si512(wg + step * 64);
+        for (int r = 0; r < R; ++r) {
+          int32_t four;
+          std::memcpy(&four, a.q.data() + (r0 + r) * a.k_pad + gi * kGroup + step * 4, 4);
+          acc[r] = _mm512_dpbusd_epi32(acc[r], wq, _mm512_set1_epi32(four));
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        const size_t at = static_cast<size_t>((r0 + r) * a.groups + gi);
+        const float sa = a.scales[at];
+        const int32_t sum = a.sums[at];
+        __m512i d = acc[r];
+        if (zp == nullptr)
+          d = _mm512_sub_epi32(d, _mm512_set1_epi32(static_cast<int32_t>(w.uniform_zp()) * sum));
+        out[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s, _mm512_set1_ps(sa)), out[r]);
+        if (zp != nullptr)
+          out[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(sa * static_cast<float>(sum)), out[r]);
+      }
+    }
+  }
+  const int64_t cols = std::min(kTile, w.n() - t * kTile);
+  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(c + (r0 + r) * w.n() + t * kTile, mask, out[r]);
+}
+
+OL_VNNI void Tiles(const PackedNBits& w, int64_t m, const Int8Rows& a, float* c, int64_t t0,
+                   int64_t t1) {
+  std::vector<uint8_t> wv(static_cast<size_t>(a.k_pad * kTile));
+  for (int64_t t = t0; t < t1; ++t) {
+    UnpackTile(w, t, wv.data());
+    int64_t r = 0;
+    for (; r + kRows <= m; r += kRows) TileRows<kRows>(w, t, wv.data(), a, r, c);
+    switch (m - r) {
+      case 3: TileRows<3>(w, t, wv.data(), a, r, c); break;
+      case 2: TileRows<2>(w, t, wv.data(), a, r, c); break;
+      case 1: TileRows<1>(w, t, wv.data(), a, r, c); break;
+      default: break;
+    }
+  }
+}
+
+}  // namespace
+
+bool NBitsGemmInt8(const PackedNBits& w, int64_t m, const float* a, float* c) {
+  if (!Int8Eligible(w) || !math::CpuHasAvx512Vnni() || m <= 0) return false;
+  const Int8Rows rows = QuantizeRows(w, m, a);
+  math::ParallelFor(w.tiles(), 1, [&](int64_t t0, int64_t t1) { Tiles(w, m, rows, c, t0, t1); });
+  return true;
+}
+#else
+bool NBitsGemmInt8(const PackedNBits&, int64_t, const float*, float*) { return false; }
+#endif
+
+}  // namespace onnx_light::ops::contrib
