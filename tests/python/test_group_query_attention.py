@@ -1,6 +1,6 @@
-"""com.microsoft GroupQueryAttention beyond FLOAT prompts and decode steps (those are in
-test_contrib_ops.py): FLOAT16 against onnxruntime 1.32's FLOAT16 CPU kernel, with the caches
-bound in a persistent state (16-bit rows appended in place, no prefix byte copied), BFLOAT16
+"""com.microsoft GroupQueryAttention beyond single FLOAT calls (those are in
+test_contrib_ops.py): FLOAT16 against onnxruntime 1.32's FLOAT16 CPU kernel, FLOAT and FLOAT16
+caches bound in a persistent state (rows appended in place, no prefix byte copied), BFLOAT16
 against onnxruntime's FLOAT kernel on the same bfloat16 values, and the position_ids,
 attention_bias and head_sink inputs against onnxruntime (FLOAT within 1e-5).
 
@@ -18,7 +18,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from test_contrib_ops import _close, _gqa, _run_both, _run_ours, _storage
+from test_append_capacity import pointer, take_storage
+from test_contrib_ops import _close, _gqa, _run_both, _run_ours
 from onnx_light.onnx_py._onnxpykernels import runtime
 
 F16 = np.float16
@@ -72,6 +73,15 @@ def test_float16_bias_and_sink_match_onnxruntime():
     _check_half(ours, theirs, True)
 
 
+def _check_bound_step(got, theirs, dtype, rotary):
+    if dtype == F16:
+        _check_half(got, theirs, rotary)
+        return
+    _close(got["out"], theirs["out"], 1.0)
+    _close(got["present_key"], theirs["present_key"], 1.0)  # rotated keys: rounding of the rotation
+    np.testing.assert_array_equal(got["present_value"], theirs["present_value"])
+
+
 BOUND_CASES = {
     "packed_rotary_group2": {"packed": True, "rotary": True, "nq": 4, "nkv": 2},
     "mha_local_window": {"nq": 2, "nkv": 2, "local_window_size": 5},
@@ -80,18 +90,20 @@ BOUND_CASES = {
 }
 
 
+@pytest.mark.parametrize("dtype", [np.float32, F16], ids=["float", "float16"])
 @pytest.mark.parametrize("case", list(BOUND_CASES))
-def test_float16_bound_caches_append_in_place_and_match_onnxruntime(case):
-    """FLOAT16 caches bound in a persistent state: each decode step appends one 16-bit row per
-    (batch, kv head) block into the reserved capacity (no allocation, no prefix byte copied,
-    the cache keeps its address) and equals onnxruntime's FLOAT16 kernel fed its own presents."""
+def test_bound_caches_append_in_place_and_match_onnxruntime(case, dtype):
+    """Caches bound in a persistent state (FLOAT, or FLOAT16 kept 16-bit): each decode step
+    appends one row per (batch, kv head) block into the reserved capacity (no allocation, no
+    prefix byte copied, the cache keeps its address) and equals onnxruntime's kernel of the
+    same type fed its own presents."""
     from onnx_light import onnx as ol_onnx
 
     cfg = dict(BOUND_CASES[case])
     rng = np.random.default_rng(sum(map(ord, case)))
     batch, prompt, h = 2, 5, cfg.pop("h", 16)
     nq, nkv, packed = cfg["nq"], cfg["nkv"], cfg.get("packed", False)
-    model, feeds = _gqa(rng, batch=batch, seq=prompt, h=h, dtype=F16, **cfg)
+    model, feeds = _gqa(rng, batch=batch, seq=prompt, h=h, dtype=dtype, **cfg)
     ours = ol_onnx.from_onnx(model)
     for name in ("key", "value"):
         binding = ours.graph.persistent_bindings.add()
@@ -104,28 +116,27 @@ def test_float16_bound_caches_append_in_place_and_match_onnxruntime(case):
     context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(21)),
                                      events_enabled=True)
     past, pointers = dict(initial), []
-    row_bytes = 2 * h * batch * nkv * 2  # one FLOAT16 row per block, keys and values
+    row_bytes = np.dtype(dtype).itemsize * h * batch * nkv * 2  # a row per block, K and V
+    widths = {"query": (nq + 2 * nkv) * h if packed else nq * h, "key": nkv * h, "value": nkv * h}
     for step in range(6):
         total = prompt + step
         step_feeds = {**feeds, "seqlens_k": np.full(batch, total - 1, np.int32),
                       "total_sequence_length": np.array(total, np.int32)}
         if step > 0:
-            widths = {"query": (nq + 2 * nkv) * h if packed else nq * h, "key": nkv * h,
-                      "value": nkv * h}
             for name in [n for n in widths if n in feeds]:
-                step_feeds[name] = rng.standard_normal((batch, 1, widths[name])).astype(F16)
+                step_feeds[name] = rng.standard_normal((batch, 1, widths[name])).astype(dtype)
         out = state.run(context, step_feeds)
         got = {k: np.asarray(v).copy() for k, v in out.items()}
-        pointers.append(np.from_dlpack(out["present_key"]).__array_interface__["data"][0])
+        pointers.append(pointer(out["present_key"]))
         del out
         y, present_key, present_value = reference.run(None, {**step_feeds, **past})
-        _check_half(got, {"out": y, "present_key": present_key, "present_value": present_value},
-                    cfg.get("rotary", False))
+        theirs = {"out": y, "present_key": present_key, "present_value": present_value}
+        _check_bound_step(got, theirs, dtype, cfg.get("rotary", False))
         past = {"past_key": present_key, "past_value": present_value}
-        totals = _storage(context)
+        totals = take_storage(context)
         if step > 0:
-            assert totals == {"allocations": 0, "prefix_copied_bytes": 0,
-                              "append_copied_bytes": row_bytes}, step
+            assert (totals["allocations"], totals["prefix_copied_bytes"],
+                    totals["append_copied_bytes"]) == (0, 0, row_bytes), step
     assert len(set(pointers[1:])) == 1  # the decode steps kept the prompt's buffer
 
 
