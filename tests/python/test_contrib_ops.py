@@ -462,6 +462,7 @@ GQA_CASES = {
     "local_window_prompt": {"seq": 9, "local_window_size": 3},
     "softcap": {"seq": 3, "past": 5, "softcap": 2.5},
     "smooth_softmax": {"seq": 1, "past": 7, "smooth_softmax": 1},
+    "smooth_softmax_schema_default": {"seq": 1, "past": 7, "smooth_softmax": -1},  # off
     "scale": {"seq": 2, "past": 3, "scale": 0.3},
     "ragged_decode": {"seq": 1, "past": 8, "batch": 2, "seqlens": [8, 5], "rotary": True},
     "capacity_past": {"seq": 1, "past": 6, "past_capacity": 10, "total": 7},
