@@ -52,6 +52,8 @@ HALF_CASES = {
     "softcap": {"seq": 3, "past": 5, "softcap": 2.5},
     "ragged_decode": {"seq": 1, "past": 8, "batch": 2, "seqlens": [8, 5], "rotary": True},
     "capacity_past": {"seq": 1, "past": 6, "past_capacity": 10, "total": 7},
+    "position_ids": {"seq": 1, "past": 6, "batch": 2, "rotary": True,
+                     "position_ids": np.array([[30], [2]], np.int64)},
 }
 
 
