@@ -14,13 +14,14 @@
 // - do_rotary: Q and K rotated (ops/contrib/rotary.h), rotary_dim = 2 * cos_cache dim 1, at
 //   position p(b, s): first prompt base + s with base = position_ids[0] (0 when absent, for
 //   every batch); otherwise position_ids[b, s], or past_b + s when absent.
-// - query s of batch b attends keys [lo, min(past_b + s + 1, total_b)) of the present;
-// local_window_size w > 0
-//   keeps the last w of them (onnxruntime 1.32; older CPU kernels kept w + 1). Scores are scaled
-//   (scale, default 1/sqrt(H)), soft-capped (softcap * tanh(x / softcap) when softcap > 0),
+// - query s of batch b attends keys [lo, min(past_b + s + 1, total_b)) of the present (a padded
+//   first-prompt row sees its batch's keys); local_window_size w > 0 keeps the last w of them
+//   (onnxruntime 1.32; older CPU kernels kept w + 1). Scores are scaled (scale, default
+//   1/sqrt(H)), soft-capped (softcap * tanh(x / softcap) when softcap > 0),
 //   plus attention_bias[b or 0, head or 0, s, key] (dim 3 = total_sequence_length), then
 //   softmax; head_sink[head] adds a logit exp(sink) to the denominator (smooth_softmax: a zero
-//   sink; head_sink wins when both are given, as in onnxruntime).
+//   sink; head_sink wins when both are given, as in onnxruntime; smooth_softmax -1, the schema
+//   default, is off).
 // - FLOAT16/BFLOAT16 (onnxruntime 1.32's CPU kernel has FLOAT16 only): all inputs but seqlens_k,
 //   total_sequence_length and position_ids share the query's type. The caches stay 16-bit:
 //   new K/V rows (K rounded after rotation) are appended in their type, and the attention
