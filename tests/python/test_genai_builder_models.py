@@ -10,7 +10,9 @@ and agree with onnxruntime on the same file:
     prompt). The tolerance is onnxruntime's own int8 error: the distance of its level-4 run
     from its level-0 run (the float product with the same dequantized weights) on the same
     file. onnx-light stays within twice that (plus 1e-4) of both runs; and its prompt logits,
-    computed in float, within 1e-4 of the level-0 run."""
+    computed in float, within 1e-4 of the level-0 run;
+  - fp16 with GroupQueryAttention (the builder's fp16 CPU build with GQA, genai_builder
+    "fp16-gqa"): runtime.generate with bound FLOAT16 caches gives onnxruntime's greedy tokens."""
 from __future__ import annotations
 
 import json
@@ -54,12 +56,14 @@ def _head_size(path):
         return json.load(f)["model"]["decoder"]["head_size"]
 
 
-def _steps(run, path, tokens):
+def _steps(run, path, tokens, cache=None):
     """Outputs of the prompt call (tokens[0]) and of one decode call per later token, the
-    presents fed back as the next call's pasts (the same tokens for every runtime)."""
+    presents fed back as the next call's pasts (the same tokens for every runtime). The
+    caches start empty (FLOAT unless `cache` is given)."""
     pasts = _layers(path)
-    cache = {p.name: np.zeros((1, p.type.tensor_type.shape.dim[1].dim_value, 0,
-                               _head_size(path)), np.float32) for p in pasts}
+    if cache is None:
+        cache = {p.name: np.zeros((1, p.type.tensor_type.shape.dim[1].dim_value, 0,
+                                   _head_size(path)), np.float32) for p in pasts}
     total, results = 0, []
     for ids in tokens:
         total += ids.shape[1]
@@ -192,3 +196,42 @@ def test_generate_refuses_to_run_past_the_rotary_tables():
     assert "the rotary table 'cos_cache' of GroupQueryAttention node" in message
     assert "/model/layers.0/attn/GroupQueryAttention" in message
     assert len(tokens) == 7  # the calls that fed positions up to 249, 250, ..., 255
+
+
+def test_fp16_gqa_build_generates_onnxruntime_greedy_tokens_with_bound_float16_caches():
+    """The builder's fp16 CPU decoder with GroupQueryAttention (genai_builder "fp16-gqa"):
+    FLOAT16 caches, packed QKV, rotary inside the attention. runtime.generate with the caches
+    bound (16-bit rows appended in place) gives onnxruntime's greedy tokens on the same file
+    (onnxruntime fed its own FLOAT16 presents), and every step's logits agree within 2e-3
+    (onnxruntime rounds the rotated query to FLOAT16, onnx-light keeps it FLOAT)."""
+    path = genai_builder.ensure("llama", "fp16-gqa")
+    assert _ops(path) == _FP32
+    pasts = _layers(path)
+    assert {p.type.tensor_type.elem_type for p in pasts} == {onnx.TensorProto.FLOAT16}
+    prompt = np.random.default_rng(3).integers(3, 120, (1, 7), dtype=np.int64)
+    new_tokens = 8
+    cache = {p.name: np.zeros((1, p.type.tensor_type.shape.dim[1].dim_value, 0,
+                               _head_size(path)), np.float16) for p in pasts}
+    run_ort, ids, feeds_cache, expected, ort_logits = _ort_runner(path), prompt, cache, [], []
+    for _ in range(new_tokens):
+        total = prompt.shape[1] + len(expected)
+        out = run_ort({"input_ids": ids, "attention_mask": np.ones((1, total), np.int64),
+                       **feeds_cache})
+        ort_logits.append(out["logits"][0, -1].astype(np.float32))
+        expected.append(int(out["logits"][0, -1].argmax()))
+        ids = np.array([[expected[-1]]], np.int64)
+        feeds_cache = {p.name: out[p.name.replace("past_key_values.", "present.")] for p in pasts}
+    ours = _steps(_ol_runner(path), path, [prompt] + [np.array([[t]], np.int64)
+                                                      for t in expected[:-1]], cache)
+    for step, out in enumerate(ours):
+        np.testing.assert_allclose(out["logits"][0, -1].astype(np.float32), ort_logits[step],
+                                   atol=2e-3, rtol=2e-3)
+    model = ol_onnx.load_model(path)
+    for p in pasts:
+        binding = model.graph.persistent_bindings.add()
+        binding.input_name = p.name
+        binding.output_name = p.name.replace("past_key_values.", "present.")
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(21)))
+    tokens = runtime.generate(model, context, {"input_ids": prompt, **cache},
+                              runtime.GenerationOptions(max_new_tokens=new_tokens))
+    assert np.asarray(tokens)[0, prompt.shape[1]:].tolist() == expected

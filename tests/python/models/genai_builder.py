@@ -1,6 +1,6 @@
 """Decoders built by onnxruntime-genai's model builder (`python -m
-onnxruntime_genai.models.builder -e cpu -p fp32|int4`) from tiny random-weight Llama and Qwen2
-checkpoints that transformers builds from a config and `save_pretrained`s (no download), with
+onnxruntime_genai.models.builder -e cpu -p fp32|int4`, and "fp16-gqa": see _FP16_GQA) from
+tiny random-weight Llama and Qwen2 checkpoints that transformers builds from a config and `save_pretrained`s (no download), with
 a small BPE tokenizer trained in-process (the builder requires one). Outputs are cached under
 build/models/genai, named by a hash of the config, the onnxruntime-genai/transformers versions
 and this file, so a changed builder never reuses a stale model."""
@@ -55,8 +55,27 @@ def _checkpoint(arch: str, size: str, out: str) -> None:
     write_checkpoint(out, arch, _config(arch, size))
 
 
+# The builder writes MultiHeadAttention + RotaryEmbedding for `-e cpu -p fp16`: its table of
+# GroupQueryAttention configurations has no (cpu, FLOAT16), which onnxruntime's CPU kernel
+# has (onnxruntime 1.32). "fp16-gqa" runs the builder with (cpu, FLOAT16) added to that table:
+# the fp16 decoder with GroupQueryAttention and FLOAT16 caches, as its CUDA build has.
+_FP16_GQA = """
+import os, runpy, sys
+import onnx_ir as ir
+import onnxruntime_genai.models as models
+sys.path.insert(0, os.path.dirname(models.__file__))
+import builders.base as base
+table = base.Model.is_gqa_supported
+base.Model.is_gqa_supported = lambda self: table(self) or (self.ep, self.io_dtype) == (
+    "cpu", ir.DataType.FLOAT16)
+sys.argv = ["builder"] + sys.argv[1:]
+runpy.run_module("onnxruntime_genai.models.builder", run_name="__main__")
+"""
+
+
 def ensure(arch: str, precision: str, size: str = "tiny") -> str:
-    """Path of the builder's model.onnx for (arch, fp32|int4, size), built if not cached."""
+    """Path of the builder's model.onnx for (arch, fp32|int4|fp16-gqa, size), built if not
+    cached."""
     out = os.path.join(MODEL_DIR, f"{size}_{arch}_{precision}-{_key(arch, precision, size)}")
     path = os.path.join(out, "model.onnx")
     if os.path.exists(path):
@@ -65,8 +84,10 @@ def ensure(arch: str, precision: str, size: str = "tiny") -> str:
     if not os.path.exists(os.path.join(checkpoint, "config.json")):
         _checkpoint(arch, size, checkpoint)
     tmp = out + f".tmp-{os.getpid()}"
-    subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", checkpoint,
-                    "-o", tmp, "-p", precision, "-e", "cpu"], check=True,
+    launcher = ["-c", _FP16_GQA] if precision == "fp16-gqa" else [
+        "-m", "onnxruntime_genai.models.builder"]
+    subprocess.run([sys.executable, *launcher, "-i", checkpoint, "-o", tmp,
+                    "-p", precision.split("-")[0], "-e", "cpu"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     os.replace(tmp, out)
     shutil.rmtree(checkpoint)  # the float checkpoint (2 GB at Qwen2.5-0.5B's shape) is done
