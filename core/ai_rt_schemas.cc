@@ -134,9 +134,9 @@ void CheckPageDeclarations(const InferenceContext& ctx) {
       if (page->dim(axis).dim_value() != want->value)
         ctx.Fail(what + p.field + " pages have " + std::to_string(page->dim(axis).dim_value()) +
                  " " + name + " (dimension " + std::to_string(axis) + "), but " +
-                 (want->input < 0 ? std::string("a row cache holds one batch row")
-                                  : InputLabel(ctx, want->input) + " has " +
-                                        std::to_string(want->value)));
+                 (want->input < 0
+                      ? std::string("a row cache holds one batch row")
+                      : InputLabel(ctx, want->input) + " has " + std::to_string(want->value)));
     };
     auto first = [&](int input, int axis) -> std::optional<Dim> {
       const std::vector<Dim> d = ConcreteDims(ctx, {input}, axis);
