@@ -63,7 +63,8 @@ RuntimeValue RowCache(const PagedAttention& kernel, const Dims& d, int64_t lengt
   for (int64_t done = 0; done < length;) {
     const int64_t n = std::min<int64_t>(length - done, 16);
     cache = kernel
-                .Run(Random("q", {1, d.heads, n, d.dk}, seed), Random("k", {1, d.kv_heads, n, d.dk}, seed + 1),
+                .Run(Random("q", {1, d.heads, n, d.dk}, seed),
+                     Random("k", {1, d.kv_heads, n, d.dk}, seed + 1),
                      Random("v", {1, d.kv_heads, n, d.dv}, seed + 2), cache)
                 .present;
     done += n;
@@ -207,23 +208,32 @@ TEST_CASE("Row caches that do not fit the batch are rejected naming past and the
   const Tensor q = Random("q", {2, 4, 1, 8}, 1), k = Random("k", {2, 2, 1, 8}, 2),
                v = Random("v", {2, 2, 1, 8}, 3);
   // Sequence length != batch.
-  ExpectError([&] { kernel->Run(q, k, v, PagedAttention::AssembleRows({a, a, a})); },
-              ErrorCode::kInvalidArgument,
-              "node 'attn': past holds 3 row caches but Q/K/V have batch 2 (a sequence past has one "
-              "paged cache per batch row)");
+  ExpectError(
+      [&] {
+        kernel->Run(q, k, v, PagedAttention::AssembleRows({a, a, a}));
+      },
+      ErrorCode::kInvalidArgument,
+      "node 'attn': past holds 3 row caches but Q/K/V have batch 2 (a sequence past has one "
+      "paged cache per batch row)");
   // Row 1's cache has one KV head, K has two.
   const RuntimeValue one_head = RowCache(*kernel, {1, 1, 8, 8}, 4, 5);
-  ExpectError([&] { kernel->Run(q, k, v, PagedAttention::AssembleRows({a, one_head})); },
-              ErrorCode::kInvalidArgument,
-              "node 'attn': past[1].blocks[0]: key [1, 1, 4, 8] and value [1, 1, 4, 8] pages do not fit "
-              "K/V of [1, 2, *, 8/8] (one batch row per row cache)");
+  ExpectError(
+      [&] {
+        kernel->Run(q, k, v, PagedAttention::AssembleRows({a, one_head}));
+      },
+      ErrorCode::kInvalidArgument,
+      "node 'attn': past[1].blocks[0]: key [1, 1, 4, 8] and value [1, 1, 4, 8] pages do not fit "
+      "K/V of [1, 2, *, 8/8] (one batch row per row cache)");
   // A row cache holding two batch rows.
   const RuntimeValue two_rows =
       kernel->Run(q, k, v, PagedAttention::EmptyCache()).present;  // pages [2, 2, 1, 8]
-  ExpectError([&] { kernel->Run(q, k, v, PagedAttention::AssembleRows({two_rows, a})); },
-              ErrorCode::kInvalidArgument,
-              "node 'attn': past[0].blocks[0]: key [2, 2, 1, 8] and value [2, 2, 1, 8] pages do not fit "
-              "K/V of [1, 2, *, 8/8] (one batch row per row cache)");
+  ExpectError(
+      [&] {
+        kernel->Run(q, k, v, PagedAttention::AssembleRows({two_rows, a}));
+      },
+      ErrorCode::kInvalidArgument,
+      "node 'attn': past[0].blocks[0]: key [2, 2, 1, 8] and value [2, 2, 1, 8] pages do not fit "
+      "K/V of [1, 2, *, 8/8] (one batch row per row cache)");
   // An element that is not a paged cache.
   ExpectError(
       [&] {
@@ -246,7 +256,8 @@ TEST_CASE("Row caches that do not fit the batch are rejected naming past and the
       [&] {
         small.Run(q, k, v, PagedAttention::AssembleRows({PagedAttention::EmptyCache(), a}));
       },
-      ErrorCode::kInvalidArgument, "node 'attn': past[1]: 3 retained + 1 new tokens exceed max_tokens 3");
+      ErrorCode::kInvalidArgument,
+      "node 'attn': past[1]: 3 retained + 1 new tokens exceed max_tokens 3");
   ExpectError([&] { PagedAttention::SplitRows(a); }, ErrorCode::kInvalidArgument,
               "PagedAttention::SplitRows: expected a sequence of row caches, got a struct");
 }
