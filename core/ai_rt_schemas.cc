@@ -2,11 +2,13 @@
 // quantization"). Only shapes and types are checked here: cache contents are data and are
 // validated when a kernel runs.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/op_schema.h"
 #include "core/proto_desc.h"
+#include "core/type_compat.h"
 
 namespace onnx_light::core {
 
@@ -89,12 +91,71 @@ void CheckGroupedHeads(const InferenceContext& ctx) {
            InputLabel(ctx, kv.front().input));
 }
 
-// Y: Q's element type and [batch, heads, L], V's head size; present: past's declaration.
+// The declared dims of the `field` payloads of past's pages, when the declaration names
+// the cache fields and gives that payload a rank-4 shape (else null).
+const TensorShapeProto* PageShape(const InferenceContext& ctx, const TypeProto& cache,
+                                  const char* field) {
+  const StructTypeProto* s =
+      cache.has_struct_type() ? FindStruct(cache.struct_type(), ctx.model()) : nullptr;
+  if (s == nullptr || s->field_size() != 1) return nullptr;
+  const TypeProto& blocks = s->field(0).type();
+  if (!blocks.has_sequence_type() || !blocks.sequence_type().elem_type().has_struct_type())
+    return nullptr;
+  const StructTypeProto* block =
+      FindStruct(blocks.sequence_type().elem_type().struct_type(), ctx.model());
+  if (block == nullptr) return nullptr;
+  for (const auto& f : block->field())
+    if (f.name() == field) {
+      const TensorShapeProto* shape = ShapeOf(&f.type());
+      return shape != nullptr && shape->dim_size() == 4 ? shape : nullptr;
+    }
+  return nullptr;
+}
+
+// Declared page dims [batch, kv_heads, capacity, width] agree, where concrete, with the
+// inputs: batch 1 for row caches (one batch row each) or Q's batch for a single cache, K's
+// head count, and K's (keys) or V's (values) head size.
+void CheckPageDeclarations(const InferenceContext& ctx) {
+  const TypeProto* past = ctx.input_type(3);
+  if (past == nullptr) return;
+  const bool rows = past->has_sequence_type();
+  const TypeProto& cache = rows ? past->sequence_type().elem_type() : *past;
+  const std::string what = "input 3 " + Quote(ctx.node().input(3)) + " (past)" +
+                           (rows ? " row caches" : "") + ": declared ";
+  const struct {
+    const char* field;
+    int width_input;
+  } payloads[] = {{"key", 1}, {"value", 2}};
+  for (const auto& p : payloads) {
+    const TensorShapeProto* page = PageShape(ctx, cache, p.field);
+    if (page == nullptr) continue;
+    auto check = [&](int axis, std::optional<Dim> want, const std::string& name) {
+      if (!page->dim(axis).has_dim_value() || !want) return;
+      if (page->dim(axis).dim_value() != want->value)
+        ctx.Fail(what + p.field + " pages have " + std::to_string(page->dim(axis).dim_value()) +
+                 " " + name + " (dimension " + std::to_string(axis) + "), but " +
+                 (want->input < 0
+                      ? std::string("a row cache holds one batch row")
+                      : InputLabel(ctx, want->input) + " has " + std::to_string(want->value)));
+    };
+    auto first = [&](int input, int axis) -> std::optional<Dim> {
+      const std::vector<Dim> d = ConcreteDims(ctx, {input}, axis);
+      return d.empty() ? std::nullopt : std::optional<Dim>(d.front());
+    };
+    check(0, rows ? std::optional<Dim>(Dim{-1, 1}) : first(0, 0), "batch rows");
+    check(1, first(1, 1), "KV heads");
+    check(3, first(p.width_input, 3), "head size");
+  }
+}
+
+// Y: Q's element type and [batch, heads, L], V's head size; present: past's declaration
+// (a paged cache, or a sequence of row caches).
 void InferPagedAttention(InferenceContext& ctx) {
   CheckSameDim(ctx, {0, 1, 2}, 0, "batch size");
   CheckSameDim(ctx, {0, 1, 2}, 2, "new-token length");
   CheckSameDim(ctx, {1, 2}, 1, "head count");
   CheckGroupedHeads(ctx);
+  CheckPageDeclarations(ctx);
 
   const TypeProto* q = ctx.input_type(0);
   const TypeProto* v = ctx.input_type(2);
@@ -116,9 +177,14 @@ void InferPagedAttention(InferenceContext& ctx) {
 LightOpSchema PagedAttentionSchema() {
   LightOpSchema schema("ai.rt", "PagedAttention", 1);
   for (const char* name : kQkvNames) schema.Input({name, Kind::kTensor, false, kAttentionTypes, 4});
-  schema.Input({"past", Kind::kPagedCache, false, {}, std::nullopt});
+  // past/present: a paged cache, or a sequence of paged caches, one per batch row.
+  FormalParameter past{"past", Kind::kPagedCache, false, {}, std::nullopt};
+  past.batch_rows = true;
+  FormalParameter present = past;
+  present.name = "present";
+  schema.Input(past);
   schema.Output({"Y", Kind::kTensor, false, kAttentionTypes, 4});
-  schema.Output({"present", Kind::kPagedCache, false, {}, std::nullopt});
+  schema.Output(present);
   schema.Attribute(IntAttr("block_size", 16, Positive));
   schema.Attribute(IntAttr("max_tokens", 4096, Positive));
   schema.Attribute(IntAttr("is_causal", 1, ZeroOrOne));

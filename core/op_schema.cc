@@ -171,6 +171,16 @@ void LightOpSchema::VerifyOutputDeclaration(const InferenceContext& ctx, int k,
 void LightOpSchema::VerifyType(const InferenceContext& ctx, const FormalParameter& param,
                                const TypeProto& type, const std::string& what) const {
   if (param.kind == FormalParameter::Kind::kPagedCache) {
+    if (param.batch_rows && type.has_sequence_type()) {  // one paged cache per batch row
+      const std::string rows =
+          " must be declared as a sequence of paged cache structs (one per "
+          "batch row): ";
+      if (!type.sequence_type().has_elem_type()) ctx.Fail(what + rows + "no element type");
+      const std::string why = PagedCacheDeclarationError(type.sequence_type().elem_type(),
+                                                         ctx.model(), ctx.desc() + ": " + what);
+      if (!why.empty()) ctx.Fail(what + rows + why);
+      return;
+    }
     const std::string why = PagedCacheDeclarationError(type, ctx.model(), ctx.desc() + ": " + what);
     if (!why.empty()) ctx.Fail(what + " must be declared as a paged cache struct: " + why);
     return;

@@ -31,6 +31,8 @@ struct FormalParameter {
   bool optional = false;
   std::vector<DataType> types;  // allowed element types of a tensor; empty: any
   std::optional<int> rank;      // required rank of a tensor whose rank is declared
+  // A paged cache that may also be a sequence of paged caches, one per batch row.
+  bool batch_rows = false;
 };
 
 // An attribute: its type, whether it must be present, the value in force when it is absent,

@@ -2,6 +2,7 @@
 // attention kernel and a plain memory read of the same bytes, in one run: 8 KV heads, 4 query
 // heads per KV head, head size 128, one new token over 1k, 8k and 32k cached tokens, pages of
 // 16 tokens in dense FLOAT, FLOAT16, INT8, INT4 and INT2, on 1 and 2 threads.
+// Also 8 rows with their own caches as one call against 8 calls (BM_RowsDecode).
 //   ./build/perf/bench_paged_attention [--benchmark_filter=32768]
 // bytes_per_second counts the page payload bytes the call reads (K and V of every token).
 #include <benchmark/benchmark.h>
@@ -166,6 +167,49 @@ void BM_MemoryRead(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * n * 4);
 }
 
+// Continuous-batching decode (issue 15): 8 rows with their own FLOAT caches of different
+// lengths (8,192 tokens in all), one new token each, as one call over the assembled rows
+// (args {threads, 1}: AssembleRows + Run + SplitRows each iteration) or as 8 calls, one per
+// row (args {threads, 0}).
+void BM_RowsDecode(benchmark::State& state) {
+  const int64_t lengths[] = {128, 1024, 256, 2048, 512, 1536, 384, 2304};
+  constexpr int64_t kRows = 8, kHeads = kKvHeads * kGroup;
+  const bool batched = state.range(1) == 1;
+  tbb::task_arena arena(static_cast<int>(state.range(0)));
+  KernelContext ctx;
+  PagedAttention kernel(ctx);
+  kernel.set_node(PagedNode());
+  std::vector<RuntimeValue> caches;
+  size_t bytes = 0;
+  for (int64_t n : lengths) {
+    caches.push_back(CacheFor(n, 0).cache);
+    bytes += CacheFor(n, 0).payload_bytes;
+  }
+  auto tensor = [](const char* name, int64_t batch, int64_t heads, uint32_t seed) {
+    return Tensor::FromFloat(name, {batch, heads, 1, kHead}, Random(batch * heads * kHead, seed));
+  };
+  const Tensor q = tensor("q", kRows, kHeads, 1), k = tensor("k", kRows, kKvHeads, 2),
+               v = tensor("v", kRows, kKvHeads, 3);
+  std::vector<Tensor> qs, ks, vs;  // the same rows as separate [1, ...] inputs
+  for (int64_t b = 0; b < kRows; ++b) {
+    qs.push_back(tensor("q", 1, kHeads, 1 + 10 * static_cast<uint32_t>(b)));
+    ks.push_back(tensor("k", 1, kKvHeads, 2 + 10 * static_cast<uint32_t>(b)));
+    vs.push_back(tensor("v", 1, kKvHeads, 3 + 10 * static_cast<uint32_t>(b)));
+  }
+  for (auto _ : state)
+    arena.execute([&] {
+      if (batched) {
+        auto r = kernel.Run(q, k, v, PagedAttention::AssembleRows(caches));
+        benchmark::DoNotOptimize(PagedAttention::SplitRows(r.present));
+      } else {
+        for (size_t b = 0; b < kRows; ++b)
+          benchmark::DoNotOptimize(kernel.Run(qs[b], ks[b], vs[b], caches[b]));
+      }
+    });
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+  state.SetLabel(batched ? "one call, 8 rows" : "8 calls");
+}
+
 void PagedArgs(benchmark::internal::Benchmark* b) {
   for (int64_t tokens : {1024, 8192, 32768})
     for (int format = 0; format < 5; ++format)
@@ -180,6 +224,10 @@ void ContiguousArgs(benchmark::internal::Benchmark* b) {
 }  // namespace
 
 BENCHMARK(BM_PagedDecode)->Apply(PagedArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_RowsDecode)
+    ->ArgsProduct({{1, 2}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK(BM_ContiguousDecode)->Apply(ContiguousArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_MemoryRead)->Apply(ContiguousArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_MAIN();

@@ -282,8 +282,11 @@ RuntimeValueMap TakeInitialCaches(RuntimeValueMap& feeds, const GraphProto& grap
       continue;
     }
     const RuntimeValue& v = it->second;
-    const bool empty = (v.is_tensor() && v.tensor().numel() == 0) ||
-                       (v.is_sequence() && v.elements().empty()) || v.is_struct();
+    // A sequence of structs: one paged cache per batch row (state/batch_rows.h).
+    bool row_caches = v.is_sequence();
+    for (size_t r = 0; row_caches && r < v.elements().size(); ++r)
+      row_caches = v.elements()[r].is_struct();
+    const bool empty = (v.is_tensor() && v.tensor().numel() == 0) || row_caches || v.is_struct();
     OL_CHECK(
         empty, ErrorCode::kInvalidArgument,
         "generate: initial cache '" + it->first +

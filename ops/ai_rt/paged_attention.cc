@@ -86,31 +86,46 @@ struct PagedAttention::PageMemo {
   size_t prune_at = 256;
 };
 
-// Everything one execution needs, computed once before the numerical work.
-struct PagedAttention::Call {
-  int64_t batch = 0, heads = 0, kv_heads = 0, group = 0, len = 0, dk = 0, dv = 0;
-  FloatInput q, k, v;
+// The past of one batch row: the pages of its cache (every row's, for a single cache) and
+// the formats of the pages its new tokens become.
+struct PagedAttention::RowPast {
   std::vector<std::shared_ptr<const Page>> pages;
-  std::vector<std::shared_ptr<const RuntimeValue>> blocks;  // past's, in order
+  std::vector<std::shared_ptr<const RuntimeValue>> blocks;  // the cache's, in order
   int64_t past = 0;                                         // retained tokens
   PageFormat key_format, value_format;
-  float scale = 1;
-  Statistics stats;
-  const PagedAttention* kernel = nullptr;
+  core::runtime::PagedTail tail = core::runtime::PagedTail::kNone;
 
-  // Visible positions [lo, hi) of query i (at position past + i).
-  std::pair<int64_t, int64_t> Visible(int64_t i) const {
-    const int64_t p = past + i;
-    const int64_t hi = kernel->is_causal() ? p + 1 : past + len;
-    const int64_t lo =
-        kernel->left_window_size() >= 0 ? std::max<int64_t>(0, p - kernel->left_window_size()) : 0;
-    return {std::min(lo, hi), hi};
-  }
   // The first page holding a token at or after `t` (binary search over the starts).
   size_t PageAt(int64_t t) const {
     auto it = std::upper_bound(pages.begin(), pages.end(), t,
                                [](int64_t x, const auto& pg) { return x < pg->start; });
     return it == pages.begin() ? 0 : static_cast<size_t>(it - pages.begin() - 1);
+  }
+};
+
+// Everything one execution needs, computed once before the numerical work.
+struct PagedAttention::Call {
+  int64_t batch = 0, heads = 0, kv_heads = 0, group = 0, len = 0, dk = 0, dv = 0;
+  FloatInput q, k, v;
+  // One entry for a single cache (its pages hold every batch row), or one per batch row
+  // (past given as a sequence of row caches, each with its own length and pages).
+  std::vector<RowPast> rows;
+  bool per_row = false;
+  float scale = 1;
+  Statistics stats;
+  const PagedAttention* kernel = nullptr;
+
+  const RowPast& Row(int64_t b) const { return rows[static_cast<size_t>(per_row ? b : 0)]; }
+  // Batch row b's index inside its pages (row caches hold one row each).
+  int64_t PageBatch(int64_t b) const { return per_row ? 0 : b; }
+  // Visible positions [lo, hi) of query i of batch row b (at position past + i).
+  std::pair<int64_t, int64_t> Visible(int64_t b, int64_t i) const {
+    const int64_t past = Row(b).past;
+    const int64_t p = past + i;
+    const int64_t hi = kernel->is_causal() ? p + 1 : past + len;
+    const int64_t lo =
+        kernel->left_window_size() >= 0 ? std::max<int64_t>(0, p - kernel->left_window_size()) : 0;
+    return {std::min(lo, hi), hi};
   }
   const float* CurrentKey(int64_t b, int64_t g, int64_t r) const {
     return k.data + ((b * kv_heads + g) * len + r) * dk;
@@ -153,10 +168,11 @@ class BlockedAttention {
     const int64_t threads = core::runtime::IntraOpThreads();
     rows_ = c_.batch * c_.len;
     int64_t longest = 0;
-    for (int64_t i = 0; i < c_.len; ++i) {
-      const auto [lo, hi] = c_.Visible(i);
-      longest = std::max(longest, hi - lo);
-    }
+    for (int64_t b = 0; b < (c_.per_row ? c_.batch : 1); ++b)
+      for (int64_t i = 0; i < c_.len; ++i) {
+        const auto [lo, hi] = c_.Visible(b, i);
+        longest = std::max(longest, hi - lo);
+      }
     // Four tasks per thread (a core another process holds up delays a quarter of its share,
     // which the other thread takes over), never chunks below kSplitMinKeys / 2 tokens.
     if (rows_ < 4 * threads && longest >= kSplitMinKeys)
@@ -191,7 +207,9 @@ class BlockedAttention {
     using ops::math::CodeRows;
     const int64_t row = task / chunks_, chunk = task % chunks_;
     const int64_t i = row % c_.len, b = row / c_.len, g = c_.group, dk = c_.dk, dv = c_.dv;
-    const auto [lo, hi] = c_.Visible(i);
+    const auto [lo, hi] = c_.Visible(b, i);
+    const PagedAttention::RowPast& rp = c_.Row(b);
+    const int64_t pb = c_.PageBatch(b);  // b's index inside its pages
     const int64_t span = (hi - lo + chunks_ - 1) / chunks_;
     const int64_t t0 = std::min(hi, lo + chunk * span), t1 = std::min(hi, t0 + span);
     Partial* parts = &partials_[static_cast<size_t>(task * c_.heads)];
@@ -221,7 +239,7 @@ class BlockedAttention {
     // Past pages: groups of consecutive pages of at most kKeyBlock visible tokens (a longer
     // page alone, in slices of kKeyBlock rows).
     TokenBlock blk;
-    const int64_t past_end = std::min(t1, c_.past);
+    const int64_t past_end = std::min(t1, rp.past);
     struct Slice {
       const Page* page;
       int64_t r0, n;
@@ -235,7 +253,7 @@ class BlockedAttention {
       gr.count = 0;
       int64_t tokens = 0;
       while (t < past_end && tokens < kKeyBlock) {
-        const Page& pg = *c_.pages[pi];
+        const Page& pg = *rp.pages[pi];
         const int64_t r0 = t - pg.start;
         const int64_t n = std::min({kKeyBlock - tokens, pg.length - r0, past_end - t});
         gr.slices[gr.count++] = {&pg, r0, n};
@@ -248,13 +266,13 @@ class BlockedAttention {
     // hardware prefetcher restarts at every 4 KiB page and every head's rows).
     auto prefetch = [&](const Group& gr, int64_t kh) {
       for (int k = 0; k < gr.count; ++k) {
-        gr.slices[k].page->key.Prefetch(b, kh, gr.slices[k].r0, gr.slices[k].n);
-        gr.slices[k].page->value.Prefetch(b, kh, gr.slices[k].r0, gr.slices[k].n);
+        gr.slices[k].page->key.Prefetch(pb, kh, gr.slices[k].r0, gr.slices[k].n);
+        gr.slices[k].page->value.Prefetch(pb, kh, gr.slices[k].r0, gr.slices[k].n);
       }
     };
     Group groups[2];
     int64_t t = t0;
-    size_t pi = t < past_end ? c_.PageAt(t) : 0;
+    size_t pi = t < past_end ? rp.PageAt(t) : 0;
     next_group(t, pi, groups[0]);
     for (int cur = 0; groups[cur].count > 0; cur ^= 1) {
       const Group& gr = groups[cur];
@@ -267,10 +285,10 @@ class BlockedAttention {
           const Slice& sl = gr.slices[k];
           CodeRows& kr = blk.keys[blk.runs];
           CodeRows& vr = blk.values[blk.runs];
-          if (!sl.page->key.CodeRowsAt(b, kh, sl.r0, sl.n, &kr))
-            kr = dense(sl.page->key.Rows(b, kh, sl.r0, sl.n, kbuf + blk.tokens * dk), sl.n);
-          if (!sl.page->value.CodeRowsAt(b, kh, sl.r0, sl.n, &vr))
-            vr = dense(sl.page->value.Rows(b, kh, sl.r0, sl.n, vbuf + blk.tokens * dv), sl.n);
+          if (!sl.page->key.CodeRowsAt(pb, kh, sl.r0, sl.n, &kr))
+            kr = dense(sl.page->key.Rows(pb, kh, sl.r0, sl.n, kbuf + blk.tokens * dk), sl.n);
+          if (!sl.page->value.CodeRowsAt(pb, kh, sl.r0, sl.n, &vr))
+            vr = dense(sl.page->value.Rows(pb, kh, sl.r0, sl.n, vbuf + blk.tokens * dv), sl.n);
           // The spec's dequantized_bytes: FLOAT bytes of the visible quantized tokens, per
           // query (what reading them as FLOAT stands for, in registers or in a buffer).
           if (sl.page->key.quantized()) decoded += static_cast<size_t>(sl.n * dk) * sizeof(float);
@@ -282,11 +300,11 @@ class BlockedAttention {
       }
     }
     // The current tokens, as FLOAT; those stored quantized count as their decoded reads.
-    for (t = std::max(t0, c_.past); t < t1;) {
-      const int64_t n = std::min(kKeyBlock, t1 - t), r = t - c_.past;
+    for (t = std::max(t0, rp.past); t < t1;) {
+      const int64_t n = std::min(kKeyBlock, t1 - t), r = t - rp.past;
       for (int64_t kh = 0; kh < c_.kv_heads; ++kh) {
-        if (c_.key_format.affine()) decoded += static_cast<size_t>(n * dk) * sizeof(float);
-        if (c_.value_format.affine()) decoded += static_cast<size_t>(n * dv) * sizeof(float);
+        if (rp.key_format.affine()) decoded += static_cast<size_t>(n * dk) * sizeof(float);
+        if (rp.value_format.affine()) decoded += static_cast<size_t>(n * dv) * sizeof(float);
         blk.keys[0] = dense(c_.CurrentKey(b, kh, r), n);
         blk.values[0] = dense(c_.CurrentValue(b, kh, r), n);
         blk.runs = 1;
@@ -358,7 +376,8 @@ size_t SmallAttention(const Call& c, float* y, size_t* decoded) {
       for (int64_t i = 0; i < c.len; ++i) {
         const int64_t kh = h / c.group;
         const float* q = c.Query(b, h, i);
-        const auto [lo, hi] = c.Visible(i);
+        const auto [lo, hi] = c.Visible(b, i);
+        const PagedAttention::RowPast& rp = c.Row(b);
         Partial state[2];
         for (float* o : parts) std::fill(o, o + c.dv, 0.0f);
         auto add = [&](int part, auto key_at, auto value_at) {
@@ -374,20 +393,20 @@ size_t SmallAttention(const Call& c, float* y, size_t* decoded) {
           for (int64_t d = 0; d < c.dv; ++d) o[d] = o[d] * r + w * value_at(d);
           p.max = m;
         };
-        for (int64_t t = lo; t < std::min(hi, c.past); ++t) {
-          const Page& pg = *c.pages[c.PageAt(t)];
+        for (int64_t t = lo; t < std::min(hi, rp.past); ++t) {
+          const Page& pg = *rp.pages[rp.PageAt(t)];
           const int64_t r = t - pg.start;
           if (pg.key.quantized()) *decoded += static_cast<size_t>(c.dk) * sizeof(float);
           if (pg.value.quantized()) *decoded += static_cast<size_t>(c.dv) * sizeof(float);
           add(
-              0, [&](int64_t d) { return pg.key.At(b, kh, r, d); },
-              [&](int64_t d) { return pg.value.At(b, kh, r, d); });
+              0, [&](int64_t d) { return pg.key.At(c.PageBatch(b), kh, r, d); },
+              [&](int64_t d) { return pg.value.At(c.PageBatch(b), kh, r, d); });
         }
-        for (int64_t t = std::max(lo, c.past); t < hi; ++t) {
-          const float* kr = c.CurrentKey(b, kh, t - c.past);
-          const float* vr = c.CurrentValue(b, kh, t - c.past);
-          if (c.key_format.affine()) *decoded += static_cast<size_t>(c.dk) * sizeof(float);
-          if (c.value_format.affine()) *decoded += static_cast<size_t>(c.dv) * sizeof(float);
+        for (int64_t t = std::max(lo, rp.past); t < hi; ++t) {
+          const float* kr = c.CurrentKey(b, kh, t - rp.past);
+          const float* vr = c.CurrentValue(b, kh, t - rp.past);
+          if (rp.key_format.affine()) *decoded += static_cast<size_t>(c.dk) * sizeof(float);
+          if (rp.value_format.affine()) *decoded += static_cast<size_t>(c.dv) * sizeof(float);
           add(
               1, [&](int64_t d) { return kr[d]; }, [&](int64_t d) { return vr[d]; });
         }
@@ -424,6 +443,17 @@ RuntimeValue PagedAttention::EmptyCache() {
   return RuntimeValue::Struct(std::string(), std::move(fields));
 }
 
+RuntimeValue PagedAttention::AssembleRows(std::vector<RuntimeValue> caches) {
+  return RuntimeValue::Sequence(RuntimeSequence::FromValues(std::move(caches)));
+}
+
+std::vector<RuntimeValue> PagedAttention::SplitRows(const RuntimeValue& rows) {
+  OL_CHECK(rows.is_sequence(), ErrorCode::kInvalidArgument,
+           std::string("PagedAttention::SplitRows: expected a sequence of row caches, got a ") +
+               RuntimeValue::KindName(rows.kind()));
+  return rows.elements().ToVector();
+}
+
 void PagedAttention::Configure(const NodeProto& node) {
   where_ = core::runtime::NodeLabel(node);
   for (const auto& a : node.attribute())
@@ -453,14 +483,30 @@ void PagedAttention::Configure(const NodeProto& node) {
   is_causal_ = causal == 1;
 }
 
-void PagedAttention::AnalysePages(const RuntimeValue& past, Call& c) const {
-  c.blocks = ops::ai_rt::CacheBlocks(past, where_ + ": past");
-  const auto& items = c.blocks;
-  c.pages.resize(items.size());
+// "past" for a single cache, "past[3]" for batch row 3's cache (built on failure only).
+std::string PagedAttention::PastName(int64_t row) const {
+  std::string name = where_ + ": past";
+  if (row >= 0) {
+    name += '[';
+    name += std::to_string(row);
+    name += ']';
+  }
+  return name;
+}
+
+void PagedAttention::AnalysePages(const RuntimeValue& cache, int64_t row, RowPast& rp,
+                                  Call& c) const {
+  rp.blocks = ops::ai_rt::CacheBlocks(
+      cache, row < 0 ? where_ + ": past"
+                     : PastName(row) + " (row " + std::to_string(row) + " of the batch's caches)");
+  const auto& items = rp.blocks;
+  rp.pages.resize(items.size());
+  // A single cache's pages hold every batch row; a row cache's, its row alone.
+  const int64_t page_batch = row < 0 ? c.batch : 1;
   std::lock_guard<std::mutex> lock(memo_->mutex);
   for (size_t i = 0; i < items.size(); ++i) {
     // Messages are built only on failure: no string per page per call.
-    auto where = [&] { return where_ + ": past.blocks[" + std::to_string(i) + "]"; };
+    auto where = [&] { return PastName(row) + ".blocks[" + std::to_string(i) + "]"; };
     auto it = memo_->entries.find(items[i].get());
     std::shared_ptr<const Page> shared;
     if (it != memo_->entries.end() && it->second.block.lock() == items[i]) {
@@ -472,24 +518,67 @@ void PagedAttention::AnalysePages(const RuntimeValue& past, Call& c) const {
     }
     const Page& page = *shared;
     // What depends on this call: the position in the sequence and the input shapes.
-    OL_CHECK(page.start == c.past, ErrorCode::kInvalidArgument,
+    OL_CHECK(page.start == rp.past, ErrorCode::kInvalidArgument,
              where() + ": start " + std::to_string(page.start) + " is not contiguous (expected " +
-                 std::to_string(c.past) + ")");
+                 std::to_string(rp.past) + ")");
     const Shape& kd = page.key.dims();
     const Shape& vd = page.value.dims();
-    OL_CHECK(kd[0] == c.batch && vd[0] == c.batch && kd[1] == c.kv_heads && vd[1] == c.kv_heads &&
-                 kd[3] == c.dk && vd[3] == c.dv,
+    OL_CHECK(kd[0] == page_batch && vd[0] == page_batch && kd[1] == c.kv_heads &&
+                 vd[1] == c.kv_heads && kd[3] == c.dk && vd[3] == c.dv,
              ErrorCode::kInvalidArgument,
              where() + ": key " + ShapeToString(kd) + " and value " + ShapeToString(vd) +
-                 " pages do not fit K/V of [" + std::to_string(c.batch) + ", " +
+                 " pages do not fit K/V of [" + std::to_string(page_batch) + ", " +
                  std::to_string(c.kv_heads) + ", *, " + std::to_string(c.dk) + "/" +
-                 std::to_string(c.dv) + "]");
-    c.past += page.length;
-    c.pages[i] = std::move(shared);
+                 std::to_string(c.dv) + "]" + (row < 0 ? "" : " (one batch row per row cache)"));
+    rp.past += page.length;
+    rp.pages[i] = std::move(shared);
   }
   if (memo_->entries.size() >= memo_->prune_at) {
     std::erase_if(memo_->entries, [](const auto& e) { return e.second.block.expired(); });
     memo_->prune_at = std::max<size_t>(256, 2 * memo_->entries.size());
+  }
+}
+
+void PagedAttention::AnalysePast(const RuntimeValue& past, const Tensor& k, const Tensor& v,
+                                 core::runtime::PagedTail tail, Call& c) const {
+  c.per_row = past.is_sequence();
+  if (c.per_row) {
+    const RuntimeSequence& caches = past.elements();
+    OL_CHECK(static_cast<int64_t>(caches.size()) == c.batch, ErrorCode::kInvalidArgument,
+             where_ + ": past holds " + std::to_string(caches.size()) +
+                 " row caches but Q/K/V have batch " + std::to_string(c.batch) +
+                 " (a sequence past has one paged cache per batch row)");
+  }
+  c.rows.resize(static_cast<size_t>(c.per_row ? c.batch : 1));
+  for (size_t r = 0; r < c.rows.size(); ++r) {
+    RowPast& rp = c.rows[r];
+    const int64_t row = c.per_row ? static_cast<int64_t>(r) : -1;
+    AnalysePages(c.per_row ? past.elements()[r] : past, row, rp, c);
+    OL_CHECK(rp.past + c.len <= max_tokens_, ErrorCode::kInvalidArgument,
+             PastName(row) + ": " + std::to_string(rp.past) + " retained + " +
+                 std::to_string(c.len) + " new tokens exceed max_tokens " +
+                 std::to_string(max_tokens_));
+    // The selector sees the K/V of the row (every row for a single cache) and its length.
+    Formats formats{};
+    if (select_formats_) {
+      if (!c.per_row) {
+        formats = select_formats_(k, v, rp.past);
+      } else {
+        auto row_of = [&](const Tensor& t) {
+          const int64_t n = t.numel() / c.batch;
+          const auto* base = static_cast<const std::byte*>(t.raw_data());
+          const size_t bytes = static_cast<size_t>(n) * core::StorageBytes(t.dtype(), 1);
+          return Tensor::Borrow(t.name(), t.dtype(), {1, t.dim(1), t.dim(2), t.dim(3)},
+                                base + r * bytes, t.owner());
+        };
+        formats = select_formats_(row_of(k), row_of(v), rp.past);
+      }
+    }
+    rp.key_format = ToPageFormat(formats.key);
+    rp.value_format = ToPageFormat(formats.value);
+    ops::ai_rt::CheckPageFormat(rp.key_format, where_ + ": key format");
+    ops::ai_rt::CheckPageFormat(rp.value_format, where_ + ": value format");
+    rp.tail = tail;
   }
 }
 
@@ -538,17 +627,7 @@ PagedAttention::Result PagedAttention::Run(const Tensor& q, const Tensor& k, con
                "heads must be a multiple of K/V's");
   c.group = c.heads / c.kv_heads;
   c.scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
-  AnalysePages(past, c);
-  OL_CHECK(c.past + c.len <= max_tokens_, ErrorCode::kInvalidArgument,
-           where_ + ": " + std::to_string(c.past) + " retained + " + std::to_string(c.len) +
-               " new tokens exceed max_tokens " + std::to_string(max_tokens_));
-  const Tensor& kc = dense[1];
-  const Tensor& vc = dense[2];
-  const Formats formats = select_formats_ ? select_formats_(kc, vc, c.past) : Formats{};
-  c.key_format = ToPageFormat(formats.key);
-  c.value_format = ToPageFormat(formats.value);
-  ops::ai_rt::CheckPageFormat(c.key_format, where_ + ": key format");
-  ops::ai_rt::CheckPageFormat(c.value_format, where_ + ": value format");
+  AnalysePast(past, dense[1], dense[2], tail, c);
   c.q = std::move(floats[0]);
   c.k = std::move(floats[1]);
   c.v = std::move(floats[2]);
@@ -578,30 +657,44 @@ PagedAttention::Result PagedAttention::Run(const Tensor& q, const Tensor& k, con
   }
   c.stats.peak_workspace_bytes = workspace;
 
-  result.present = Append(past, c, allocator, tail);
+  if (!c.per_row) {
+    result.present = Append(past, c.rows.front(), 0, c, allocator);
+  } else {  // each row cache extended by its own tokens; the sequence keeps past's type
+    std::vector<RuntimeValue> present;
+    present.reserve(c.rows.size());
+    for (size_t r = 0; r < c.rows.size(); ++r)
+      present.push_back(
+          Append(past.elements()[r], c.rows[r], static_cast<int64_t>(r), c, allocator));
+    result.present = RuntimeValue::Sequence(RuntimeSequence::FromValues(std::move(present)),
+                                            past.sequence_elem_type());
+  }
   result.y = std::move(y);
   result.statistics = c.stats;
   return result;
 }
 
-RuntimeValue PagedAttention::Append(const RuntimeValue& past, Call& c, Allocator& allocator,
-                                    core::runtime::PagedTail tail) const {
+RuntimeValue PagedAttention::Append(const RuntimeValue& cache, const RowPast& rp, int64_t row,
+                                    Call& c, Allocator& allocator) const {
   using core::runtime::PagedTail;
-  RuntimeSequence seq = past.fields().front().second.elements();
+  RuntimeSequence seq = cache.fields().front().second.elements();
+  // A single cache's pages take every batch row's tokens; a row cache's, row `row`'s.
+  const int64_t batch = c.per_row ? 1 : c.batch;
+  const float* k0 = c.k.data + row * c.kv_heads * c.len * c.dk;
+  const float* v0 = c.v.data + row * c.kv_heads * c.len * c.dv;
   auto rows = [&](int64_t t0) {  // the current K and V from token t0 on
     return std::pair{
-        ops::ai_rt::RowSource{c.k.data + t0 * c.dk, c.kv_heads * c.len * c.dk, c.len * c.dk},
-        ops::ai_rt::RowSource{c.v.data + t0 * c.dv, c.kv_heads * c.len * c.dv, c.len * c.dv}};
+        ops::ai_rt::RowSource{k0 + t0 * c.dk, c.kv_heads * c.len * c.dk, c.len * c.dk},
+        ops::ai_rt::RowSource{v0 + t0 * c.dv, c.kv_heads * c.len * c.dv, c.len * c.dv}};
   };
   int64_t t0 = 0;
-  if (tail == PagedTail::kExclusive && !c.pages.empty()) {
+  if (rp.tail == PagedTail::kExclusive && !rp.pages.empty()) {
     // Nobody else can see the last page: fill its spare rows when it has the same formats.
-    const Page& last = *c.pages.back();
-    const RuntimeValue& block = *c.blocks.back();
+    const Page& last = *rp.pages.back();
+    const RuntimeValue& block = *rp.blocks.back();
     const ops::ai_rt::PageFormat* kf = ops::ai_rt::WritablePageFormat(block.field("key"));
     const ops::ai_rt::PageFormat* vf = ops::ai_rt::WritablePageFormat(block.field("value"));
     const int64_t n = std::min(last.key.capacity() - last.length, c.len);
-    if (kf != nullptr && vf != nullptr && *kf == c.key_format && *vf == c.value_format && n > 0) {
+    if (kf != nullptr && vf != nullptr && *kf == rp.key_format && *vf == rp.value_format && n > 0) {
       const auto [ks, vs] = rows(0);
       ops::ai_rt::WriteRows(block.field("key"), ks, last.length, n, &c.stats.copied_bytes);
       ops::ai_rt::WriteRows(block.field("value"), vs, last.length, n, &c.stats.copied_bytes);
@@ -613,16 +706,16 @@ RuntimeValue PagedAttention::Append(const RuntimeValue& past, Call& c, Allocator
   for (; t0 < c.len; t0 += block_size_) {
     const int64_t n = std::min(block_size_, c.len - t0);
     // In a state's run the page keeps room to be filled by the next calls.
-    const int64_t capacity = tail == PagedTail::kNone ? n : block_size_;
+    const int64_t capacity = rp.tail == PagedTail::kNone ? n : block_size_;
     const auto [ks, vs] = rows(t0);
     seq.PushBack(ops::ai_rt::MakeBlock(
-        c.past + t0, n,
-        ops::ai_rt::EncodePage(c.key_format, ks, c.batch, c.kv_heads, capacity, c.dk, n, allocator,
+        rp.past + t0, n,
+        ops::ai_rt::EncodePage(rp.key_format, ks, batch, c.kv_heads, capacity, c.dk, n, allocator,
                                &c.stats.copied_bytes),
-        ops::ai_rt::EncodePage(c.value_format, vs, c.batch, c.kv_heads, capacity, c.dv, n,
-                               allocator, &c.stats.copied_bytes)));
+        ops::ai_rt::EncodePage(rp.value_format, vs, batch, c.kv_heads, capacity, c.dv, n, allocator,
+                               &c.stats.copied_bytes)));
   }
-  return ops::ai_rt::WithBlocks(past, std::move(seq));
+  return ops::ai_rt::WithBlocks(cache, std::move(seq));
 }
 
 void PagedAttention::Compute(KernelCall& call) const {

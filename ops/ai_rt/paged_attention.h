@@ -9,6 +9,12 @@
 // One page holds every KV head (and every batch row) of its token range, so the metadata
 // does not grow with the head count; starts are contiguous from 0; `length` is the valid
 // prefix of the page's capacity.
+//
+// Rows with their own caches (continuous batching, docs/paged-cache.md): `past` may also be
+// a sequence of paged caches, one per batch row, each with its own length, pages and
+// formats (payloads [1, kv_heads, capacity, width]). Row b's queries sit at positions from
+// its own length and attend only its own pages plus its new tokens; `present` is the
+// sequence of the rows' extended caches. Assembling and splitting move owner handles.
 #pragma once
 
 #include <atomic>
@@ -18,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "executor/kernel.h"
 #include "executor/persistent_append.h"
@@ -70,8 +77,13 @@ class PagedAttention final : public core::runtime::KernelBase {
 
   // The empty cache a request starts from: {"blocks": []}.
   static RuntimeValue EmptyCache();
+  // The `past` of a batch whose row b is `caches[b]` (a sequence of the caches' handles: no
+  // page is copied), and the row caches of a sequence `present` (handles again).
+  static RuntimeValue AssembleRows(std::vector<RuntimeValue> caches);
+  static std::vector<RuntimeValue> SplitRows(const RuntimeValue& rows);
 
-  // The direct call: Q [B, H, L, D], K [B, Hkv, L, D], V [B, Hkv, L, Dv], past a paged cache.
+  // The direct call: Q [B, H, L, D], K [B, Hkv, L, D], V [B, Hkv, L, Dv], past a paged cache
+  // or a sequence of B row caches (AssembleRows).
   // New pages and Y come from `allocator`. Throws kInvalidArgument naming the bad input.
   Result Run(const Tensor& q, const Tensor& k, const Tensor& v, const RuntimeValue& past,
              Allocator& allocator) const;
@@ -79,7 +91,7 @@ class PagedAttention final : public core::runtime::KernelBase {
   // The same, told what it may do with past's last page (Compute asks the running state:
   // core::runtime::PagedTail). Without a state (kNone) new pages hold just their tokens;
   // with one they get block_size rows of capacity, and kExclusive lets the call fill the
-  // last page's spare rows in place instead of adding a page.
+  // last page's spare rows in place instead of adding a page (for row caches: every row's).
   Result Run(const Tensor& q, const Tensor& k, const Tensor& v, const RuntimeValue& past,
              Allocator& allocator, core::runtime::PagedTail tail) const;
 
@@ -92,16 +104,24 @@ class PagedAttention final : public core::runtime::KernelBase {
 
   // Implementation types (paged_attention.cc).
   struct PageMemo;
+  struct RowPast;
   struct Call;
 
  protected:
   void Configure(const NodeProto& node) override;
 
- private:  // Validated page views of `past`, from the memo when the page was seen before.
-  void AnalysePages(const RuntimeValue& past, Call& call) const;
-  // present: past's blocks shared, the current tokens appended (see Run).
-  RuntimeValue Append(const RuntimeValue& past, Call& call, Allocator& allocator,
-                      core::runtime::PagedTail tail) const;
+ private:
+  // The rows' pasts (one for a single cache), their page formats and tails.
+  void AnalysePast(const RuntimeValue& past, const Tensor& k, const Tensor& v,
+                   core::runtime::PagedTail tail, Call& call) const;
+  // Validated page views of `cache` (batch row `row`'s, or -1: the single cache), from the
+  // memo when the page was seen before.
+  void AnalysePages(const RuntimeValue& cache, int64_t row, RowPast& rp, Call& call) const;
+  std::string PastName(int64_t row) const;
+  // `cache` with its blocks shared and row `row`'s current tokens (every row's for a single
+  // cache) appended (see Run).
+  RuntimeValue Append(const RuntimeValue& cache, const RowPast& rp, int64_t row, Call& call,
+                      Allocator& allocator) const;
 
   FormatSelector select_formats_;
   int64_t block_size_ = 16;
