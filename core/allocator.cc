@@ -10,12 +10,48 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
 #include "core/fault_injection.h"
 
 namespace onnx_light::core::runtime {
+
+namespace {
+thread_local RunBudget* tls_run_budget = nullptr;
+}  // namespace
+
+void RunBudget::Charge(size_t bytes) {
+  const size_t before = live_.fetch_add(bytes, std::memory_order_relaxed);
+  if (bytes > limit_ || before > limit_ - bytes) {
+    live_.fetch_sub(bytes, std::memory_order_relaxed);
+    Throw(ErrorCode::kResourceExhausted,
+          "allocating " + std::to_string(bytes) + " bytes would bring this run's live " +
+              "allocations from " + std::to_string(before) +
+              " bytes to more than max_run_bytes = " + std::to_string(limit_));
+  }
+  const size_t live = before + bytes;
+  size_t peak = peak_.load(std::memory_order_relaxed);
+  while (live > peak && !peak_.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+}
+
+RunCharge RunCharge::Take(size_t bytes) {
+  RunCharge charge;
+  if (tls_run_budget == nullptr) return charge;
+  tls_run_budget->Charge(bytes);
+  charge.budget_ = tls_run_budget->shared_from_this();
+  charge.bytes_ = bytes;
+  return charge;
+}
+
+ScopedRunBudget::ScopedRunBudget(RunBudget* budget) : previous_(tls_run_budget) {
+  tls_run_budget = budget;
+}
+
+ScopedRunBudget::~ScopedRunBudget() { tls_run_budget = previous_; }
 
 namespace {
 
@@ -162,6 +198,7 @@ std::shared_ptr<void> HeapAllocator::Allocate(size_t bytes) {
   constexpr size_t kAlign = 64;
   fault_injection::Check(FaultSite::kAllocation);
   const size_t rounded = RoundedSize(bytes);
+  RunCharge charge = RunCharge::Take(bytes);  // before anything is taken: a refusal undoes nothing
   void* p = nullptr;
   size_t block_bytes = rounded;
   if (rounded < kLargeBlockBytes) {
@@ -188,7 +225,10 @@ std::shared_ptr<void> HeapAllocator::Allocate(size_t bytes) {
   size_t peak = peak_.load(std::memory_order_relaxed);
   while (live > peak && !peak_.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
   }
-  return std::shared_ptr<void>(p, [this, rounded](void* q) { Release(q, rounded); });
+  return std::shared_ptr<void>(p, [this, rounded, charge = std::move(charge)](void* q) mutable {
+    charge.Refund();
+    Release(q, rounded);
+  });
 }
 
 void HeapAllocator::Release(void* p, size_t rounded) {

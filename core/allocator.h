@@ -9,6 +9,59 @@
 
 namespace onnx_light::core::runtime {
 
+// A run's memory limit (RuntimeSessionOptions::max_run_bytes): the requested bytes of the
+// allocations made while the run executes that are still live, held to `limit`. The
+// executor installs it on each thread that runs one of the run's nodes (ScopedRunBudget);
+// HeapAllocator and IoArena charge every request against it and refund the bytes when the
+// last owner dies, which may be after the run (outputs, retained state): owners share it.
+class RunBudget : public std::enable_shared_from_this<RunBudget> {
+ public:
+  explicit RunBudget(size_t limit) : limit_(limit) {}
+  // Throws Error(kResourceExhausted) naming `bytes`, the total and the limit when `bytes`
+  // more would pass the limit (nothing is charged then).
+  void Charge(size_t bytes);
+  void Refund(size_t bytes) { live_.fetch_sub(bytes, std::memory_order_relaxed); }
+  size_t live_bytes() const { return live_.load(std::memory_order_relaxed); }
+  size_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
+  size_t limit() const { return limit_; }
+
+ private:
+  const size_t limit_;
+  std::atomic<size_t> live_{0};
+  std::atomic<size_t> peak_{0};
+};
+
+// One allocation's charge: taken from this thread's budget (none outside a limited run),
+// refunded once by Refund() or the destructor. Allocators keep it in the owner's deleter.
+class RunCharge {
+ public:
+  static RunCharge Take(size_t bytes);  // throws as RunBudget::Charge
+  RunCharge() = default;
+  RunCharge(RunCharge&& other) noexcept = default;
+  RunCharge& operator=(RunCharge&&) = delete;
+  ~RunCharge() { Refund(); }
+  void Refund() {
+    if (budget_) budget_->Refund(bytes_);
+    budget_.reset();
+  }
+
+ private:
+  std::shared_ptr<RunBudget> budget_;
+  size_t bytes_ = 0;
+};
+
+// Installs `budget` (may be null) as this thread's for its lifetime; restores the previous.
+class ScopedRunBudget {
+ public:
+  explicit ScopedRunBudget(RunBudget* budget);
+  ~ScopedRunBudget();
+  ScopedRunBudget(const ScopedRunBudget&) = delete;
+  ScopedRunBudget& operator=(const ScopedRunBudget&) = delete;
+
+ private:
+  RunBudget* previous_;
+};
+
 class Allocator {
  public:
   virtual ~Allocator() = default;

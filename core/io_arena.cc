@@ -81,6 +81,7 @@ std::shared_ptr<void> IoArena::Allocate(size_t bytes) {
   fault_injection::Check(FaultSite::kAllocation);
   const size_t class_bytes = SizeClass(bytes);
   const size_t cls = static_cast<size_t>(std::countr_zero(class_bytes));
+  RunCharge charge = RunCharge::Take(bytes);  // before anything is taken: a refusal undoes nothing
   Pool& pool = *pool_;
   pool.allocations.fetch_add(1, std::memory_order_relaxed);
   pool.requested_bytes.fetch_add(bytes, std::memory_order_relaxed);
@@ -111,7 +112,10 @@ std::shared_ptr<void> IoArena::Allocate(size_t bytes) {
   }
   // If the control block cannot be allocated, shared_ptr runs the deleter: the block goes
   // back to the pool rather than leaking.
-  return std::shared_ptr<void>(p, [pool = pool_, cls](void* q) { pool->Release(q, cls); });
+  return std::shared_ptr<void>(p, [pool = pool_, cls, charge = std::move(charge)](void* q) mutable {
+    charge.Refund();
+    pool->Release(q, cls);
+  });
 }
 
 size_t IoArena::live_bytes() const { return pool_->live_bytes.load(std::memory_order_relaxed); }

@@ -22,8 +22,9 @@ FlowGraphExecutor::FlowGraphExecutor(const GraphPlan& plan)
 void FlowGraphExecutor::Body(size_t index) {
   if (failed_.load(std::memory_order_acquire)) return;
   try {
-    // Kernels run on the arena's threads: the run's tensor size limit is set on each.
+    // Kernels run on the arena's threads: the run's size and memory limits are set on each.
     ScopedMaxTensorBytes scope(options_->max_tensor_bytes);
+    ScopedRunBudget run_budget(options_->run_budget);
     RunPlanNode(plan_, index, *frame_, *context_, *options_, /*concurrent=*/true);
   } catch (...) {
     bool expected = false;

@@ -46,6 +46,9 @@ struct RunOptions {
   // Largest tensor a kernel may allocate in this run (core/checked_math.h); 0 = the process
   // default. RuntimeSession::Execute sets it from RuntimeSessionOptions::max_tensor_bytes.
   size_t max_tensor_bytes = 0;
+  // The run's memory limit (RuntimeSessionOptions::max_run_bytes), installed on every
+  // thread that runs a node; null = none. Set by RuntimeSession::Execute.
+  RunBudget* run_budget = nullptr;
   // Where each node's wall time is added (RuntimeSessionOptions::profile); null: not timed
   // unless events are enabled.
   NodeProfile* profile = nullptr;

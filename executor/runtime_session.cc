@@ -204,11 +204,16 @@ void RuntimeSession::Execute(RuntimeContext& context, RunFrame& frame,
   run_options.cancel_requested = child.cancel_requested();
   run_options.last_position_outputs = options.last_position_outputs;
   run_options.max_tensor_bytes = limit;
+  // Shared with the run's allocations, which refund it when they die (maybe after the run).
+  const std::shared_ptr<RunBudget> budget =
+      options_.max_run_bytes == 0 ? nullptr : std::make_shared<RunBudget>(options_.max_run_bytes);
+  run_options.run_budget = budget.get();
   run_options.profile = impl_->profile.get();
   if (run_options.profile != nullptr) run_options.profile->AddRun();
   if (executor_for(plan) == RuntimeSessionOptions::ExecutorMode::kInline) {
     impl_->arena.execute([&] {
       ScopedMaxTensorBytes scope(limit);
+      ScopedRunBudget run_budget(budget.get());
       ExecuteInline(plan, frame, child, run_options);
     });
     return;

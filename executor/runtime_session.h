@@ -58,6 +58,12 @@ struct RuntimeSessionOptions {
   // kResourceExhausted naming the node and the size instead of exhausting the machine.
   // Default: half the physical memory (core::DefaultMaxTensorBytes()); 0 = unlimited.
   size_t max_tensor_bytes = DefaultMaxTensorBytes();
+  // Most bytes one run may hold allocated at once: the requested sizes of the live
+  // allocations the run's nodes made through HeapAllocator or IoArena (kernel outputs and
+  // scratch, dense copies, grown caches), counted until their last owner dies. An
+  // allocation past it fails with kResourceExhausted naming the node, the size and the
+  // limit; the run publishes nothing. 0 (the default) = unlimited, at no cost.
+  size_t max_run_bytes = 0;
   // Time every node of every run and keep the totals per node (RuntimeSession::profile()).
   bool profile = false;
 

@@ -372,7 +372,8 @@ void RegisterSession(py::module_& runtime) {
   py::class_<RuntimeSessionOptions>(runtime, "RuntimeSessionOptions")
       .def(py::init([](int intra_op_threads, py::object capacity, const std::string& executor,
                        bool fold_constants, bool fuse_subgraphs, py::object max_tensor_bytes,
-                       bool profile, int dequantize_matmul_accuracy_level) {
+                       bool profile, int dequantize_matmul_accuracy_level,
+                       py::object max_run_bytes) {
              if (intra_op_threads < 0)
                throw py::value_error("intra_op_threads must be >= 0, got " +
                                      std::to_string(intra_op_threads));
@@ -384,6 +385,8 @@ void RegisterSession(py::module_& runtime) {
              o.fuse_subgraphs = fuse_subgraphs;
              if (!max_tensor_bytes.is_none())
                o.max_tensor_bytes = SizeFromPython(max_tensor_bytes, "max_tensor_bytes");
+             if (!max_run_bytes.is_none())
+               o.max_run_bytes = SizeFromPython(max_run_bytes, "max_run_bytes");
              o.profile = profile;
              o.dequantize_matmul_accuracy_level = dequantize_matmul_accuracy_level;
              return o;
@@ -392,11 +395,14 @@ void RegisterSession(py::module_& runtime) {
            py::arg("persistent_tensor_initial_capacity") = 32, py::arg("executor") = "auto",
            py::arg("fold_constants") = true, py::arg("fuse_subgraphs") = true,
            py::arg("max_tensor_bytes") = py::none(), py::arg("profile") = false,
-           py::arg("dequantize_matmul_accuracy_level") = 0,
+           py::arg("dequantize_matmul_accuracy_level") = 0, py::arg("max_run_bytes") = py::none(),
            "max_tensor_bytes: the largest tensor one allocation of a run may request (None: "
            "half the physical memory; 0: unlimited); a larger one raises MemoryError naming "
-           "the node and the size. profile: time every node of every run; the session's (or "
-           "state's) profile() gives the totals, onnx_light.profiling.profile_table a table. "
+           "the node and the size. max_run_bytes: the most bytes one run may hold allocated "
+           "at once (None or 0: unlimited); an allocation past it raises MemoryError naming "
+           "the node, the size and the limit, and a state publishes nothing. profile: time "
+           "every node of every run; the session's (or state's) profile() gives the totals, "
+           "onnx_light.profiling.profile_table a table. "
            "dequantize_matmul_accuracy_level: 0 computes MatMul(A, DequantizeLinear(W)) "
            "exactly in float; 4 quantizes A to int8 per 32 values, as onnxruntime does.")
       .def_readwrite("profile", &RuntimeSessionOptions::profile,
@@ -409,6 +415,12 @@ void RegisterSession(py::module_& runtime) {
           [](RuntimeSessionOptions& o, py::object v) {
             o.max_tensor_bytes = SizeFromPython(v, "max_tensor_bytes");
           })
+      .def_property(
+          "max_run_bytes", [](const RuntimeSessionOptions& o) { return o.max_run_bytes; },
+          [](RuntimeSessionOptions& o, py::object v) {
+            o.max_run_bytes = v.is_none() ? 0 : SizeFromPython(v, "max_run_bytes");
+          },
+          "Most bytes one run may hold allocated at once (0: unlimited).")
       .def_readwrite("fold_constants", &RuntimeSessionOptions::fold_constants,
                      "Evaluate constant-only subgraphs once, when the plan is built.")
       .def_readwrite("fuse_subgraphs", &RuntimeSessionOptions::fuse_subgraphs,
@@ -438,6 +450,7 @@ void RegisterSession(py::module_& runtime) {
                "', fold_constants=" + (o.fold_constants ? "True" : "False") +
                ", fuse_subgraphs=" + (o.fuse_subgraphs ? "True" : "False") +
                ", max_tensor_bytes=" + std::to_string(o.max_tensor_bytes) +
+               (o.max_run_bytes ? ", max_run_bytes=" + std::to_string(o.max_run_bytes) : "") +
                (o.profile ? ", profile=True" : "") +
                (o.dequantize_matmul_accuracy_level
                     ? ", dequantize_matmul_accuracy_level=" +

@@ -134,3 +134,68 @@ def test_an_allocation_failure_in_a_node_is_a_memory_error_naming_the_node():
     runtime.arm_fault("allocation", 0)  # the step's first allocation, inside some node
     with pytest.raises(MemoryError, match=r"^\w+ node '[^']*': out of memory \(an allocation failed\)"):
         step(state, context, ids, start)
+
+
+# --- a run's memory limit (RuntimeSessionOptions.max_run_bytes) ----------------------------
+
+def test_max_run_bytes_option_is_a_nonnegative_int_defaulting_to_unlimited():
+    assert runtime.RuntimeSessionOptions().max_run_bytes == 0
+    options = runtime.RuntimeSessionOptions(max_run_bytes=1 << 20)
+    assert options.max_run_bytes == 1 << 20 and "max_run_bytes=1048576" in repr(options)
+    options.max_run_bytes = None
+    assert options.max_run_bytes == 0
+    with pytest.raises(ValueError, match="max_run_bytes must be nonnegative"):
+        runtime.RuntimeSessionOptions(max_run_bytes=-1)
+    with pytest.raises(TypeError, match="max_run_bytes must be an int"):
+        runtime.RuntimeSessionOptions(max_run_bytes=1.5)
+
+
+def demo_state(session):
+    from onnx_light.models.tiny_decoder import TinyDecoderConfig, empty_cache
+    return runtime.PersistentValueState(session, empty_cache(TinyDecoderConfig()))
+
+
+def demo_step(state, context, tokens, start):
+    ids = np.array([tokens], np.int64)
+    out = state.run(context, {"input_ids": ids,
+                              "position_ids": np.arange(start, start + len(tokens))[None]},
+                    output_names=["logits"])
+    return np.from_dlpack(out["logits"]).copy()
+
+
+@pytest.mark.parametrize("executor", ["inline", "flow_graph"])
+def test_a_run_past_max_run_bytes_fails_naming_the_node_and_leaves_the_state_unchanged(executor):
+    """The demo decoder with a 320 KiB limit (one intra-op thread, so scratch does not depend
+    on the core count): a 4-token prompt and single-token steps fit; a 128-token chunk needs
+    more at once. The refused chunk publishes nothing, the next step runs, and a state on a
+    session with the limit raised runs the chunk from the same values."""
+    from onnx_light.models.tiny_decoder import TinyDecoderConfig, build_tiny_decoder
+    model = build_tiny_decoder(config=TinyDecoderConfig())
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(23)))
+
+    def session(limit):
+        return runtime.RuntimeSession(model, runtime.RuntimeSessionOptions(
+            max_run_bytes=limit, intra_op_threads=1, executor=executor))
+
+    limited, reference = demo_state(session(320 << 10)), demo_state(session(0))
+    for tokens, start in [([40, 41, 42, 43], 0), ([44], 4), ([45], 5)]:
+        np.testing.assert_array_equal(demo_step(limited, context, tokens, start),
+                                      demo_step(reference, context, tokens, start))
+    before = snapshot(limited)
+    chunk = [1 + i % 90 for i in range(128)]
+    with pytest.raises(MemoryError, match=r"^\w+ node '[^']*': allocating \d+ bytes would bring "
+                       r"this run's live allocations from \d+ bytes to more than "
+                       r"max_run_bytes = 327680$"):
+        demo_step(limited, context, chunk, 6)
+    assert_unchanged(before, snapshot(limited))
+    raised = demo_state(session(1 << 30))
+    raised.reset(limited.values)
+    np.testing.assert_array_equal(demo_step(raised, context, chunk, 6),
+                                  demo_step(reference, context, chunk, 6))
+    # The limited state goes on where it was (position 6), with the logits of a state that
+    # never failed.
+    other = demo_state(session(0))
+    for tokens, start in [([40, 41, 42, 43], 0), ([44], 4), ([45], 5)]:
+        demo_step(other, context, tokens, start)
+    np.testing.assert_array_equal(demo_step(limited, context, [46], 6),
+                                  demo_step(other, context, [46], 6))

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/error.h"
 #include "core/io_arena.h"
 #include "core/tensor.h"
 
@@ -339,4 +340,67 @@ TEST_CASE("IoArena survives 4 threads x 10000 allocations without handing out a 
   CHECK(s.peak_bytes <= kThreads * kRing * 4096);
   CHECK(s.peak_bytes >= kRing * 64);
   CHECK(s.cached_bytes > 0);
+}
+
+// --- a run's memory limit (RunBudget) --------------------------------------------------
+
+TEST_CASE("a run budget charges the requested bytes of live allocations and refunds them") {
+  auto budget = std::make_shared<RunBudget>(1000);
+  HeapAllocator heap;
+  IoArena arena;
+  std::shared_ptr<void> a, b;
+  {
+    ScopedRunBudget scope(budget.get());
+    a = heap.Allocate(600);
+    b = arena.Allocate(300);
+    CHECK(budget->live_bytes() == 900);
+    try {
+      heap.Allocate(101);
+      FAIL("expected the budget to refuse");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kResourceExhausted);
+      CHECK(std::string(e.what()) ==
+            "allocating 101 bytes would bring this run's live allocations from 900 bytes to "
+            "more than max_run_bytes = 1000");
+    }
+    CHECK_THROWS_AS(arena.Allocate(101), Error);
+    CHECK(budget->live_bytes() == 900);  // a refusal charges nothing
+    auto exact = heap.Allocate(100);     // exactly the limit passes
+    CHECK(budget->live_bytes() == 1000);
+  }
+  CHECK(budget->live_bytes() == 900);
+  CHECK(budget->peak_bytes() == 1000);
+  auto outside = heap.Allocate(5000);  // no budget in force: not charged
+  CHECK(budget->live_bytes() == 900);
+  // Owners that outlive the run (and the budget's other holders) still refund it.
+  std::weak_ptr<RunBudget> weak = budget;
+  budget.reset();
+  CHECK_FALSE(weak.expired());
+  a.reset();
+  CHECK(weak.lock()->live_bytes() == 300);
+  b.reset();
+  CHECK(weak.expired());
+}
+
+TEST_CASE("a run budget scope nests and restores the previous budget; null means none") {
+  auto outer = std::make_shared<RunBudget>(1 << 20);
+  HeapAllocator heap;
+  ScopedRunBudget scope(outer.get());
+  {
+    ScopedRunBudget none(nullptr);
+    auto p = heap.Allocate(64);
+    CHECK(outer->live_bytes() == 0);
+  }
+  auto p = heap.Allocate(64);
+  CHECK(outer->live_bytes() == 64);
+  // Another thread has its own (no) budget.
+  std::thread([&] { auto q = heap.Allocate(128); }).join();
+  CHECK(outer->live_bytes() == 64);
+}
+
+TEST_CASE("a run budget refuses a request larger than the limit without wrapping around") {
+  auto budget = std::make_shared<RunBudget>(64);
+  ScopedRunBudget scope(budget.get());
+  CHECK_THROWS_AS(DefaultAllocator().Allocate(size_t{1} << 40), Error);
+  CHECK(budget->live_bytes() == 0);
 }
