@@ -215,6 +215,36 @@ def test_position_ids_bias_and_sink_match_onnxruntime(case):
     _check(*_gqa(rng, **cfg))
 
 
+# Decode steps over long caches (up to 1101 keys): one task (batch 1, one KV head, 3 query
+# heads) reading many keys, where a key-range split (flash-decoding) would apply.
+LONG_CASES = {
+    "long": {"past": 1100},
+    "sink_bias_softcap": {"past": 900, "sink": True, "bias": (1, 3, 1, 901), "softcap": 4.0},
+    "local_window": {"past": 1100, "local_window_size": 700},
+    "smooth_softmax": {"past": 600, "smooth_softmax": 1},
+    # batch 2: the second row has a single key.
+    "ragged_empty_chunk": {"past": 1100, "batch": 2, "seqlens": [1100, 0]},
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, F16], ids=["float", "float16"])
+@pytest.mark.parametrize("case", list(LONG_CASES))
+def test_long_cache_decode_matches_onnxruntime(case, dtype):
+    cfg = dict(LONG_CASES[case], seq=1, nq=3, nkv=1, h=32)
+    rng = np.random.default_rng(sum(map(ord, case)))
+    if "bias" in cfg:
+        cfg["attention_bias"] = rng.standard_normal(cfg.pop("bias")).astype(np.float32)
+    if cfg.pop("sink", False):
+        cfg["head_sink"] = rng.standard_normal(3).astype(np.float32)
+    model, feeds = _gqa(rng, dtype=dtype, **cfg)
+    ours, theirs = _run_both(model, feeds)
+    if dtype == F16:
+        _check_half(ours, theirs, False)
+    else:
+        for name in ("out", "present_key", "present_value"):
+            _close(ours[name], theirs[name], 1.0)
+
+
 def _both_refuse(model, feeds, pattern):
     """onnxruntime refuses the feeds too; onnx-light names the node and the input."""
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
