@@ -135,9 +135,10 @@ def test_builder_model_matches_onnxruntime_on_prompt_and_decode(built):
             own_error = _max_diff(q, ref, name)
             assert _max_diff(a, ref, name) <= 2 * own_error + 1e-4, (step, name)
             assert _max_diff(a, q, name) <= 2 * own_error + 1e-4, (step, name)
-    # The prompt (M = 6 rows) runs in float: the dequantized weights' product exactly.
-    for name in names:
-        assert _max_diff(ours[0], float_path[0], name) <= 1e-4, name
+    # The prompt (M = 6 rows) at accuracy_level 4 multiplies int8 activations like
+    # onnxruntime's level 4 (AVX-512 VNNI; without it, the dequantized weights in float):
+    # either way within twice onnxruntime's own distance from the float product, as checked
+    # above. tests/cpp/ops_contrib/test_nbits_gemm.cc pins both paths exactly.
 
 
 def test_last_position_logits_of_the_prompt_equal_the_last_row(built):
