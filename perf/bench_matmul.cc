@@ -158,6 +158,40 @@ void BM_GemvLayers(benchmark::State& state) {
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// One packed K x N weight times one row, {K, N, threads}, weights cycled over `copies`
+// instances (more bytes than the L3) as a decode step meets them: per-call cost of the
+// decode GEMV on the small matrices of a real layer.
+void BM_GemvPackedShape(benchmark::State& state) {
+  const int64_t k = state.range(0), n = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
+  const int64_t copies = std::max<int64_t>(1, (int64_t{256} << 20) / (4 * k * n));
+  std::vector<std::unique_ptr<const math::PackedB>> packs;
+  const std::vector<float> b = RandomVector(k * n), a = RandomVector(k);
+  for (int64_t i = 0; i < copies; ++i)
+    packs.push_back(std::make_unique<const math::PackedB>(false, k, n, b.data(), n));
+  std::vector<float> c(static_cast<size_t>(n));
+  tbb::task_arena arena(threads);
+  size_t next = 0;
+  for (auto _ : state) {
+    arena.execute([&] {
+      math::GemmArgs g;
+      g.m = 1;
+      g.k = k;
+      g.n = n;
+      g.a = a.data();
+      g.lda = k;
+      g.c = c.data();
+      g.ldc = n;
+      math::Sgemm(g, packs[next].get());
+    });
+    next = (next + 1) % packs.size();
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(4.0 * k * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void BM_ReadLayers(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   const LayerWeights w(static_cast<int>(state.range(1)));
@@ -250,6 +284,13 @@ BENCHMARK(BM_Gemv)
     ->UseRealTime();
 // {threads, layers}: 8 layers are 478 MB of packed weights. One thread in CPU time, two in
 // wall time.
+BENCHMARK(BM_GemvPackedShape)
+    ->Args({576, 576, 2})
+    ->Args({1536, 576, 2})
+    ->Args({576, 3072, 2})
+    ->Args({576, 49152, 2})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK(BM_GemvLayers)->Args({1, 8})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ReadLayers)->Args({1, 8})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GemvLayers)->Args({2, 8})->Unit(benchmark::kMillisecond)->UseRealTime();
