@@ -14,7 +14,7 @@ using onnx_light::core::ErrorCode;
 
 namespace {
 Task<int> Leaf(int x) { co_return x * 2; }
-Task<int> Chain(int depth) {
+[[maybe_unused]] Task<int> Chain(int depth) {  // unused in sanitizer builds (below)
   int sum = 0;
   for (int i = 0; i < depth; ++i) sum += co_await Leaf(1);
   co_return sum;
@@ -94,9 +94,22 @@ TEST_CASE("a Task starts only when awaited, and returns its value") {
   CHECK(started);
 }
 
+// Not in sanitizer builds: ASan and TSan instrument every function's exit, so the resume of
+// the awaiting coroutine is no longer a tail call and a million synchronous awaits overflow
+// the stack (docs/design.md: symmetric transfer relies on tail calls). The test still runs
+// in every other build, which is where the property holds.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define ONNX_LIGHT_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define ONNX_LIGHT_TEST_SANITIZED 1
+#endif
+#endif
+#ifndef ONNX_LIGHT_TEST_SANITIZED
 TEST_CASE("a long chain of synchronously completing awaits does not grow the stack") {
   CHECK(SyncWait(Chain(1000000)) == 2000000);
 }
+#endif
 
 TEST_CASE("exceptions propagate to the awaiting coroutine and to SyncWait") {
   bool caught = false;
