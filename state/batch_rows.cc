@@ -30,11 +30,11 @@ RuntimeValueMap RunRows(const RuntimeSession& session, RuntimeContext& context,
   RuntimeValueMap out = session.Run(context, std::move(feeds));
   for (const auto& b : bindings) {
     auto it = out.find(b.output_name());
-    OL_CHECK(it != out.end() && it->second.is_sequence() &&
-                 it->second.elements().size() == rows.size(),
-             ErrorCode::kInvalidArgument,
-             "RunRows: bound output '" + b.output_name() + "' must be a sequence of " +
-                 std::to_string(rows.size()) + " row caches (one per batch row)");
+    OL_CHECK(
+        it != out.end() && it->second.is_sequence() && it->second.elements().size() == rows.size(),
+        ErrorCode::kInvalidArgument,
+        "RunRows: bound output '" + b.output_name() + "' must be a sequence of " +
+            std::to_string(rows.size()) + " row caches (one per batch row)");
     const RuntimeSequence& present = it->second.elements();
     for (size_t r = 0; r < rows.size(); ++r) (*rows[r])[b.input_name()] = present[r];
     out.erase(it);
