@@ -26,8 +26,8 @@ using onnx_light::onnx_kernels::kernel::PagedAttention;
 
 namespace {
 
-constexpr int64_t kLayers = 4, kHidden = 576, kHeads = 9, kKvHeads = 3, kHeadSize = 64,
-                  kMlp = 1536, kVocab = 49152, kRows = 8, kPrompt = 128;
+constexpr int64_t kLayers = 4, kHidden = 576, kHeads = 9, kKvHeads = 3, kHeadSize = 64, kMlp = 1536,
+                  kVocab = 49152, kRows = 8, kPrompt = 128;
 
 void AddNode(GraphProto* g, const std::string& op, std::vector<std::string> inputs,
              std::vector<std::string> outputs, const std::string& domain = "") {
