@@ -267,6 +267,25 @@ TEST_CASE(
   for (const RuntimeValue& row : now) CHECK(Pages(row) == 3);
   CHECK(last.field("length").tensor().data<int64_t>()[0] == 7);
   CHECK(last.field("key").tensor().ToFloatVector() == before);
+
+  // 40 rows: the sequence's tree has internal nodes; every row is still found unshared.
+  std::vector<RuntimeValue> empty(40, PagedAttention::EmptyCache());
+  RuntimeValueMap many;
+  many["past"] = PagedAttention::AssembleRows(empty);
+  empty.clear();
+  PersistentValueState wide(model, many);
+  many.clear();
+  std::vector<int64_t> ids(40 * 3);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i % kVocab);
+  feeds["input_ids"] = RuntimeValue(Tensor::FromInt64("input_ids", {40, 3}, ids));
+  wide.Run(context, feeds);
+  for (int step = 0; step < 3; ++step) {
+    feeds["input_ids"] =
+        RuntimeValue(Tensor::FromInt64("input_ids", {40, 1}, std::vector<int64_t>(40, step)));
+    wide.Run(context, feeds);
+  }
+  for (const RuntimeValue& row : PagedAttention::SplitRows(wide.Values().at("past")))
+    CHECK(Pages(row) == 1);  // 6 tokens, one page each
 }
 
 TEST_CASE("RunRows moves the rows' pages by handle and keeps them when the call fails") {
