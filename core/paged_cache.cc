@@ -175,6 +175,13 @@ bool IsPagedCacheStructure(const RuntimeValue& value) {
   return true;
 }
 
+bool IsPagedCacheRows(const RuntimeValue& value) {
+  if (!value.is_sequence() || value.elements().empty()) return false;
+  for (size_t r = 0; r < value.elements().size(); ++r)
+    if (!IsPagedCacheStructure(value.elements()[r])) return false;
+  return true;
+}
+
 bool PagedCacheTailIsUnshared(const RuntimeValue& cache) {
   if (!IsPagedCacheStructure(cache) || cache.fields_use_count() != 1) return false;
   const RuntimeSequence& seq = cache.fields().front().second.elements();
@@ -194,6 +201,24 @@ bool PagedCacheTailIsUnshared(const RuntimeValue& cache) {
     if (holders != 1) return false;
   }
   return true;
+}
+
+bool PagedRowTailIsUnshared(const RuntimeValue& rows, size_t row) {
+  if (!rows.is_sequence() || row >= rows.elements().size()) return false;
+  const std::shared_ptr<const RuntimeSequence::Node>* node = &rows.elements().root();
+  while (true) {
+    if (node->use_count() != 1) return false;
+    if ((*node)->leaf) break;
+    for (const auto& child : (*node)->children) {  // the subtree holding `row`
+      if (row < child->size) {
+        node = &child;
+        break;
+      }
+      row -= child->size;
+    }
+  }
+  const std::shared_ptr<const RuntimeValue>& item = (*node)->items[row];
+  return item.use_count() == 1 && PagedCacheTailIsUnshared(*item);
 }
 
 RuntimeValue RuntimeValue::FromPagedCache(std::shared_ptr<const PagedCacheProto> cache,

@@ -118,11 +118,17 @@ using RuntimeValueMap = std::unordered_map<std::string, RuntimeValue>;
 // elements are structs with exactly the fields start, length, key and value. There is no
 // origin marker: any value of this shape is a cache.
 bool IsPagedCacheStructure(const RuntimeValue& value);
+// True when `value` is a non-empty sequence of paged caches (one per batch row).
+bool IsPagedCacheRows(const RuntimeValue& value);
 
 // True when `cache` is a non-empty paged cache that alone holds its last block all the way
 // down: its field list, the blocks sequence's tree along the last path, the last block's
 // field list and its key and value payloads are shared with no other value or view. Then
 // nobody else can observe that page, so its spare rows may be written in place.
 bool PagedCacheTailIsUnshared(const RuntimeValue& cache);
+
+// The same for row `row` of a sequence of paged caches (one per batch row): the sequence's
+// tree along the path to that row is held by `rows` alone, and so is the row's last page.
+bool PagedRowTailIsUnshared(const RuntimeValue& rows, size_t row);
 
 }  // namespace onnx_light::core::runtime

@@ -97,6 +97,11 @@ class BindingLease {
                         size_t initialized_bytes);
   // Paged caches: what the node may do with the cache's last page (kExclusive once per run).
   virtual PagedTail ClaimPagedTail() { return PagedTail::kNone; }
+  // A sequence of paged caches, one per batch row: the same for row `row`'s cache.
+  virtual PagedTail ClaimPagedRowTail(size_t row) {
+    (void)row;
+    return PagedTail::kNone;
+  }
 };
 
 }  // namespace onnx_light::core::runtime

@@ -108,6 +108,12 @@ PagedTail RuntimeContext::ClaimPagedTail(const KernelCall& call, size_t input,
   return lease == nullptr ? PagedTail::kNone : lease->ClaimPagedTail();
 }
 
+PagedTail RuntimeContext::ClaimPagedRowTail(const KernelCall& call, size_t input, size_t output,
+                                            size_t row) const {
+  BindingLease* lease = call.append_lease(input, output);
+  return lease == nullptr ? PagedTail::kNone : lease->ClaimPagedRowTail(row);
+}
+
 Tensor AppendReservation::Commit(const KernelCall& call, size_t initialized_bytes) && {
   OL_CHECK(lease_ != nullptr, ErrorCode::kFailedPrecondition,
            NodeLabel(call.node()) + ": the append reservation has no lease (moved from?)");

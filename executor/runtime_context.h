@@ -140,6 +140,9 @@ class RuntimeContext {
   // Paged caches: how the node may extend the bound cache at input position `input` into
   // output position `output` (PagedTail::kNone without a lease or when they are no site).
   PagedTail ClaimPagedTail(const KernelCall& call, size_t input, size_t output) const;
+  // The same for batch row `row`'s cache of a bound sequence of paged caches.
+  PagedTail ClaimPagedRowTail(const KernelCall& call, size_t input, size_t output,
+                              size_t row) const;
   // One lease per persistent binding (null where a binding has none), attached by
   // RuntimeSession::Execute for a state's run; never inherited by MakeChild.
   void set_binding_leases(std::span<BindingLease* const> leases) { binding_leases_ = leases; }

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "onnx_light.pb.h"
+#include "state/paged_tail_lease.h"
 
 namespace onnx_light::core::runtime {
 
@@ -13,33 +14,54 @@ RuntimeValueMap RunRows(const RuntimeSession& session, RuntimeContext& context,
   const auto& bindings = session.model().graph().persistent_bindings();
   OL_CHECK(bindings.size() > 0, ErrorCode::kInvalidArgument,
            "RunRows: the model has no persistent bindings (no per-row caches to batch)");
-  // Each bound input: the rows' cache handles, in row order (the rows keep theirs until the
-  // run succeeds).
-  for (const auto& b : bindings) {
-    std::vector<RuntimeValue> caches;
-    caches.reserve(rows.size());
-    for (size_t r = 0; r < rows.size(); ++r) {
-      auto it = rows[r]->find(b.input_name());
-      OL_CHECK(it != rows[r]->end(), ErrorCode::kInvalidArgument,
+  for (const auto& b : bindings)
+    for (size_t r = 0; r < rows.size(); ++r)
+      OL_CHECK(rows[r]->count(b.input_name()) != 0, ErrorCode::kInvalidArgument,
                "RunRows: row " + std::to_string(r) + " has no cache for bound input '" +
                    b.input_name() + "'");
-      caches.push_back(it->second);
-    }
-    feeds[b.input_name()] = RuntimeValue::Sequence(RuntimeSequence::FromValues(std::move(caches)));
-  }
-  RuntimeValueMap out = session.Run(context, std::move(feeds));
+  // Each bound input: the rows' caches moved into one sequence (handles, in row order). A
+  // row whose cache nobody else holds may have its last page filled in place (the lease).
+  std::vector<RuntimeValue> assembled;
+  std::vector<PagedTailLease> leases;
+  leases.reserve(static_cast<size_t>(bindings.size()));
   for (const auto& b : bindings) {
-    auto it = out.find(b.output_name());
-    OL_CHECK(
-        it != out.end() && it->second.is_sequence() && it->second.elements().size() == rows.size(),
-        ErrorCode::kInvalidArgument,
-        "RunRows: bound output '" + b.output_name() + "' must be a sequence of " +
-            std::to_string(rows.size()) + " row caches (one per batch row)");
-    const RuntimeSequence& present = it->second.elements();
-    for (size_t r = 0; r < rows.size(); ++r) (*rows[r])[b.input_name()] = present[r];
-    out.erase(it);
+    std::vector<RuntimeValue> caches;
+    std::vector<bool> exclusive;
+    for (RuntimeValueMap* row : rows) {
+      caches.push_back(std::move(row->at(b.input_name())));
+      exclusive.push_back(PagedCacheTailIsUnshared(caches.back()));
+    }
+    assembled.push_back(RuntimeValue::Sequence(RuntimeSequence::FromValues(std::move(caches))));
+    feeds[b.input_name()] = assembled.back();
+    leases.emplace_back(false, std::move(exclusive));
   }
-  return out;
+  std::vector<BindingLease*> by_binding;
+  for (PagedTailLease& lease : leases) by_binding.push_back(&lease);
+  RunOptions options;
+  options.binding_leases = by_binding;
+  try {
+    RuntimeValueMap out = session.Run(context, std::move(feeds), options);
+    for (const auto& b : bindings) {
+      auto it = out.find(b.output_name());
+      OL_CHECK(it != out.end() && it->second.is_sequence() &&
+                   it->second.elements().size() == rows.size(),
+               ErrorCode::kInvalidArgument,
+               "RunRows: bound output '" + b.output_name() + "' must be a sequence of " +
+                   std::to_string(rows.size()) + " row caches (one per batch row)");
+    }
+    for (const auto& b : bindings) {
+      auto it = out.find(b.output_name());
+      const RuntimeSequence& present = it->second.elements();
+      for (size_t r = 0; r < rows.size(); ++r) (*rows[r])[b.input_name()] = present[r];
+      out.erase(it);
+    }
+    return out;
+  } catch (...) {  // the rows get their caches back (pages written in place lie past length)
+    for (int b = 0; b < bindings.size(); ++b)
+      for (size_t r = 0; r < rows.size(); ++r)
+        (*rows[r])[bindings[b].input_name()] = assembled[static_cast<size_t>(b)].elements()[r];
+    throw;
+  }
 }
 
 }  // namespace onnx_light::core::runtime

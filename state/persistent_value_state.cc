@@ -9,6 +9,7 @@
 #include "executor/attributes.h"
 #include "executor/graph_plan.h"
 #include "onnx_light.pb.h"
+#include "state/paged_tail_lease.h"
 #include "state/persistent_tensor.h"
 
 namespace onnx_light::core::runtime {
@@ -65,22 +66,6 @@ class PersistentValueState::CallGuard {
 
 namespace {
 
-// A paged-cache binding's lease: whether the state alone held the cache when the run
-// started, granted as kExclusive to the first claim only.
-class PagedTailLease final : public BindingLease {
- public:
-  explicit PagedTailLease(bool exclusive) : exclusive_(exclusive) {}
-  PagedTail ClaimPagedTail() override {
-    const bool first = !claimed_;
-    claimed_ = true;
-    return first && exclusive_ ? PagedTail::kExclusive : PagedTail::kShared;
-  }
-
- private:
-  bool exclusive_;
-  bool claimed_ = false;  // one append site per binding, so one claimant
-};
-
 // The leases of one run, one per binding (null for values that cannot be appended to). The
 // kernels reach them through the append sites the plan recorded (KernelCall::append_lease).
 struct RunLeases {
@@ -92,9 +77,9 @@ struct RunLeases {
     tensor_of[b] = static_cast<int>(tensors.size());
     by_binding[b] = &tensors.emplace_back(std::move(lease));
   }
-  void AddPaged(size_t b, bool exclusive) {
+  void AddPaged(size_t b, PagedTailLease lease) {
     if (paged.capacity() == 0) paged.reserve(by_binding.size());
-    by_binding[b] = &paged.emplace_back(exclusive);
+    by_binding[b] = &paged.emplace_back(std::move(lease));
   }
   std::span<BindingLease* const> span() const {
     return tensors.empty() && paged.empty() ? std::span<BindingLease* const>() : by_binding;
@@ -358,8 +343,8 @@ RuntimeValueMap PersistentValueState::RunSelected(RuntimeContext& context, Runti
   RunLeases leases(bindings.size());
   for (size_t b = 0; b < bindings.size(); ++b) {
     const Retained::Entry& entry = current->values[b];
-    if (IsPagedCacheStructure(entry.value))
-      leases.AddPaged(b, PagedCacheTailIsUnshared(entry.value));
+    if (IsPagedCacheStructure(entry.value) || IsPagedCacheRows(entry.value))
+      leases.AddPaged(b, PagedTailLease::Of(entry.value));
     else if (entry.value.is_tensor())
       leases.AddTensor(
           b, PersistentTensor::AppendLease(bindings[b].input_name, &entry.value, entry.capacity,

@@ -540,7 +540,7 @@ void PagedAttention::AnalysePages(const RuntimeValue& cache, int64_t row, RowPas
 }
 
 void PagedAttention::AnalysePast(const RuntimeValue& past, const Tensor& k, const Tensor& v,
-                                 core::runtime::PagedTail tail, Call& c) const {
+                                 const TailOf& tail_of, Call& c) const {
   c.per_row = past.is_sequence();
   if (c.per_row) {
     const RuntimeSequence& caches = past.elements();
@@ -578,7 +578,7 @@ void PagedAttention::AnalysePast(const RuntimeValue& past, const Tensor& k, cons
     rp.value_format = ToPageFormat(formats.value);
     ops::ai_rt::CheckPageFormat(rp.key_format, where_ + ": key format");
     ops::ai_rt::CheckPageFormat(rp.value_format, where_ + ": value format");
-    rp.tail = tail;
+    rp.tail = tail_of(row);
   }
 }
 
@@ -595,6 +595,12 @@ PagedAttention::Result PagedAttention::Run(const Tensor& q, const Tensor& k, con
 PagedAttention::Result PagedAttention::Run(const Tensor& q, const Tensor& k, const Tensor& v,
                                            const RuntimeValue& past, Allocator& allocator,
                                            core::runtime::PagedTail tail) const {
+  return RunWith(q, k, v, past, allocator, [tail](int64_t) { return tail; });
+}
+
+PagedAttention::Result PagedAttention::RunWith(const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const RuntimeValue& past, Allocator& allocator,
+                                               const TailOf& tail_of) const {
   const char* names[3] = {"Q", "K", "V"};
   const Tensor* inputs[3] = {&q, &k, &v};
   Tensor dense[3];       // Q, K, V contiguous (the inputs themselves when they are)
@@ -627,7 +633,7 @@ PagedAttention::Result PagedAttention::Run(const Tensor& q, const Tensor& k, con
                "heads must be a multiple of K/V's");
   c.group = c.heads / c.kv_heads;
   c.scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
-  AnalysePast(past, dense[1], dense[2], tail, c);
+  AnalysePast(past, dense[1], dense[2], tail_of, c);
   c.q = std::move(floats[0]);
   c.k = std::move(floats[1]);
   c.v = std::move(floats[2]);
@@ -719,11 +725,14 @@ RuntimeValue PagedAttention::Append(const RuntimeValue& cache, const RowPast& rp
 }
 
 void PagedAttention::Compute(KernelCall& call) const {
-  const core::runtime::PagedTail tail = call.has_context()
-                                            ? call.context().ClaimPagedTail(call, 3, 1)
-                                            : core::runtime::PagedTail::kNone;
-  Result r =
-      Run(call.input(0), call.input(1), call.input(2), call.input_value(3), call.allocator(), tail);
+  // What each cache's last page allows, from the run's lease (a state's, or RunRows').
+  auto tail_of = [&call](int64_t row) {
+    if (!call.has_context()) return core::runtime::PagedTail::kNone;
+    return row < 0 ? call.context().ClaimPagedTail(call, 3, 1)
+                   : call.context().ClaimPagedRowTail(call, 3, 1, static_cast<size_t>(row));
+  };
+  Result r = RunWith(call.input(0), call.input(1), call.input(2), call.input_value(3),
+                     call.allocator(), tail_of);
   if (call.output_wanted(0)) call.SetOutput(0, std::move(r.y));
   if (call.output_wanted(1)) call.SetOutputValue(1, std::move(r.present));
 }

@@ -91,7 +91,8 @@ class PagedAttention final : public core::runtime::KernelBase {
   // The same, told what it may do with past's last page (Compute asks the running state:
   // core::runtime::PagedTail). Without a state (kNone) new pages hold just their tokens;
   // with one they get block_size rows of capacity, and kExclusive lets the call fill the
-  // last page's spare rows in place instead of adding a page (for row caches: every row's).
+  // last page's spare rows in place instead of adding a page (for row caches: every row's;
+  // in a run, Compute asks the lease for each row: PersistentValueState's or RunRows').
   Result Run(const Tensor& q, const Tensor& k, const Tensor& v, const RuntimeValue& past,
              Allocator& allocator, core::runtime::PagedTail tail) const;
 
@@ -112,8 +113,12 @@ class PagedAttention final : public core::runtime::KernelBase {
 
  private:
   // The rows' pasts (one for a single cache), their page formats and tails.
+  // `tail_of(row)`: what batch row `row` (-1: the single cache) may do with its last page.
+  using TailOf = std::function<core::runtime::PagedTail(int64_t row)>;
+  Result RunWith(const Tensor& q, const Tensor& k, const Tensor& v, const RuntimeValue& past,
+                 Allocator& allocator, const TailOf& tail_of) const;
   void AnalysePast(const RuntimeValue& past, const Tensor& k, const Tensor& v,
-                   core::runtime::PagedTail tail, Call& call) const;
+                   const TailOf& tail_of, Call& call) const;
   // Validated page views of `cache` (batch row `row`'s, or -1: the single cache), from the
   // memo when the page was seen before.
   void AnalysePages(const RuntimeValue& cache, int64_t row, RowPast& rp, Call& call) const;

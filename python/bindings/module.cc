@@ -19,4 +19,5 @@ PYBIND11_MODULE(_onnxpykernels, m) {
   onnx_light::python::RegisterPaged(runtime);
   onnx_light::python::RegisterGraphBuilder(runtime);
   onnx_light::python::RegisterSchema(runtime);
+  onnx_light::python::RegisterBatchRows(runtime);
 }

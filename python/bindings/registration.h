@@ -17,4 +17,5 @@ void RegisterScheduler(py::module_& runtime);     // scheduler.cc: RequestSchedu
 void RegisterPaged(py::module_& runtime);         // paged.cc: PagedFormat, paged-attention policies
 void RegisterGraphBuilder(py::module_& runtime);  // graph_builder.cc: GraphBuilder, graph edits
 void RegisterSchema(py::module_& runtime);        // schema.cc: get_schema, check_model, infer_types
+void RegisterBatchRows(py::module_& runtime);     // batch_rows.cc: RowCaches, run_rows
 }  // namespace onnx_light::python

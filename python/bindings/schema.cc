@@ -39,7 +39,8 @@ py::list Parameters(const std::vector<core::FormalParameter>& params) {
     py::dict d;
     d["name"] = p.name;
     d["kind"] = p.kind == core::FormalParameter::Kind::kPagedCache ? "paged_cache" : "tensor";
-    d["batch_rows"] = p.batch_rows;  // a paged cache, or a sequence of them (one per row)
+    // A paged cache that may also be a sequence of them, one per batch row.
+    if (p.kind == core::FormalParameter::Kind::kPagedCache) d["batch_rows"] = p.batch_rows;
     d["optional"] = p.optional;
     py::list types;
     for (core::DataType t : p.types) types.append(core::DataTypeName(t));

@@ -67,11 +67,14 @@ def test_get_schema_reports_signature_and_attribute_defaults():
     assert s["inputs"][0] == {"name": "Q", "kind": "tensor", "optional": False,
                               "types": ["FLOAT", "FLOAT16", "BFLOAT16"], "rank": 4}
     assert s["inputs"][3]["kind"] == "paged_cache"
+    # past/present may also be a sequence of paged caches, one per batch row.
+    assert s["inputs"][3]["batch_rows"] and s["outputs"][1]["batch_rows"]
     assert runtime.get_schema("ai.rt", "PagedAttention", 2)["since_version"] == 1
     assert runtime.get_schema("ai.rt", "PagedAttention", 0) is None
     assert runtime.get_schema("", "PagedAttention", 1) is None
 
     q = runtime.get_schema("ai.rt", "QuantizePagedCache", 1)
+    assert q["inputs"][0]["batch_rows"] is False
     assert [i["name"] for i in q["inputs"]] == [
         "cache", "block_indices", "key_scale", "key_zero_point", "value_scale", "value_zero_point"]
     assert q["attributes"] == {}

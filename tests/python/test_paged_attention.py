@@ -194,3 +194,57 @@ def test_the_paged_tiny_decoder_gives_the_greedy_tokens_of_its_attention_form():
     with pytest.raises(ValueError, match="needs onnx_light.onnx"):
         import onnx
         build_tiny_decoder(onnx, TinyDecoderConfig(paged=True))
+
+
+def test_requests_decoded_together_by_run_rows_give_the_tokens_each_gives_alone():
+    """Issue 15's foundation from Python: past_i are sequences of row caches, one model call
+    (runtime.run_rows) per step for every running request; each request's tokens equal what
+    runtime.generate gives it alone, and its caches fill their pages in place."""
+    from onnx_light.models.tiny_decoder import TinyDecoderConfig, build_tiny_decoder, empty_cache
+
+    config = TinyDecoderConfig(paged=True, row_caches=True)
+    model = build_tiny_decoder(config=config)
+    session = runtime.RuntimeSession(model)
+    context = runtime.RuntimeContext()
+    prompts = [[5, 17, 33, 2, 40, 41, 42], [60], [11, 12, 13, 14], [7, 7, 80, 3, 9]]
+    new_tokens = [12, 9, 10, 6]
+    alone = []
+    for prompt, n in zip(prompts, new_tokens):
+        feeds = {"input_ids": numpy.array([prompt], numpy.int64), **empty_cache(config)}
+        out = numpy.from_dlpack(runtime.generate(model, runtime.RuntimeContext(), feeds,
+                                                 runtime.GenerationOptions(max_new_tokens=n)))
+        alone.append(out[0, len(prompt):].tolist())
+
+    def logits_of(out):
+        return numpy.from_dlpack(out["logits"])
+
+    rows = [runtime.RowCaches({f"past_{i}": {"blocks": []} for i in range(config.num_layers)})
+            for _ in prompts]
+    tokens = []
+    for prompt, caches in zip(prompts, rows):  # prompts alone: rows of a call share a length
+        out = runtime.run_rows(session, context, {
+            "input_ids": numpy.array([prompt], numpy.int64),
+            "position_ids": numpy.arange(len(prompt), dtype=numpy.int64)[None]}, [caches])
+        tokens.append([int(logits_of(out)[0, -1].argmax())])
+    calls = 0
+    while True:
+        running = [r for r in range(len(prompts)) if len(tokens[r]) < new_tokens[r]]
+        if not running:
+            break
+        ids = numpy.array([[tokens[r][-1]] for r in running], numpy.int64)
+        positions = numpy.array([[len(prompts[r]) + len(tokens[r]) - 1] for r in running],
+                                numpy.int64)
+        out = runtime.run_rows(session, context, {"input_ids": ids, "position_ids": positions},
+                               [rows[r] for r in running])
+        calls += 1
+        assert "present_0" not in out
+        for b, r in enumerate(running):
+            tokens[r].append(int(logits_of(out)[b, -1].argmax()))
+    assert calls == max(new_tokens) - 1  # one call per step for all running requests
+    assert tokens == alone
+    assert len({tuple(t) for t in tokens}) == len(tokens)
+    for r, caches in enumerate(rows):
+        length = len(prompts[r]) + new_tokens[r] - 1
+        assert caches.pages("past_0") == (length + 15) // 16  # filled in place
+        blocks = caches.values["past_0"].blocks
+        assert sum(b.length for b in blocks) == length

@@ -31,6 +31,9 @@ class TinyDecoderConfig:
     # Attention over paged caches (ai.rt::PagedAttention, one cache past_i <- present_i per
     # layer) instead of ONNX Attention over contiguous past_key_i/past_value_i tensors.
     paged: bool = False
+    # With paged: past_i/present_i are sequences of paged caches, one per batch row (each
+    # row attends its own cache from its own length; runtime.run_rows batches requests).
+    row_caches: bool = False
 
     @property
     def head_size(self) -> int:
@@ -130,8 +133,9 @@ def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig
     present_dims = ["batch", c.num_heads, "total", c.head_size]
     for i in range(c.num_layers):
         if c.paged:
-            graph.input.add(name=f"past_{i}").type.struct_type.name = "cache"
-            graph.output.add(name=f"present_{i}").type.struct_type.name = "cache"
+            for value in (graph.input.add(name=f"past_{i}"), graph.output.add(name=f"present_{i}")):
+                cache = value.type.sequence_type.elem_type if c.row_caches else value.type
+                cache.struct_type.name = "cache"
             graph.persistent_bindings.add(input_name=f"past_{i}", output_name=f"present_{i}")
             continue
         for kind in ("key", "value"):
@@ -194,6 +198,9 @@ def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig
 
 def empty_cache(config: TinyDecoderConfig = TinyDecoderConfig(), batch: int = 1) -> dict:
     """Initial (empty-prefix) cache values for every bound input."""
+    if config.paged and config.row_caches:
+        return {f"past_{i}": [{"blocks": []} for _ in range(batch)]
+                for i in range(config.num_layers)}
     if config.paged:
         return {f"past_{i}": {"blocks": []} for i in range(config.num_layers)}
     shape = (batch, config.num_heads, 0, config.head_size)

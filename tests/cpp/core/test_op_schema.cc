@@ -341,6 +341,60 @@ TEST_CASE("past is declared as a paged cache: layout-less, or the named cache fi
                     "ModelProto.struct_types");
 }
 
+TEST_CASE(
+    "past may be a sequence of row caches (one per batch row): present is inferred as that "
+    "sequence, a struct present or a sequence of non-caches is rejected, declared page dims "
+    "are checked") {
+  const std::string rows = "sequence_type { elem_type { " + kLayoutless + " } }";
+  ModelProto model = Attention(T(1, "B,8,1,16"), T(1, "B,2,1,16"), T(1, "B,2,1,32"), rows);
+  InferTypes(model);
+  CHECK(TextOf(Inferred(model, "present")) == TextOf(Type(rows)));
+  CheckModel(Attention(T(1), T(1), T(1), "sequence_type { elem_type { " + kCacheRef + " } }", "",
+                       Output("y") + Output("present"), kCatalogue));
+  // A struct present for a sequence past: the kinds differ.
+  ExpectInvalid(Attention(T(1), T(1), T(1), rows, "", Output("y") + Output("present", kLayoutless)),
+                kNode + "output 1 'present' (present): the kinds of type differ");
+  ExpectInvalid(Attention(T(1), T(1), T(1), "sequence_type { elem_type { " + T(1) + " } }"),
+                kNode +
+                    "input 3 'past' (past) must be declared as a sequence of paged cache structs "
+                    "(one per batch row): not a struct declaration");
+  // QuantizePagedCache takes a single cache only.
+  ModelProto quantize = Model(
+      Input("cache", rows) + Input("idx", T(7, "1")) + Input("ks", T(1, "")) +
+      Input("kz", T(3, "")) + Input("vs", T(1, "")) + Input("vz", T(3, "")) +
+      Node("QuantizePagedCache", {"cache", "idx", "ks", "kz", "vs", "vz"}, {"q"}, "", "quant") +
+      Output("q"));
+  ExpectError([&] { CheckModel(quantize); }, ErrorCode::kInvalidModel,
+              "input 0 'cache' (cache) must be declared as a paged cache struct: not a struct "
+              "declaration");
+  // Declared page dims [batch, kv_heads, capacity, width] against K/V where concrete.
+  auto cache_with_key = [](const std::string& key_dims) {
+    return "struct_type { field { name: \"blocks\" type { sequence_type { elem_type { "
+           "struct_type { field { name: \"start\" type { " +
+           T(7, "") + " } } field { name: \"length\" type { " + T(7, "") +
+           " } } field { name: \"key\" type { " + T(1, key_dims) +
+           " } } field { name: \"value\" type { " + T(1) + " } } } } } } } }";
+  };
+  const std::string q = T(1, "4,8,1,16"), k = T(1, "4,2,1,16"), v = T(1, "4,2,1,32");
+  CheckModel(
+      Attention(q, k, v, "sequence_type { elem_type { " + cache_with_key("1,2,?,16") + " } }"));
+  CheckModel(Attention(q, k, v, cache_with_key("4,2,?,16")));
+  ExpectInvalid(
+      Attention(q, k, v, "sequence_type { elem_type { " + cache_with_key("1,4,?,16") + " } }"),
+      kNode +
+          "input 3 'past' (past) row caches: declared key pages have 4 KV heads (dimension 1), "
+          "but K 'k' has 2");
+  ExpectInvalid(
+      Attention(q, k, v, "sequence_type { elem_type { " + cache_with_key("4,2,?,16") + " } }"),
+      kNode +
+          "input 3 'past' (past) row caches: declared key pages have 4 batch rows (dimension 0), "
+          "but a row cache holds one batch row");
+  ExpectInvalid(Attention(q, k, v, cache_with_key("4,2,?,8")),
+                kNode +
+                    "input 3 'past' (past): declared key pages have 8 head size (dimension 3), "
+                    "but K 'k' has 16");
+}
+
 TEST_CASE("inference: Y has Q's batch, heads, length and type and V's head size") {
   ModelProto model = Attention(T(10, "B,8,L,16"), T(10, "B,2,L,16"), T(1, "?,2,L,32"), kLayoutless);
   InferTypes(model);

@@ -17,6 +17,7 @@
 #include "ops/ai_rt/paged_attention.h"
 #include "state/batch_rows.h"
 #include "state/generate.h"
+#include "state/persistent_value_state.h"
 
 using namespace onnx_light;
 using namespace onnx_light::core;
@@ -226,7 +227,65 @@ TEST_CASE(
     for (size_t p = 0; p < blocks.size(); ++p)
       length += blocks[p].field("length").tensor().data<int64_t>()[0];
     CHECK(length == static_cast<int64_t>(r.prompt.size()) + r.new_tokens - 1);
+    // Nobody else held the rows' caches: decode filled their last pages in place (pages of
+    // block_size 16), not one page per token.
+    CHECK(static_cast<int64_t>(blocks.size()) == (length + 15) / 16);
   }
+}
+
+int64_t Pages(const RuntimeValue& cache) {
+  return static_cast<int64_t>(cache.field("blocks").elements().size());
+}
+
+TEST_CASE(
+    "A state bound to a sequence of row caches fills each unshared row's last page in place, "
+    "and a values() alias keeps its view while the state appends new pages") {
+  const std::shared_ptr<const ModelProto> model = RowsDecoder();
+  RuntimeContext context;
+  RuntimeValueMap initial;
+  initial["past"] =
+      PagedAttention::AssembleRows({PagedAttention::EmptyCache(), PagedAttention::EmptyCache()});
+  PersistentValueState state(model, initial);
+  initial.clear();
+  RuntimeValueMap feeds;
+  feeds["input_ids"] = RuntimeValue(Tensor::FromInt64("input_ids", {2, 3}, {1, 2, 3, 4, 5, 6}));
+  state.Run(context, feeds);
+  for (int step = 0; step < 20; ++step) {
+    feeds["input_ids"] = RuntimeValue(Tensor::FromInt64("input_ids", {2, 1}, {step, 30 - step}));
+    state.Run(context, feeds);
+  }
+  RuntimeValueMap view = state.Values();  // an alias of both rows
+  const std::vector<RuntimeValue> rows = PagedAttention::SplitRows(view.at("past"));
+  REQUIRE(rows.size() == 2);
+  for (const RuntimeValue& row : rows) CHECK(Pages(row) == 2);  // 23 tokens: 16 + 7
+  const RuntimeValue& last = rows[0].field("blocks").elements()[1];
+  const std::vector<float> before = last.field("key").tensor().ToFloatVector();
+  feeds["input_ids"] = RuntimeValue(Tensor::FromInt64("input_ids", {2, 1}, {9, 9}));
+  state.Run(context, feeds);
+  // The aliased last pages are not written: the new token went to a new page.
+  const std::vector<RuntimeValue> now = PagedAttention::SplitRows(state.Values().at("past"));
+  for (const RuntimeValue& row : now) CHECK(Pages(row) == 3);
+  CHECK(last.field("length").tensor().data<int64_t>()[0] == 7);
+  CHECK(last.field("key").tensor().ToFloatVector() == before);
+
+  // 40 rows: the sequence's tree has internal nodes; every row is still found unshared.
+  std::vector<RuntimeValue> empty(40, PagedAttention::EmptyCache());
+  RuntimeValueMap many;
+  many["past"] = PagedAttention::AssembleRows(empty);
+  empty.clear();
+  PersistentValueState wide(model, many);
+  many.clear();
+  std::vector<int64_t> ids(40 * 3);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i % kVocab);
+  feeds["input_ids"] = RuntimeValue(Tensor::FromInt64("input_ids", {40, 3}, ids));
+  wide.Run(context, feeds);
+  for (int step = 0; step < 3; ++step) {
+    feeds["input_ids"] =
+        RuntimeValue(Tensor::FromInt64("input_ids", {40, 1}, std::vector<int64_t>(40, step)));
+    wide.Run(context, feeds);
+  }
+  for (const RuntimeValue& row : PagedAttention::SplitRows(wide.Values().at("past")))
+    CHECK(Pages(row) == 1);  // 6 tokens, one page each
 }
 
 TEST_CASE("RunRows moves the rows' pages by handle and keeps them when the call fails") {
@@ -249,10 +308,19 @@ TEST_CASE("RunRows moves the rows' pages by handle and keeps them when the call 
   const void* b0 = first_key(b);
   RuntimeValueMap feeds;
   feeds["input_ids"] = RuntimeValue(Tensor::FromInt64("input_ids", {2, 1}, {7, 8}));
+  const RuntimeValue b_alias = b.at("past");  // someone else holds b's cache
   RunRows(session, context, std::move(feeds), {&a, &b});
   CHECK(first_key(a) == a0);  // the prompt pages, shared through assembly, run and split
   CHECK(first_key(b) == b0);
-  CHECK(a.at("past").field("blocks").elements().size() == 2);
+  auto pages = [](const RuntimeValue& cache) { return cache.field("blocks").elements().size(); };
+  // a alone held its cache: the token went into its last page's spare rows; b's page is
+  // aliased, so b got a new page and the alias still sees one token.
+  CHECK(pages(a.at("past")) == 1);
+  CHECK(a.at("past").field("blocks").elements()[0].field("length").tensor().data<int64_t>()[0] ==
+        4);
+  CHECK(pages(b.at("past")) == 2);
+  CHECK(pages(b_alias) == 1);
+  CHECK(b_alias.field("blocks").elements()[0].field("length").tensor().data<int64_t>()[0] == 1);
 
   // Three ids for two rows: the kernel names past; both rows keep their caches.
   RuntimeValueMap bad;
@@ -263,7 +331,10 @@ TEST_CASE("RunRows moves the rows' pages by handle and keeps them when the call 
       },
       ErrorCode::kInvalidArgument, "past holds 2 row caches but Q/K/V have batch 3");
   CHECK(first_key(a) == a0);
-  CHECK(a.at("past").field("blocks").elements().size() == 2);
+  CHECK(pages(a.at("past")) == 1);
+  CHECK(a.at("past").field("blocks").elements()[0].field("length").tensor().data<int64_t>()[0] ==
+        4);
+  CHECK(pages(b.at("past")) == 2);
   RuntimeValueMap none;
   ExpectError(
       [&] {

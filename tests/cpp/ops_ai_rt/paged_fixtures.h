@@ -36,6 +36,28 @@ inline float Noise(uint32_t seed, int64_t i) {
   return static_cast<float>(x % 20000u) / 10000.0f - 1.0f;
 }
 
+// An ai.rt::PagedAttention node named "attn" (q, k, v, past -> y, present) with these
+// attributes where they differ from the defaults.
+inline NodeProto PagedNode(int64_t window = -1, int64_t causal = 1, int64_t block_size = 16) {
+  NodeProto node;
+  node.set_op_type("PagedAttention");
+  node.set_domain("ai.rt");
+  node.set_name("attn");
+  for (const char* in : {"q", "k", "v", "past"}) node.add_input(in);
+  node.add_output("y");
+  node.add_output("present");
+  auto attr = [&](const char* name, int64_t v) {
+    auto* a = node.add_attribute();
+    a->set_name(name);
+    a->set_type(AttributeProto::INT);
+    a->set_i(v);
+  };
+  if (window != -1) attr("left_window_size", window);
+  if (causal != 1) attr("is_causal", causal);
+  if (block_size != 16) attr("block_size", block_size);
+  return node;
+}
+
 inline RuntimeValue Int64(int64_t v) { return RuntimeValue(Tensor::FromInt64("", {}, {v})); }
 
 inline RuntimeValue Block(int64_t start, int64_t length, RuntimeValue key, RuntimeValue value) {

@@ -34,26 +34,6 @@ void ExpectErrorWords(Fn&& fn, ErrorCode code, const std::vector<std::string>& w
   }
 }
 
-NodeProto PagedNode(int64_t window = -1, int64_t causal = 1, int64_t block_size = 16) {
-  NodeProto node;
-  node.set_op_type("PagedAttention");
-  node.set_domain("ai.rt");
-  node.set_name("attn");
-  for (const char* in : {"q", "k", "v", "past"}) node.add_input(in);
-  node.add_output("y");
-  node.add_output("present");
-  auto attr = [&](const char* name, int64_t v) {
-    auto* a = node.add_attribute();
-    a->set_name(name);
-    a->set_type(AttributeProto::INT);
-    a->set_i(v);
-  };
-  if (window != -1) attr("left_window_size", window);
-  if (causal != 1) attr("is_causal", causal);
-  if (block_size != 16) attr("block_size", block_size);
-  return node;
-}
-
 std::unique_ptr<PagedAttention> MakeKernel(const NodeProto& node,
                                            PagedAttention::FormatSelector select = nullptr) {
   KernelContext ctx;

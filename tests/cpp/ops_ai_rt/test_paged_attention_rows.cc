@@ -22,22 +22,10 @@ using test_util::ExpectError;
 
 namespace {
 
-std::unique_ptr<PagedAttention> MakeKernel(PagedAttention::FormatSelector select = nullptr,
-                                           int64_t block_size = 16) {
-  NodeProto node;
-  node.set_op_type("PagedAttention");
-  node.set_domain("ai.rt");
-  node.set_name("attn");
-  for (const char* in : {"q", "k", "v", "past"}) node.add_input(in);
-  node.add_output("y");
-  node.add_output("present");
-  auto* a = node.add_attribute();
-  a->set_name("block_size");
-  a->set_type(AttributeProto::INT);
-  a->set_i(block_size);
+std::unique_ptr<PagedAttention> MakeKernel(PagedAttention::FormatSelector select = nullptr) {
   KernelContext ctx;
   auto kernel = std::make_unique<PagedAttention>(ctx, std::move(select));
-  kernel->set_node(node);
+  kernel->set_node(PagedNode());
   return kernel;
 }
 
