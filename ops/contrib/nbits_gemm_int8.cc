@@ -51,7 +51,8 @@ Int8Rows QuantizeRows(const PackedNBits& w, int64_t m, const float* a) {
   math::ParallelFor(m, 8, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       int8_t* q = rows.q.data() + r * rows.k_pad;
-      QuantizeActivations(a + r * w.k(), w.k(), rows.k_pad, q, rows.scales.data() + r * rows.groups);
+      QuantizeActivations(a + r * w.k(), w.k(), rows.k_pad, q,
+                          rows.scales.data() + r * rows.groups);
       int32_t* sums = rows.sums.data() + r * rows.groups;
       for (int64_t i = 0; i < rows.k_pad; ++i) sums[i / kGroup] += q[i];
     }
@@ -71,8 +72,10 @@ OL_VNNI void UnpackTile(const PackedNBits& w, int64_t t, uint8_t* out) {
     for (int64_t quad = 0; quad < w.block() / 4; ++quad, q += 32, out += 64) {
       const __m128i p0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
       const __m128i p1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
-      const __m128i lo0 = _mm_and_si128(p0, nibble), hi0 = _mm_and_si128(_mm_srli_epi16(p0, 4), nibble);
-      const __m128i lo1 = _mm_and_si128(p1, nibble), hi1 = _mm_and_si128(_mm_srli_epi16(p1, 4), nibble);
+      const __m128i lo0 = _mm_and_si128(p0, nibble),
+                    hi0 = _mm_and_si128(_mm_srli_epi16(p0, 4), nibble);
+      const __m128i lo1 = _mm_and_si128(p1, nibble),
+                    hi1 = _mm_and_si128(_mm_srli_epi16(p1, 4), nibble);
       const __m128i a = _mm_unpacklo_epi8(lo0, hi0), b = _mm_unpackhi_epi8(lo0, hi0);
       const __m128i c = _mm_unpacklo_epi8(lo1, hi1), d = _mm_unpackhi_epi8(lo1, hi1);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi16(a, c));
@@ -114,7 +117,8 @@ OL_VNNI void TileRows(const PackedNBits& w, int64_t t, const uint8_t* wv, const 
         __m512i d = acc[r];
         if (zp == nullptr)
           d = _mm512_sub_epi32(d, _mm512_set1_epi32(static_cast<int32_t>(w.uniform_zp()) * sum));
-        out[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s, _mm512_set1_ps(sa)), out[r]);
+        out[r] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s, _mm512_set1_ps(sa)), out[r]);
         if (zp != nullptr)
           out[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(sa * static_cast<float>(sum)), out[r]);
       }
@@ -133,10 +137,17 @@ OL_VNNI void Tiles(const PackedNBits& w, int64_t m, const Int8Rows& a, float* c,
     int64_t r = 0;
     for (; r + kRows <= m; r += kRows) TileRows<kRows>(w, t, wv.data(), a, r, c);
     switch (m - r) {
-      case 3: TileRows<3>(w, t, wv.data(), a, r, c); break;
-      case 2: TileRows<2>(w, t, wv.data(), a, r, c); break;
-      case 1: TileRows<1>(w, t, wv.data(), a, r, c); break;
-      default: break;
+      case 3:
+        TileRows<3>(w, t, wv.data(), a, r, c);
+        break;
+      case 2:
+        TileRows<2>(w, t, wv.data(), a, r, c);
+        break;
+      case 1:
+        TileRows<1>(w, t, wv.data(), a, r, c);
+        break;
+      default:
+        break;
     }
   }
 }

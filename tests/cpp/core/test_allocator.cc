@@ -382,7 +382,8 @@ TEST_CASE("a run budget charges the requested bytes of live allocations and refu
   CHECK(weak.expired());
 }
 
-TEST_CASE("a run budget scope nests and restores the previous budget, and a null budget means none") {
+TEST_CASE(
+    "a run budget scope nests and restores the previous budget, and a null budget means none") {
   auto outer = std::make_shared<RunBudget>(1 << 20);
   HeapAllocator heap;
   ScopedRunBudget scope(outer.get());

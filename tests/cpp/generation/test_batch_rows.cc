@@ -159,9 +159,9 @@ std::vector<int64_t> Alone(const std::shared_ptr<const ModelProto>& model,
 
 struct Request {
   std::vector<int64_t> prompt;
-  int64_t join_step = 0;    // the decode step at which its prompt is evaluated
-  int64_t new_tokens = 0;   // then it leaves
-  RuntimeValueMap caches;   // {"past": its row cache}
+  int64_t join_step = 0;   // the decode step at which its prompt is evaluated
+  int64_t new_tokens = 0;  // then it leaves
+  RuntimeValueMap caches;  // {"past": its row cache}
   std::vector<int64_t> tokens;
 };
 
@@ -257,8 +257,11 @@ TEST_CASE("RunRows moves the rows' pages by handle and keeps them when the call 
   // Three ids for two rows: the kernel names past; both rows keep their caches.
   RuntimeValueMap bad;
   bad["input_ids"] = RuntimeValue(Tensor::FromInt64("input_ids", {3, 1}, {7, 8, 9}));
-  ExpectError([&] { RunRows(session, context, std::move(bad), {&a, &b}); },
-              ErrorCode::kInvalidArgument, "past holds 2 row caches but Q/K/V have batch 3");
+  ExpectError(
+      [&] {
+        RunRows(session, context, std::move(bad), {&a, &b});
+      },
+      ErrorCode::kInvalidArgument, "past holds 2 row caches but Q/K/V have batch 3");
   CHECK(first_key(a) == a0);
   CHECK(a.at("past").field("blocks").elements().size() == 2);
   RuntimeValueMap none;
