@@ -1,0 +1,275 @@
+// com.microsoft MultiHeadAttention on CPU (FLOAT, FLOAT16). Semantics: onnxruntime's
+// docs/ContribOperators.md and its CPU kernel (contrib_ops/cpu/bert/multihead_attention.cc,
+// multihead_attention_helper.h, attention_cpu_base.h), checked against onnxruntime 1.32:
+// - query [B, S, N*H]; key [B, L, N*H] and value [B, L, N*Hv] (self or cross attention; the
+//   onnxruntime-genai builder's `-e cpu -p fp16` decoder feeds its own concatenated,
+//   head-repeated caches here, with no past); past_key/past_value [B, N, P, H] / [B, N, P, Hv].
+// - present_key/present_value [B, N, P+L, H] = concat(past, the new rows): written by the
+//   shared KV append (ops/math/kv_append.h), in place into a bound cache's reserved capacity,
+//   so a decode step copies no prefix byte. Without wanted presents the keys and values are
+//   gathered into a [B, N, P+L, H] scratch (the layout onnxruntime transposes them into).
+// - scores = scale * q.k (scale 0, the default: 1/sqrt(H)) + attention_bias[b or 0, head or 0,
+//   s, t] (dim 3 = P+L), then softmax over the visible keys. unidirectional = 1 with S > 1 (as
+//   onnxruntime: a single query row is never masked): query s sees keys [0, P+s+1); onnxruntime
+//   adds -10000 to the hidden ones, whose weight is 0 in float, so they are skipped here.
+// - FLOAT16: all inputs share the query's type; new K/V rows are appended as FLOAT16 and read
+//   without widening the cache (math::GroupCodeDots, 8 elements at a time in registers); Q,
+//   scores and sums are FLOAT, the output is rounded once (onnxruntime rounds its FLOAT16
+//   scores and probabilities: the two differ by a few FLOAT16 ulps).
+// Refused with the node and input named: bias, key_padding_mask, past_sequence_length,
+// cache_indirection, output qk, packed QKV/KV (key absent or 5-D) and 4-D key/value (past
+// passed as key), which onnxruntime's CPU kernel refuses or the builder does not write.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "executor/attributes.h"
+#include "ops/kernel_factory.h"
+#include "ops/math/code_dot.h"
+#include "ops/math/common.h"
+#include "ops/math/kv_append.h"
+#include "ops/math/vector_ops.h"
+#include "ops/math/vexp.h"
+
+namespace onnx_light::ops {
+
+using core::DataType;
+using core::runtime::KernelCall;
+using core::runtime::Shape;
+using core::runtime::Tensor;
+
+namespace {
+
+constexpr size_t kKey = 1, kValue = 2, kAttentionBias = 5, kPastKey = 6, kPastValue = 7;
+
+struct Geometry {
+  DataType type = DataType::kFloat;
+  int64_t batch = 0, seq = 0, kv_seq = 0, heads = 0, head = 0, v_head = 0, past = 0, total = 0;
+};
+
+// Keys or values to attend: block (b * heads + h) starts at element first[block] of data.
+struct KvSource {
+  const void* data = nullptr;
+  std::vector<int64_t> first;
+};
+
+// The new rows of a [B, L, N*width] input.
+math::KvRows InputRows(const Tensor& t, const Geometry& g, int64_t width) {
+  math::KvRows r;
+  r.data = t.raw_data();
+  r.type = g.type;
+  r.batch = g.batch;
+  r.heads = g.heads;
+  r.seq = g.kv_seq;
+  r.head_size = width;
+  r.batch_stride = g.kv_seq * g.heads * width;
+  r.head_stride = width;
+  r.seq_stride = g.heads * width;
+  return r;
+}
+
+math::RowCode CodeOf(DataType t) {
+  return t == DataType::kFloat16 ? math::RowCode::kHalf : math::RowCode::kFloat;
+}
+
+}  // namespace
+
+class MultiHeadAttention final : public core::runtime::KernelBase {
+ public:
+  explicit MultiHeadAttention(const core::runtime::KernelContext&) {}
+  void Compute(KernelCall& call) const override;
+  // past_key/past_value may be append-capacity caches: each (batch, head) block is dense.
+  bool ReadsStridedInput(size_t index) const override {
+    return index == kPastKey || index == kPastValue;
+  }
+
+ protected:
+  void Configure(const NodeProto& node) override;
+
+ private:
+  Geometry Validate(const KernelCall& call) const;
+  void ValidatePast(const KernelCall& call, Geometry& g) const;
+  KvSource Source(KernelCall& call, const Geometry& g, size_t output, size_t past_input,
+                  const math::KvRows& rows, Tensor& present, std::vector<uint8_t>& scratch) const;
+  void Attend(const KernelCall& call, const Geometry& g, const float* q, const KvSource& keys,
+              const KvSource& values, float* out) const;
+
+  int64_t num_heads_ = 0;
+  float scale_ = 0.0f;
+  bool unidirectional_ = false;
+};
+
+void MultiHeadAttention::Configure(const NodeProto& node) {
+  using namespace core::runtime;
+  num_heads_ = AttrInt(node, "num_heads", 0);
+  if (num_heads_ <= 0)
+    Throw(core::ErrorCode::kInvalidModel, NodeLabel(node) + ": num_heads must be positive");
+  scale_ = AttrFloat(node, "scale", 0.0f);
+  unidirectional_ = AttrInt(node, "unidirectional", 0) != 0;
+}
+
+Geometry MultiHeadAttention::Validate(const KernelCall& call) const {
+  static const char* const kRefused[] = {"bias", "key_padding_mask"};
+  for (size_t i = 3; i < 5; ++i)
+    if (call.has_input(i))
+      call.Fail(std::string("input '") + kRefused[i - 3] + "' is not supported");
+  if (call.has_input(8)) call.Fail("input 'past_sequence_length' is not supported");
+  if (call.has_input(9)) call.Fail("input 'cache_indirection' is not supported");
+  if (call.output_wanted(3)) call.Fail("output 'qk' is not supported");
+  const Tensor& q = call.input(0);
+  Geometry g;
+  g.type = q.dtype();
+  if (g.type != DataType::kFloat && g.type != DataType::kFloat16)
+    math::ThrowUnsupportedType(call.node(), "input 'query' (FLOAT or FLOAT16)", g.type);
+  if (q.rank() != 3)
+    call.Fail("input 'query' must be 3-D [batch, sequence, hidden] (packed QKV is not supported)");
+  if (!call.has_input(kKey) || !call.has_input(kValue))
+    call.Fail("inputs 'key' and 'value' must be given (packed QKV/KV is not supported)");
+  const Tensor& k = call.input(kKey);
+  const Tensor& v = call.input(kValue);
+  if (k.rank() != 3 || v.rank() != 3)
+    call.Fail("inputs 'key' and 'value' must be 3-D [batch, kv_sequence, hidden] (packed KV or "
+              "a past passed as 4-D key/value is not supported)");
+  g.batch = q.dim(0);
+  g.seq = q.dim(1);
+  g.heads = num_heads_;
+  if (q.dim(2) % g.heads != 0 || v.dim(2) % g.heads != 0)
+    call.Fail("hidden sizes of inputs 'query' and 'value' must be multiples of num_heads (" +
+              std::to_string(g.heads) + ")");
+  g.head = q.dim(2) / g.heads;
+  g.v_head = v.dim(2) / g.heads;
+  g.kv_seq = k.dim(1);
+  if (k.dtype() != g.type || v.dtype() != g.type || k.dim(0) != g.batch || k.dim(2) != q.dim(2) ||
+      v.dim(0) != g.batch || v.dim(1) != g.kv_seq)
+    call.Fail("inputs 'key' " + core::runtime::ShapeToString(k.shape()) + " and 'value' " +
+              core::runtime::ShapeToString(v.shape()) + " must be " +
+              core::DataTypeName(g.type) +
+              " [batch, kv_sequence, hidden] with the batch and hidden size of 'query'");
+  ValidatePast(call, g);
+  if (call.has_input(kAttentionBias)) {
+    const Tensor& a = call.input(kAttentionBias);
+    if (a.rank() != 4 || (a.dim(0) != 1 && a.dim(0) != g.batch) ||
+        (a.dim(1) != 1 && a.dim(1) != g.heads) || a.dim(2) != g.seq || a.dim(3) != g.total ||
+        a.dtype() != g.type)
+      call.Fail("input 'attention_bias' " + core::runtime::ShapeToString(a.shape()) +
+                " must be " + core::DataTypeName(g.type) +
+                " [batch or 1, num_heads or 1, sequence_length, total_sequence_length = " +
+                std::to_string(g.total) + "]");
+  }
+  return g;
+}
+
+void MultiHeadAttention::ValidatePast(const KernelCall& call, Geometry& g) const {
+  const bool has_past = call.has_input(kPastKey);
+  if (has_past != call.has_input(kPastValue))
+    call.Fail("inputs 'past_key' and 'past_value' must be given together");
+  if (has_past) {
+    const Tensor& pk = call.input(kPastKey);
+    const Tensor& pv = call.input(kPastValue);
+    if (pk.rank() != 4 || pv.rank() != 4 || pk.dim(0) != g.batch || pk.dim(1) != g.heads ||
+        pk.dim(3) != g.head || pv.dim(0) != g.batch || pv.dim(1) != g.heads ||
+        pv.dim(2) != pk.dim(2) || pv.dim(3) != g.v_head || pk.dtype() != g.type ||
+        pv.dtype() != g.type)
+      call.Fail("inputs 'past_key' " + core::runtime::ShapeToString(pk.shape()) +
+                " and 'past_value' " + core::runtime::ShapeToString(pv.shape()) + " must be " +
+                core::DataTypeName(g.type) +
+                " [batch, num_heads, past, head_size] (the type of 'query')");
+    g.past = pk.dim(2);
+  }
+  g.total = g.past + g.kv_seq;
+}
+
+// The present output when wanted (appended in place into a bound cache), else a dense
+// [B, N, P+L, width] scratch of past and new rows.
+KvSource MultiHeadAttention::Source(KernelCall& call, const Geometry& g, size_t output,
+                                    size_t past_input, const math::KvRows& rows,
+                                    Tensor& present, std::vector<uint8_t>& scratch) const {
+  const Tensor* past = call.has_input(past_input) ? &call.input(past_input) : nullptr;
+  Tensor past_dense;
+  if (past != nullptr && !past->DenseFrom(2)) past = &(past_dense = past->Contiguous());
+  const int64_t blocks = g.batch * g.heads, w = rows.head_size;
+  KvSource src;
+  src.first.resize(static_cast<size_t>(blocks));
+  if (call.output_wanted(output)) {
+    present = math::WritePresentKv(call, output, past_input, past, rows);
+    src.data = present.strided_data();
+    for (int64_t i = 0; i < blocks; ++i) src.first[static_cast<size_t>(i)] = present.BlockOffset(2, i);
+    return src;
+  }
+  const size_t elem = core::StorageBytes(g.type, 1), row = static_cast<size_t>(w) * elem;
+  scratch.resize(static_cast<size_t>(blocks * g.total) * row);
+  for (int64_t i = 0; i < blocks; ++i) {
+    uint8_t* block = scratch.data() + static_cast<size_t>(i * g.total) * row;
+    if (g.past > 0)
+      std::memcpy(block,
+                  static_cast<const uint8_t*>(past->strided_data()) +
+                      static_cast<size_t>(past->BlockOffset(2, i)) * elem,
+                  static_cast<size_t>(g.past) * row);
+    for (int64_t s = 0; s < g.kv_seq; ++s)
+      std::memcpy(block + static_cast<size_t>(g.past + s) * row,
+                  static_cast<const uint8_t*>(rows.data) +
+                      static_cast<size_t>(rows.Offset(i / g.heads, i % g.heads, s)) * elem,
+                  row);
+    src.first[static_cast<size_t>(i)] = i * g.total * w;
+  }
+  src.data = scratch.data();
+  return src;
+}
+
+// Tasks: (batch, query position, head); each reads its visible keys and values once.
+void MultiHeadAttention::Attend(const KernelCall& call, const Geometry& g, const float* q,
+                                const KvSource& keys, const KvSource& values, float* out) const {
+  const float scale = scale_ == 0.0f ? 1.0f / std::sqrt(static_cast<float>(g.head)) : scale_;
+  const math::RowCode code = CodeOf(g.type);
+  std::optional<math::FloatView> bias;
+  if (call.has_input(kAttentionBias)) bias.emplace(call.input(kAttentionBias));
+  const Shape bias_shape = bias ? call.input(kAttentionBias).shape() : Shape{1, 1, 1, 1};
+  const bool causal = unidirectional_ && g.seq > 1;
+  math::ParallelFor(g.batch * g.seq * g.heads, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> w;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t head = t % g.heads, s = (t / g.heads) % g.seq, b = t / (g.heads * g.seq);
+      const size_t block = static_cast<size_t>(b * g.heads + head);
+      const int64_t n = causal ? std::min(g.past + s + 1, g.total) : g.total;
+      float* o = out + ((b * g.seq + s) * g.heads + head) * g.v_head;
+      std::fill(o, o + g.v_head, 0.0f);
+      if (n == 0) continue;  // no key at all: zeros
+      const float* qrow = q + ((b * g.seq + s) * g.heads + head) * g.head;
+      const math::CodeRows k{code, keys.data, keys.first[block], n};
+      const math::CodeRows v{code, values.data, values.first[block], n};
+      w.resize(static_cast<size_t>(n));
+      math::GroupCodeDots(qrow, g.head, 1, &k, 1, g.head, w.data(), n);
+      const float* brow = nullptr;  // bias[b or 0, head or 0, s, 0]
+      if (bias) {
+        const int64_t bb = bias_shape[0] == 1 ? 0 : b, bh = bias_shape[1] == 1 ? 0 : head;
+        brow = bias->data() + ((bb * bias_shape[1] + bh) * g.seq + s) * g.total;
+      }
+      const float max = math::ScaleAddMax(w.data(), n, scale, brow);
+      const float inv = static_cast<float>(1.0 / math::VecExpShiftSum(w.data(), max, w.data(), n));
+      for (int64_t j = 0; j < n; ++j) w[static_cast<size_t>(j)] *= inv;
+      math::GroupCodeWeightedRowSums(w.data(), n, 1, &v, 1, g.v_head, nullptr, o, g.v_head);
+    }
+  });
+}
+
+void MultiHeadAttention::Compute(KernelCall& call) const {
+  const Geometry g = Validate(call);
+  math::FloatView q(call.input(0));
+  std::vector<uint8_t> k_scratch, v_scratch;
+  Tensor present_k, present_v;
+  const KvSource keys = Source(call, g, 1, kPastKey, InputRows(call.input(kKey), g, g.head),
+                               present_k, k_scratch);
+  const KvSource values = Source(call, g, 2, kPastValue,
+                                 InputRows(call.input(kValue), g, g.v_head), present_v, v_scratch);
+  Tensor& y = call.AllocateOutput(0, g.type, {g.batch, g.seq, g.heads * g.v_head});
+  if (y.numel() == 0) return;
+  math::FloatSink out(y);
+  Attend(call, g, q.data(), keys, values, out.data());
+  out.Finish();
+}
+
+OL_KERNEL_FACTORY(MultiHeadAttention)
+
+}  // namespace onnx_light::ops
