@@ -130,8 +130,9 @@ Geometry MultiHeadAttention::Validate(const KernelCall& call) const {
   const Tensor& k = call.input(kKey);
   const Tensor& v = call.input(kValue);
   if (k.rank() != 3 || v.rank() != 3)
-    call.Fail("inputs 'key' and 'value' must be 3-D [batch, kv_sequence, hidden] (packed KV or "
-              "a past passed as 4-D key/value is not supported)");
+    call.Fail(
+        "inputs 'key' and 'value' must be 3-D [batch, kv_sequence, hidden] (packed KV or "
+        "a past passed as 4-D key/value is not supported)");
   g.batch = q.dim(0);
   g.seq = q.dim(1);
   g.heads = num_heads_;
@@ -144,8 +145,7 @@ Geometry MultiHeadAttention::Validate(const KernelCall& call) const {
   if (k.dtype() != g.type || v.dtype() != g.type || k.dim(0) != g.batch || k.dim(2) != q.dim(2) ||
       v.dim(0) != g.batch || v.dim(1) != g.kv_seq)
     call.Fail("inputs 'key' " + core::runtime::ShapeToString(k.shape()) + " and 'value' " +
-              core::runtime::ShapeToString(v.shape()) + " must be " +
-              core::DataTypeName(g.type) +
+              core::runtime::ShapeToString(v.shape()) + " must be " + core::DataTypeName(g.type) +
               " [batch, kv_sequence, hidden] with the batch and hidden size of 'query'");
   ValidatePast(call, g);
   if (call.has_input(kAttentionBias)) {
@@ -153,8 +153,8 @@ Geometry MultiHeadAttention::Validate(const KernelCall& call) const {
     if (a.rank() != 4 || (a.dim(0) != 1 && a.dim(0) != g.batch) ||
         (a.dim(1) != 1 && a.dim(1) != g.heads) || a.dim(2) != g.seq || a.dim(3) != g.total ||
         a.dtype() != g.type)
-      call.Fail("input 'attention_bias' " + core::runtime::ShapeToString(a.shape()) +
-                " must be " + core::DataTypeName(g.type) +
+      call.Fail("input 'attention_bias' " + core::runtime::ShapeToString(a.shape()) + " must be " +
+                core::DataTypeName(g.type) +
                 " [batch or 1, num_heads or 1, sequence_length, total_sequence_length = " +
                 std::to_string(g.total) + "]");
   }
@@ -184,8 +184,8 @@ void MultiHeadAttention::ValidatePast(const KernelCall& call, Geometry& g) const
 // The present output when wanted (appended in place into a bound cache), else a dense
 // [B, N, P+L, width] scratch of past and new rows.
 KvSource MultiHeadAttention::Source(KernelCall& call, const Geometry& g, size_t output,
-                                    size_t past_input, const math::KvRows& rows,
-                                    Tensor& present, std::vector<uint8_t>& scratch) const {
+                                    size_t past_input, const math::KvRows& rows, Tensor& present,
+                                    std::vector<uint8_t>& scratch) const {
   const Tensor* past = call.has_input(past_input) ? &call.input(past_input) : nullptr;
   Tensor past_dense;
   if (past != nullptr && !past->DenseFrom(2)) past = &(past_dense = past->Contiguous());
@@ -195,7 +195,8 @@ KvSource MultiHeadAttention::Source(KernelCall& call, const Geometry& g, size_t 
   if (call.output_wanted(output)) {
     present = math::WritePresentKv(call, output, past_input, past, rows);
     src.data = present.strided_data();
-    for (int64_t i = 0; i < blocks; ++i) src.first[static_cast<size_t>(i)] = present.BlockOffset(2, i);
+    for (int64_t i = 0; i < blocks; ++i)
+      src.first[static_cast<size_t>(i)] = present.BlockOffset(2, i);
     return src;
   }
   const size_t elem = core::StorageBytes(g.type, 1), row = static_cast<size_t>(w) * elem;
@@ -259,10 +260,10 @@ void MultiHeadAttention::Compute(KernelCall& call) const {
   math::FloatView q(call.input(0));
   std::vector<uint8_t> k_scratch, v_scratch;
   Tensor present_k, present_v;
-  const KvSource keys = Source(call, g, 1, kPastKey, InputRows(call.input(kKey), g, g.head),
-                               present_k, k_scratch);
-  const KvSource values = Source(call, g, 2, kPastValue,
-                                 InputRows(call.input(kValue), g, g.v_head), present_v, v_scratch);
+  const KvSource keys =
+      Source(call, g, 1, kPastKey, InputRows(call.input(kKey), g, g.head), present_k, k_scratch);
+  const KvSource values = Source(call, g, 2, kPastValue, InputRows(call.input(kValue), g, g.v_head),
+                                 present_v, v_scratch);
   Tensor& y = call.AllocateOutput(0, g.type, {g.batch, g.seq, g.heads * g.v_head});
   if (y.numel() == 0) return;
   math::FloatSink out(y);

@@ -2,6 +2,8 @@
 // one model call whose paged caches are bound as sequences of row caches. Each request's
 // caches stay native in a RowCaches, so a step moves page handles only; `values` exports
 // PagedCacheProto copies for inspection.
+#include "state/batch_rows.h"
+
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -13,7 +15,6 @@
 #include "python/bindings/convert.h"
 #include "python/bindings/registration.h"
 #include "python/bindings/session.h"
-#include "state/batch_rows.h"
 
 namespace onnx_light::python {
 
