@@ -43,9 +43,11 @@ using core::runtime::Tensor;
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr int64_t kMaxGroup = 16;       // query heads per KV head handled in one task
-constexpr int64_t kKeyBlock = 64;       // keys scored per online-softmax step
-constexpr int64_t kSplitMinKeys = 256;  // below this a task's key range is never split
+constexpr int64_t kMaxGroup = 16;  // query heads per KV head handled in one task
+constexpr int64_t kKeyBlock = 64;  // keys scored per online-softmax step
+// Below this a task's key range is never split. Decode reads K/V from memory (the weights
+// streamed since evict them), so more, shorter tasks keep more rows in flight.
+constexpr int64_t kSplitMinKeys = 64;
 
 // Resolves a Reshape target against the input shape (0 copies, -1 infers).
 Shape ResolveReshape(const Shape& in, const std::vector<int64_t>& target) {
@@ -146,6 +148,7 @@ struct RowAttention {
     float scores[kMaxGroup][kKeyBlock];
     float buffer[kKeyBlock];
     bool live[kMaxGroup];
+    Prefetch(keys, values, j_begin, std::min(kKeyBlock, j_end - j_begin));
     for (int64_t j0 = j_begin; j0 < j_end; j0 += kKeyBlock) {
       const int64_t n = std::min(kKeyBlock, j_end - j0);
       Prefetch(keys, values, j0 + n, std::min(kKeyBlock, j_end - j0 - n));
