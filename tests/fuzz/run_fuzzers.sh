@@ -11,12 +11,14 @@ dir=${BUILD_DIR:-build-fuzz}
 per=${SECONDS_PER_TARGET:-60}
 jobs=${JOBS:-$(nproc)}
 targets=("$@")
+# ccache as dev.sh sets it: a rebuild after a small change recompiles only that change.
+export CCACHE_BASEDIR=$(pwd) CCACHE_NOHASHDIR=1 CCACHE_SLOPPINESS=pch_defines,time_macros
 ((${#targets[@]})) || targets=(model text paged_cache encoded state_feeds)
 if [ ! -f $dir/CMakeCache.txt ]; then
   echo "== configuring ($dir/)"
   CXX=clang++ cmake -S . -B $dir -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
-    -DCMAKE_CXX_COMPILER=clang++ -DONNX_LIGHT_FUZZ=ON -DONNX_LIGHT_WERROR=OFF \
+    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DONNX_LIGHT_FUZZ=ON -DONNX_LIGHT_WERROR=OFF \
     -DONNX_LIGHT_PYTHON=OFF -DONNX_LIGHT_PERF=OFF -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF \
     -DCMAKE_POLICY_VERSION_MINIMUM=3.5 > $dir.configure.log 2>&1 || { cat $dir.configure.log; exit 1; }
   mv $dir.configure.log $dir/configure.log
