@@ -12,8 +12,9 @@
    or ``Size`` of a bound input is answered from other graph inputs: a static dimension from
    the input's declared type, a symbolic one from a non-bound input declaring the same
    symbol (or ``input_ids`` dim 0 for axis 0), the cache length (axis -2) as
-   ``attention_mask`` dim 1 - ``input_ids`` dim 1. Any other second use is refused, naming
-   the input and the node;
+   ``attention_mask`` dim 1 - ``input_ids`` dim 1. A ``Shape`` read only by ``Gather``s of
+   constant indices needs only the dimensions they pick: each Gather is answered and the
+   Shape dropped. Any other second use is refused, naming the input and the node;
 3. adds the bindings, writes OUT next to IN's external data (the weights are neither read
    nor copied: OUT refers to the same data file, so it must be in IN's directory), then
    checks OUT with the onnx checker (when the ``onnx`` package is installed) and by building
@@ -209,6 +210,59 @@ def _dims(value_info):
     return list(t.tensor_type.shape.dim)
 
 
+def _int_values(tensor) -> Optional[list]:
+    """The values of an INT64/INT32 TensorProto stored in the file, or None."""
+    import numpy as np
+
+    dtype = {7: np.int64, 6: np.int32}.get(tensor.data_type)
+    if dtype is None or len(tensor.external_data):
+        return None
+    if tensor.raw_data:
+        values = np.frombuffer(tensor.raw_data, dtype=dtype)
+    else:
+        values = np.array(tensor.int64_data if dtype is np.int64 else tensor.int32_data)
+    count = int(np.prod(list(tensor.dims))) if len(tensor.dims) else 1
+    return [int(v) for v in values] if len(values) == count else None
+
+
+def _constant_indices(graph, name: str) -> Optional[tuple]:
+    """(values, is_scalar) of `name` when a Constant node or an initializer of `graph` holds
+    it as an int tensor of rank <= 1; else None."""
+    tensor = next((t for t in graph.initializer if t.name == name), None)
+    for n in graph.node:
+        if tensor is None and name in n.output and n.op_type == "Constant" \
+                and n.domain in ("", "ai.onnx"):
+            tensor = next((a.t for a in n.attribute if a.name == "value"), None)
+    if tensor is None or len(tensor.dims) > 1:
+        return None
+    values = _int_values(tensor)
+    return None if values is None else (values, len(tensor.dims) == 0)
+
+
+def _gather_reads(graph, nodes, shape_node, length: int) -> Optional[list]:
+    """[(gather node, [positions], is_scalar)] when the only readers of `shape_node`'s output
+    among `nodes` (the graph's, as the caller holds them) are Gathers along axis 0 with
+    constant in-range indices, so only those positions of the shape matter; None when
+    anything else reads it."""
+    out = shape_node.output[0]
+    if any(o.name == out for o in graph.output):
+        return None
+    reads = []
+    for n in nodes:
+        captured = any(_references(g, out) for a in n.attribute for g in _subgraphs(a))
+        if out not in n.input and not captured:
+            continue
+        axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+        if captured or n.op_type != "Gather" or n.domain not in ("", "ai.onnx") \
+                or list(n.input).count(out) != 1 or n.input[0] != out or axis not in (0, -1):
+            return None
+        found = _constant_indices(graph, n.input[1])
+        if not found or not found[0] or any(not -length <= i < length for i in found[0]):
+            return None
+        reads.append((n, [i + length if i < 0 else i for i in found[0]], found[1]))
+    return reads
+
+
 def make_single_use(model, inputs: Iterable[str], known_dims: Optional[dict] = None,
                     ids_name: str = "input_ids", mask_name: str = "attention_mask") -> list:
     """Rewrites every ``Shape``/``Size`` of each input in `inputs` into values computed from
@@ -352,6 +406,15 @@ def make_single_use(model, inputs: Iterable[str], known_dims: Optional[dict] = N
             f"dimension {axis} ('{shown}') of input '{name}' is neither static nor derivable "
             f"from other inputs; it is read by {node.op_type} node '{node.name}'")
 
+    def gather_answer(parts, scalar, gather):
+        """The node that gives `gather`'s output from the dimensions it reads."""
+        gather_name = gather.name or gather.output[0]
+        if scalar:
+            return protos.node("Reshape", [parts[0][0], const([], dims=[0])],
+                               list(gather.output), gather_name)
+        return protos.node("Concat", [p for p, _ in parts], list(gather.output), gather_name,
+                           axis=0)
+
     rewrites = []
     replacement = {}
     for name, node in targets:
@@ -362,7 +425,23 @@ def make_single_use(model, inputs: Iterable[str], known_dims: Optional[dict] = N
             start, end = attrs.get("start", 0), attrs.get("end", rank)
             start = min(max(start + rank if start < 0 else start, 0), rank)
             end = min(max(end + rank if end < 0 else end, 0), rank)
-            parts = [dim(name, k, rank, node) for k in range(start, end)]
+            try:
+                parts = [dim(name, k, rank, node) for k in range(start, end)]
+            except PrepareError:
+                # A dimension nobody reads need not be derived: answer each Gather of the
+                # shape with the positions it reads, and drop the Shape.
+                gathers = _gather_reads(graph, nodes, node, end - start)
+                if gathers is None:
+                    raise
+                answers = []
+                for gather, positions, scalar in gathers:
+                    picked = [dim(name, start + k, rank, node) for k in positions]
+                    replacement[id(gather)] = [gather_answer(picked, scalar, gather)]
+                    answers.append(f"Gather '{gather.name or gather.output[0]}' <- "
+                                   + ", ".join(d for _, d in picked))
+                replacement[id(node)] = []
+                rewrites.append(Rewrite("Shape", node_name, name, "; ".join(answers)))
+                continue
             if not parts:
                 new = [protos.node("Constant", [], list(node.output), node_name,
                                    value=([0], []))]

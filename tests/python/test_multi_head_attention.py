@@ -206,48 +206,73 @@ FP16_OPS = {("", "Add"), ("", "Cast"), ("", "Concat"), ("", "Constant"), ("", "C
             ("com.microsoft", "SkipSimplifiedLayerNormalization")}
 
 
-def test_builder_fp16_cpu_build_generates_onnxruntime_greedy_tokens():
+def _ort_fp16_greedy(path, prompt, pasts, cache, new_tokens):
+    """onnxruntime's greedy tokens and each step's last logits on the builder's file, its
+    presents fed back. onnxruntime refuses the file as written at the first decode step: the
+    builder annotates the repeat_kv outputs after the cache Concat with the prompt's
+    'sequence_length' (they hold total_sequence_length rows), so it is run without the
+    value_info (onnxruntime then infers the shapes itself)."""
+    full = onnx.load(path)
+    del full.graph.value_info[:]
+    session = ort.InferenceSession(full.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    ids, feeds_cache, tokens, logits = prompt, cache, [], []
+    for _ in range(new_tokens):
+        total = prompt.shape[1] + len(tokens)
+        out = dict(zip(names, session.run(names, {
+            "input_ids": ids, "attention_mask": np.ones((1, total), np.int64),
+            "position_ids": np.arange(total - ids.shape[1], total, dtype=np.int64)[None],
+            **feeds_cache})))
+        logits.append(out["logits"][0, -1].astype(np.float32))
+        tokens.append(int(out["logits"][0, -1].argmax()))
+        ids = np.array([[tokens[-1]]], np.int64)
+        feeds_cache = {p.name: out[p.name.replace("past_key_values.", "present.")] for p in pasts}
+    return tokens, logits
+
+
+def test_builder_fp16_cpu_build_prepares_and_generates_onnxruntime_greedy_tokens():
+    """The stock file: prepare answers the full Shape of past_key_values.0.key (whose head
+    dimension is the symbolic 'kv_cache_dim') through the one Gather that reads it (the past
+    length, attention_mask dim 1 - input_ids dim 1). The prepared model, its FLOAT16 caches
+    bound, gives onnxruntime's greedy tokens on the same file, and each step's logits within
+    HALF_TOL."""
     path = genai_builder.ensure("llama", "fp16")
     proto = onnx.load(path, load_external_data=False)
     assert {(n.domain, n.op_type) for n in proto.graph.node} == FP16_OPS
     pasts = [i for i in proto.graph.input if i.name.startswith("past_key_values.")]
     assert {p.type.tensor_type.elem_type for p in pasts} == {TensorProto.FLOAT16}
+    assert {p.type.tensor_type.shape.dim[3].dim_param for p in pasts} == {"kv_cache_dim"}
     with open(os.path.join(os.path.dirname(path), "genai_config.json")) as f:
         head = json.load(f)["model"]["decoder"]["head_size"]
     cache = {p.name: np.zeros((1, p.type.tensor_type.shape.dim[1].dim_value, 0, head), F16)
              for p in pasts}
     prompt = np.random.default_rng(3).integers(3, 120, (1, 7), dtype=np.int64)
     new_tokens = 8
-    # onnxruntime's own run of this file fails at the first decode step on the builder's
-    # value_info (a repeat_kv output annotated with the prompt's length): without it,
-    # onnxruntime infers the shapes itself.
-    full = onnx.load(path)
-    del full.graph.value_info[:]
-    session = ort.InferenceSession(full.SerializeToString(), providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    ids, feeds_cache, expected = prompt, cache, []
-    for _ in range(new_tokens):
-        total = prompt.shape[1] + len(expected)
-        out = dict(zip(names, session.run(names, {
-            "input_ids": ids, "attention_mask": np.ones((1, total), np.int64),
-            "position_ids": np.arange(total - ids.shape[1], total, dtype=np.int64)[None],
-            **feeds_cache})))
-        expected.append(int(out["logits"][0, -1].argmax()))
-        ids = np.array([[expected[-1]]], np.int64)
-        feeds_cache = {p.name: out[p.name.replace("past_key_values.", "present.")] for p in pasts}
-    # prepare cannot derive the symbolic 'kv_cache_dim' the builder writes for this build
-    # (a limitation of prepare, left to its owner): give it the head size first.
-    for value in list(proto.graph.input) + list(proto.graph.output):
-        for dim in value.type.tensor_type.shape.dim:
-            if dim.dim_param == "kv_cache_dim":
-                dim.dim_value = head
-    static = os.path.join(os.path.dirname(path), "model.static.onnx")
-    onnx.save(proto, static)
-    prepared = os.path.join(os.path.dirname(path), "model.prepared.onnx")
-    prepare_decoder(static, prepared, bind="auto")  # the caches' Shape reads: one use each
+    expected, expected_logits = _ort_fp16_greedy(path, prompt, pasts, cache, new_tokens)
+
+    prepared = os.path.join(os.path.dirname(path), "model.prepared-test.onnx")
+    report = prepare_decoder(path, prepared, bind="auto")
+    assert [(r.op_type, r.input_name, r.answer) for r in report.rewrites] == [
+        ("Shape", "past_key_values.0.key",
+         "Gather '/model/attn_mask_reformat/past_key_subgraph/Gather' <- "
+         "attention_mask dim 1 - input_ids dim 1")]
     model = ol_onnx.load_model(prepared)
+    os.remove(prepared)
     assert len(model.graph.persistent_bindings) == len(pasts)
     context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(21)))
     tokens = runtime.generate(model, context, {"input_ids": prompt, **cache},
                               runtime.GenerationOptions(max_new_tokens=new_tokens))
     assert np.asarray(tokens)[0, prompt.shape[1]:].tolist() == expected
+
+    state = runtime.PersistentValueState(model, cache)
+    ids = prompt
+    for step in range(new_tokens):
+        total = prompt.shape[1] + step
+        out = state.run(context, {
+            "input_ids": ids, "attention_mask": np.ones((1, total), np.int64),
+            "position_ids": np.arange(total - ids.shape[1], total, dtype=np.int64)[None]})
+        np.testing.assert_allclose(np.from_dlpack(out["logits"])[0, -1].astype(np.float32),
+                                   expected_logits[step], atol=HALF_TOL, rtol=HALF_TOL)
+        del out
+        ids = np.array([[expected[step]]], np.int64)
+    state.close()

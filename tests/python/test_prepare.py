@@ -275,6 +275,67 @@ def test_an_underivable_dimension_is_refused_naming_input_and_node(tmp_path):
         prepare.prepare_decoder(path, tmp_path / "p.onnx", bind="auto")
 
 
+def _gathered_shape(path, index_nodes, gathers, outputs):
+    """_tiny with a symbolic head dimension ('head_size'), its whole Shape read only by
+    `gathers` [(indices name, output name)]."""
+    nodes = index_nodes + [helper.make_node("Shape", [PAST], ["past_shape"], name="shape")]
+    nodes += [helper.make_node("Gather", ["past_shape", i], [o], axis=0, name=f"gather_{o}")
+              for i, o in gathers]
+    return _tiny(path, nodes, outputs, past_dims=("batch", 2, "past", "head_size"))
+
+
+def test_a_shape_read_only_by_gathers_needs_only_the_gathered_dimensions(tmp_path):
+    """The builder's fp16 pattern: Shape of the whole cache, whose head dimension is
+    symbolic and not derivable, read only by Gathers of constant indices (a Constant node
+    and an initializer, scalar and 1-D, a negative index). Each Gather is answered from the
+    dimensions it reads and the Shape is dropped; onnxruntime gives the same values on the
+    original and the prepared file."""
+    path = _gathered_shape(
+        tmp_path / "m.onnx",
+        [helper.make_node("Constant", [], ["two"], name="two",
+                          value=helper.make_tensor("two", TensorProto.INT64, [], [2])),
+         helper.make_node("Constant", [], ["batch_and_past"], name="batch_and_past",
+                          value=helper.make_tensor("v", TensorProto.INT64, [2], [0, -2]))],
+        [("two", "past_len"), ("batch_and_past", "dims")],
+        [helper.make_tensor_value_info("past_len", TensorProto.INT64, []),
+         helper.make_tensor_value_info("dims", TensorProto.INT64, [2])])
+    report = prepare.prepare_decoder(path, tmp_path / "p.onnx", bind="auto")
+    assert [(r.op_type, r.node_name, r.answer) for r in report.rewrites] == [
+        ("Shape", "shape", "Gather 'gather_past_len' <- attention_mask dim 1 - input_ids dim 1; "
+                           "Gather 'gather_dims' <- input_ids dim 0, "
+                           "attention_mask dim 1 - input_ids dim 1")]
+    prepared = onnx.load(str(tmp_path / "p.onnx"))
+    assert _uses(prepared, PAST) == 1
+    before = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    after = ort.InferenceSession(str(tmp_path / "p.onnx"), providers=["CPUExecutionProvider"])
+    for batch, past, seq in [(1, 0, 3), (2, 5, 1), (3, 2, 4)]:
+        feeds = {"input_ids": np.ones((batch, seq), np.int64),
+                 "attention_mask": np.ones((batch, past + seq), np.int64),
+                 PAST: np.zeros((batch, 2, past, 4), np.float32)}
+        for a, b in zip(before.run(None, feeds), after.run(None, feeds)):
+            assert a.shape == b.shape
+            np.testing.assert_array_equal(a, b)
+        assert after.run(["dims"], feeds)[0].tolist() == [batch, past]
+
+
+def test_a_gathered_underivable_dimension_or_another_reader_is_refused(tmp_path):
+    head = helper.make_tensor("three", TensorProto.INT64, [], [3])
+    path = _gathered_shape(
+        tmp_path / "m.onnx",
+        [helper.make_node("Constant", [], ["three"], name="three", value=head)],
+        [("three", "head")], [helper.make_tensor_value_info("head", TensorProto.INT64, [])])
+    with pytest.raises(prepare.PrepareError,
+                       match=r"dimension 3 \('head_size'\) of input "
+                             r"'past_key_values.0.key'.*Shape node 'shape'"):
+        prepare.prepare_decoder(path, tmp_path / "p.onnx", bind="auto")
+    path = _tiny(tmp_path / "m2.onnx",
+                 [helper.make_node("Shape", [PAST], ["past_shape"], name="shape")],
+                 [helper.make_tensor_value_info("past_shape", TensorProto.INT64, [4])],
+                 past_dims=("batch", 2, "past", "head_size"))
+    with pytest.raises(prepare.PrepareError, match=r"dimension 3 \('head_size'\)"):
+        prepare.prepare_decoder(path, tmp_path / "p2.onnx", bind="auto")
+
+
 def test_genai_builder_model_binds_without_rewrites_and_generates():
     """The onnxruntime-genai builder's fp32 Llama: its caches feed GroupQueryAttention once
     each, so prepare only binds them; the prepared file then generates onnxruntime's greedy
