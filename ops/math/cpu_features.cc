@@ -1,5 +1,9 @@
 #include "ops/math/cpu_features.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace onnx_light::ops::math {
 
 #if defined(__x86_64__)
@@ -8,7 +12,11 @@ bool CpuHasAvx2Fma() {
   return has;
 }
 bool CpuHasAvx2FmaF16c() {
-  static const bool has = CpuHasAvx2Fma() && __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports has no "f16c".
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return CpuHasAvx2Fma() && __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+  }();
   return has;
 }
 bool CpuHasAvx512() {
