@@ -22,10 +22,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <vector>
 
 #include "executor/attributes.h"
+#include "ops/fused/tiled_attention.h"
 #include "ops/kernel_factory.h"
 #include "ops/math/code_dot.h"
 #include "ops/math/common.h"
@@ -95,6 +97,8 @@ class MultiHeadAttention final : public core::runtime::KernelBase {
                   const math::KvRows& rows, Tensor& present, std::vector<uint8_t>& scratch) const;
   void Attend(const KernelCall& call, const Geometry& g, const float* q, const KvSource& keys,
               const KvSource& values, float* out) const;
+  bool AttendTiled(const KernelCall& call, const Geometry& g, const float* q, const KvSource& keys,
+                   const KvSource& values, float* out) const;
 
   int64_t num_heads_ = 0;
   float scale_ = 0.0f;
@@ -241,7 +245,16 @@ void MultiHeadAttention::Attend(const KernelCall& call, const Geometry& g, const
       const math::CodeRows k{code, keys.data, keys.first[block], n};
       const math::CodeRows v{code, values.data, values.first[block], n};
       w.resize(static_cast<size_t>(n));
-      math::GroupCodeDots(qrow, g.head, 1, &k, 1, g.head, w.data(), n);
+      // FLOAT rows take the plain vector dots (no per-row code dispatch).
+      const bool dense = g.type == DataType::kFloat;
+      const float* kd = dense ? static_cast<const float*>(keys.data) + keys.first[block] : nullptr;
+      const float* vd =
+          dense ? static_cast<const float*>(values.data) + values.first[block] : nullptr;
+      if (dense) {
+        math::GroupDots(qrow, g.head, 1, kd, g.head, n, g.head, w.data(), n);
+      } else {
+        math::GroupCodeDots(qrow, g.head, 1, &k, 1, g.head, w.data(), n);
+      }
       const float* brow = nullptr;  // bias[b or 0, head or 0, s, 0]
       if (bias) {
         const int64_t bb = bias_shape[0] == 1 ? 0 : b, bh = bias_shape[1] == 1 ? 0 : head;
@@ -250,9 +263,94 @@ void MultiHeadAttention::Attend(const KernelCall& call, const Geometry& g, const
       const float max = math::ScaleAddMax(w.data(), n, scale, brow);
       const float inv = static_cast<float>(1.0 / math::VecExpShiftSum(w.data(), max, w.data(), n));
       for (int64_t j = 0; j < n; ++j) w[static_cast<size_t>(j)] *= inv;
-      math::GroupCodeWeightedRowSums(w.data(), n, 1, &v, 1, g.v_head, nullptr, o, g.v_head);
+      if (dense) {
+        math::GroupWeightedRowSums(w.data(), n, 1, vd, g.v_head, n, o, g.v_head, g.v_head);
+      } else {
+        math::GroupCodeWeightedRowSums(w.data(), n, 1, &v, 1, g.v_head, nullptr, o, g.v_head);
+      }
     }
   });
+}
+
+// Element strides {batch, head, row} of a source whose (batch, head) blocks are equally
+// spaced (scratch and bound caches are); false otherwise.
+bool UniformStrides(const KvSource& src, const Geometry& g, int64_t width, int64_t strides[3]) {
+  const auto at = [&](int64_t b, int64_t h) {
+    return src.first[static_cast<size_t>(b * g.heads + h)];
+  };
+  strides[0] = g.batch > 1 ? at(1, 0) - at(0, 0) : 0;
+  strides[1] = g.heads > 1 ? at(0, 1) - at(0, 0) : 0;
+  strides[2] = width;
+  for (int64_t b = 0; b < g.batch; ++b)
+    for (int64_t h = 0; h < g.heads; ++h)
+      if (at(b, h) != at(0, 0) + b * strides[0] + h * strides[1]) return false;
+  return true;
+}
+
+// FLOAT prompts: the fused attention's tiled path (ops/fused/tiled_attention.h), which scores
+// whole tiles as small GEMMs, on Q and Y in [B, N, S, H] and with the causal rule and the
+// bias as one additive mask (-inf hides a key, as the per-row path skips it). False (nothing
+// written) when the path declines; the per-row path then runs.
+bool MultiHeadAttention::AttendTiled(const KernelCall& call, const Geometry& g, const float* q,
+                                     const KvSource& keys, const KvSource& values,
+                                     float* out) const {
+  fused::AttentionProblem p;
+  if (g.type != DataType::kFloat || !fused::PrefersTiles(g.seq) ||
+      !UniformStrides(keys, g, g.head, p.k_strides) ||
+      !UniformStrides(values, g, g.v_head, p.v_strides))
+    return false;
+  const bool causal = unidirectional_ && g.seq > 1;
+  const bool has_bias = call.has_input(kAttentionBias);
+  std::optional<math::FloatView> bias;
+  if (has_bias) bias.emplace(call.input(kAttentionBias));
+  const Shape bs = has_bias ? call.input(kAttentionBias).shape() : Shape{1, 1, 1, 1};
+  std::vector<float> mask;
+  if (causal || has_bias) {
+    const int64_t planes = bs[0] * bs[1], plane = g.seq * g.total;
+    mask.assign(static_cast<size_t>(planes * plane), 0.0f);
+    for (int64_t m = 0; m < planes; ++m)
+      for (int64_t s = 0; s < g.seq; ++s)
+        for (int64_t t = 0; t < g.total; ++t) {
+          const int64_t at = m * plane + s * g.total + t;
+          const bool hidden = causal && t >= g.past + s + 1;
+          mask[static_cast<size_t>(at)] = hidden     ? -std::numeric_limits<float>::infinity()
+                                          : has_bias ? bias->data()[at]
+                                                     : 0.0f;
+        }
+    p.mask = mask.data();
+    p.mask_strides[0] = bs[0] == 1 ? 0 : bs[1] * plane;
+    p.mask_strides[1] = bs[1] == 1 ? 0 : plane;
+    p.mask_strides[2] = g.total;
+    p.mask_strides[3] = 1;
+  }
+  // [B, S, N, H] <-> [B, N, S, H]
+  const auto transpose = [&](const float* src, float* dst, int64_t width, bool to_heads) {
+    for (int64_t b = 0; b < g.batch; ++b)
+      for (int64_t s = 0; s < g.seq; ++s)
+        for (int64_t h = 0; h < g.heads; ++h) {
+          const int64_t bsnh = ((b * g.seq + s) * g.heads + h) * width;
+          const int64_t bnsh = ((b * g.heads + h) * g.seq + s) * width;
+          const float* from = src + (to_heads ? bsnh : bnsh);
+          std::copy(from, from + width, dst + (to_heads ? bnsh : bsnh));
+        }
+  };
+  std::vector<float> qt(static_cast<size_t>(g.batch * g.seq * g.heads * g.head));
+  std::vector<float> yt(static_cast<size_t>(g.batch * g.seq * g.heads * g.v_head));
+  transpose(q, qt.data(), g.head, true);
+  p.batch = g.batch;
+  p.heads = p.kv_heads = g.heads;
+  p.queries = g.seq;
+  p.keys = g.total;
+  p.dk = g.head;
+  p.dv = g.v_head;
+  p.q = qt.data();
+  p.k = static_cast<const float*>(keys.data);
+  p.v = static_cast<const float*>(values.data);
+  p.scale = scale_ == 0.0f ? 1.0f / std::sqrt(static_cast<float>(g.head)) : scale_;
+  p.y = yt.data();
+  if (!fused::TiledAttention(p)) return false;
+  transpose(yt.data(), out, g.v_head, false);
+  return true;
 }
 
 void MultiHeadAttention::Compute(KernelCall& call) const {
@@ -267,7 +365,8 @@ void MultiHeadAttention::Compute(KernelCall& call) const {
   Tensor& y = call.AllocateOutput(0, g.type, {g.batch, g.seq, g.heads * g.v_head});
   if (y.numel() == 0) return;
   math::FloatSink out(y);
-  Attend(call, g, q.data(), keys, values, out.data());
+  if (!AttendTiled(call, g, q.data(), keys, values, out.data()))
+    Attend(call, g, q.data(), keys, values, out.data());
   out.Finish();
 }
 

@@ -91,6 +91,11 @@ CASES = {
     "cross_longer_kv": {"seq": 2, "kv_seq": 6},
     "value_width": {"seq": 3, "v_h": 4, "heads": 2},
     "scale": {"seq": 2, "past": 3, "scale": 0.3},
+    # 16 or more query rows: FLOAT takes the tiled path (causal rule and bias as one mask)
+    "tiled_prompt_causal": {"causal": 1, "seq": 40, "heads": 3, "h": 16},
+    "tiled_subsequent_causal_bias": {"seq": 20, "past": 7, "causal": 1, "bias": (1, 1), "h": 16},
+    "tiled_cross_longer_kv": {"seq": 24, "kv_seq": 33, "h": 16},
+    "tiled_bias_per_head_value_width": {"seq": 17, "heads": 4, "bias": (0, 1), "v_h": 8, "h": 16},
 }
 
 
