@@ -99,6 +99,17 @@ inline RuntimeValueMap ZeroFeeds(const GraphProto& graph) {
   return feeds;
 }
 
+// Whether a view of `shape` with element `strides` ends inside `bytes` bytes (empty views
+// and negative dims, which the runtime refuses, count as fitting).
+inline bool ViewFits(const Shape& shape, const Shape& strides, DataType dtype, size_t bytes) {
+  __int128 last = 0;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] <= 0) return true;
+    last += static_cast<__int128>(shape[i] - 1) * strides[i];
+  }
+  return (last + 1) * (core::ElementBits(dtype) / 8) <= static_cast<__int128>(bytes);
+}
+
 inline RuntimeValue ReadValueOrThrow(Reader& r, int depth);
 
 // A value decoded from fuzzer bytes: tensors (dense, borrowed, strided), structs, sequences,
@@ -133,11 +144,15 @@ inline RuntimeValue ReadValueOrThrow(Reader& r, int depth) {
       }
       const uint8_t how = kind % 3;
       if (how == 2 && dtype != DataType::kString && dtype != DataType::kInt4) {
-        // A read-only view with fuzzed strides over a small owned buffer.
+        // A read-only view with fuzzed strides over a small owned buffer. StridedView trusts
+        // its caller for the extent (it is given no size), so views past the buffer are not
+        // built: they would be the harness's out-of-bounds read, not the runtime's.
         auto owner = std::make_shared<std::vector<uint8_t>>(512, 0);
         Shape strides;
         for (int i = 0; i < rank; ++i) strides.push_back(r.U8() % 8);
-        return RuntimeValue(Tensor::StridedView("t", dtype, shape, strides, owner->data(), owner));
+        if (ViewFits(shape, strides, dtype, owner->size()))
+          return RuntimeValue(
+              Tensor::StridedView("t", dtype, shape, strides, owner->data(), owner));
       }
       Tensor t = Zeros("t", dtype, shape);
       if (dtype != DataType::kString) {
