@@ -118,11 +118,15 @@ struct LayerWeights {
   std::vector<std::unique_ptr<const math::PackedB>> packs;
   std::vector<std::array<int64_t, 2>> shapes;  // K, N
   size_t bytes = 0;
-  explicit LayerWeights(int layers) {
-    const std::array<std::array<int64_t, 2>, 7> layer = {
-        {{896, 896}, {896, 128}, {896, 128}, {896, 896}, {896, 4864}, {896, 4864}, {4864, 896}}};
+  // shape 0: a Qwen2.5-0.5B layer's seven products; 1: a SmolLM2-135M layer as the plan runs
+  // it (Q/K/V and gate/up grouped into one product each).
+  LayerWeights(int layers, int shape) {
+    const std::vector<std::array<int64_t, 2>> qwen = {
+        {896, 896}, {896, 128}, {896, 128}, {896, 896}, {896, 4864}, {896, 4864}, {4864, 896}};
+    const std::vector<std::array<int64_t, 2>> smollm2 = {
+        {576, 960}, {576, 576}, {576, 3072}, {1536, 576}};
     for (int l = 0; l < layers; ++l)
-      for (const auto& [k, n] : layer) {
+      for (const auto& [k, n] : shape == 0 ? qwen : smollm2) {
         const std::vector<float> b = RandomVector(k * n);
         packs.push_back(std::make_unique<const math::PackedB>(false, k, n, b.data(), n));
         shapes.push_back({k, n});
@@ -133,7 +137,7 @@ struct LayerWeights {
 
 void BM_GemvLayers(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
-  const LayerWeights w(static_cast<int>(state.range(1)));
+  const LayerWeights w(static_cast<int>(state.range(1)), static_cast<int>(state.range(2)));
   const std::vector<float> a = RandomVector(4864);
   std::vector<float> c(4864);
   tbb::task_arena arena(threads);
@@ -194,7 +198,7 @@ void BM_GemvPackedShape(benchmark::State& state) {
 
 void BM_ReadLayers(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
-  const LayerWeights w(static_cast<int>(state.range(1)));
+  const LayerWeights w(static_cast<int>(state.range(1)), static_cast<int>(state.range(2)));
   tbb::task_arena arena(threads);
   std::vector<float> sums(w.packs.size() * 64);
   for (auto _ : state) {
@@ -291,10 +295,19 @@ BENCHMARK(BM_GemvPackedShape)
     ->Args({576, 49152, 2})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
-BENCHMARK(BM_GemvLayers)->Args({1, 8})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ReadLayers)->Args({1, 8})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_GemvLayers)->Args({2, 8})->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_ReadLayers)->Args({2, 8})->Unit(benchmark::kMillisecond)->UseRealTime();
+// {threads, layers, shape}: 8 Qwen2.5 layers; 30 SmolLM2 layers (425 MB, its whole step).
+BENCHMARK(BM_GemvLayers)->Args({1, 8, 0})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ReadLayers)->Args({1, 8, 0})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GemvLayers)
+    ->Args({2, 8, 0})
+    ->Args({2, 30, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_ReadLayers)
+    ->Args({2, 8, 0})
+    ->Args({2, 30, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_Memcpy)
     ->Args({4096, 4096})
     ->Args({2048, 8192})
