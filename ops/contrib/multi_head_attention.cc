@@ -97,6 +97,10 @@ class MultiHeadAttention final : public core::runtime::KernelBase {
                   const math::KvRows& rows, Tensor& present, std::vector<uint8_t>& scratch) const;
   void Attend(const KernelCall& call, const Geometry& g, const float* q, const KvSource& keys,
               const KvSource& values, float* out) const;
+  // The `scale` attribute; 0 (the default) means 1/sqrt(head size).
+  float Scale(const Geometry& g) const {
+    return scale_ == 0.0f ? 1.0f / std::sqrt(static_cast<float>(g.head)) : scale_;
+  }
   bool AttendTiled(const KernelCall& call, const Geometry& g, const float* q, const KvSource& keys,
                    const KvSource& values, float* out) const;
 
@@ -226,7 +230,7 @@ KvSource MultiHeadAttention::Source(KernelCall& call, const Geometry& g, size_t 
 // Tasks: (batch, query position, head); each reads its visible keys and values once.
 void MultiHeadAttention::Attend(const KernelCall& call, const Geometry& g, const float* q,
                                 const KvSource& keys, const KvSource& values, float* out) const {
-  const float scale = scale_ == 0.0f ? 1.0f / std::sqrt(static_cast<float>(g.head)) : scale_;
+  const float scale = Scale(g);
   const math::RowCode code = CodeOf(g.type);
   std::optional<math::FloatView> bias;
   if (call.has_input(kAttentionBias)) bias.emplace(call.input(kAttentionBias));
@@ -300,12 +304,11 @@ bool MultiHeadAttention::AttendTiled(const KernelCall& call, const Geometry& g, 
       !UniformStrides(values, g, g.v_head, p.v_strides))
     return false;
   const bool causal = unidirectional_ && g.seq > 1;
-  const bool has_bias = call.has_input(kAttentionBias);
   std::optional<math::FloatView> bias;
-  if (has_bias) bias.emplace(call.input(kAttentionBias));
-  const Shape bs = has_bias ? call.input(kAttentionBias).shape() : Shape{1, 1, 1, 1};
+  if (call.has_input(kAttentionBias)) bias.emplace(call.input(kAttentionBias));
+  const Shape bs = bias ? call.input(kAttentionBias).shape() : Shape{1, 1, 1, 1};
   std::vector<float> mask;
-  if (causal || has_bias) {
+  if (causal || bias) {
     const int64_t planes = bs[0] * bs[1], plane = g.seq * g.total;
     mask.assign(static_cast<size_t>(planes * plane), 0.0f);
     for (int64_t m = 0; m < planes; ++m)
@@ -313,9 +316,9 @@ bool MultiHeadAttention::AttendTiled(const KernelCall& call, const Geometry& g, 
         for (int64_t t = 0; t < g.total; ++t) {
           const int64_t at = m * plane + s * g.total + t;
           const bool hidden = causal && t >= g.past + s + 1;
-          mask[static_cast<size_t>(at)] = hidden     ? -std::numeric_limits<float>::infinity()
-                                          : has_bias ? bias->data()[at]
-                                                     : 0.0f;
+          mask[static_cast<size_t>(at)] = hidden ? -std::numeric_limits<float>::infinity()
+                                          : bias ? bias->data()[at]
+                                                 : 0.0f;
         }
     p.mask = mask.data();
     p.mask_strides[0] = bs[0] == 1 ? 0 : bs[1] * plane;
@@ -346,7 +349,7 @@ bool MultiHeadAttention::AttendTiled(const KernelCall& call, const Geometry& g, 
   p.q = qt.data();
   p.k = static_cast<const float*>(keys.data);
   p.v = static_cast<const float*>(values.data);
-  p.scale = scale_ == 0.0f ? 1.0f / std::sqrt(static_cast<float>(g.head)) : scale_;
+  p.scale = Scale(g);
   p.y = yt.data();
   if (!fused::TiledAttention(p)) return false;
   transpose(yt.data(), out, g.v_head, false);

@@ -226,6 +226,22 @@ def _tiny(path, extra_nodes, extra_outputs, past_dims=("batch", 2, "past", 4)):
     return path
 
 
+def _same_on_onnxruntime(original, prepared):
+    """Runs both files on onnxruntime for several batch/past/seq sizes and checks that every
+    output agrees (shape and values); yields (session of the prepared file, feeds, batch,
+    past) for each size so the caller can check more."""
+    before = ort.InferenceSession(str(original), providers=["CPUExecutionProvider"])
+    after = ort.InferenceSession(str(prepared), providers=["CPUExecutionProvider"])
+    for batch, past, seq in [(1, 0, 3), (2, 5, 1), (3, 2, 4)]:
+        feeds = {"input_ids": np.ones((batch, seq), np.int64),
+                 "attention_mask": np.ones((batch, past + seq), np.int64),
+                 PAST: np.zeros((batch, 2, past, 4), np.float32)}
+        for x, y in zip(before.run(None, feeds), after.run(None, feeds)):
+            assert x.shape == y.shape
+            np.testing.assert_array_equal(x, y)
+        yield after, feeds, batch, past
+
+
 def test_shape_and_size_reads_are_answered_from_other_inputs(tmp_path):
     """Shape without attributes, Shape [1:3] and Size of the cache, as outputs: the same
     values from onnxruntime on the original and on the prepared file (which ignores the
@@ -242,15 +258,8 @@ def test_shape_and_size_reads_are_answered_from_other_inputs(tmp_path):
     assert report.pairs == [(PAST, PRESENT)]
     assert [(r.op_type, r.node_name) for r in report.rewrites] == \
         [("Shape", "shape_all"), ("Shape", "shape_mid"), ("Size", "size")]
-    before = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    after = ort.InferenceSession(str(tmp_path / "p.onnx"), providers=["CPUExecutionProvider"])
-    for batch, past, seq in [(1, 0, 3), (2, 5, 1), (3, 2, 4)]:
-        feeds = {"input_ids": np.ones((batch, seq), np.int64),
-                 "attention_mask": np.ones((batch, past + seq), np.int64),
-                 PAST: np.zeros((batch, 2, past, 4), np.float32)}
-        for a, b in zip(before.run(None, feeds), after.run(None, feeds)):
-            np.testing.assert_array_equal(a, b)
-        assert before.run(["size"], feeds)[0] == batch * 2 * past * 4
+    for after, feeds, batch, past in _same_on_onnxruntime(path, tmp_path / "p.onnx"):
+        assert after.run(["size"], feeds)[0] == batch * 2 * past * 4
 
 
 def test_a_second_consumer_is_refused_naming_input_and_node(tmp_path):
@@ -306,15 +315,7 @@ def test_a_shape_read_only_by_gathers_needs_only_the_gathered_dimensions(tmp_pat
                            "attention_mask dim 1 - input_ids dim 1")]
     prepared = onnx.load(str(tmp_path / "p.onnx"))
     assert _uses(prepared, PAST) == 1
-    before = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    after = ort.InferenceSession(str(tmp_path / "p.onnx"), providers=["CPUExecutionProvider"])
-    for batch, past, seq in [(1, 0, 3), (2, 5, 1), (3, 2, 4)]:
-        feeds = {"input_ids": np.ones((batch, seq), np.int64),
-                 "attention_mask": np.ones((batch, past + seq), np.int64),
-                 PAST: np.zeros((batch, 2, past, 4), np.float32)}
-        for a, b in zip(before.run(None, feeds), after.run(None, feeds)):
-            assert a.shape == b.shape
-            np.testing.assert_array_equal(a, b)
+    for after, feeds, batch, past in _same_on_onnxruntime(path, tmp_path / "p.onnx"):
         assert after.run(["dims"], feeds)[0].tolist() == [batch, past]
 
 
