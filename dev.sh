@@ -3,6 +3,7 @@
 #   bash dev.sh demo    generation demo on a small decoder the project builds itself
 #   bash dev.sh test    every C++ (doctest via CTest) and Python (pytest) test
 #   bash dev.sh build   only install + build
+#   bash dev.sh fuzz [TARGET...]   installs clang + libFuzzer, runs the fuzzers (60 s each)
 # Idempotent: a second run with nothing changed installs nothing and rebuilds nothing.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -87,6 +88,11 @@ case "$mode" in
     .venv/bin/python -m pytest tests/python -q "$@" ;;
   build)
     ensure_apt; ensure_venv python/requirements.txt tests/requirements.txt; build ;;
+  fuzz)
+    # clang and its libFuzzer runtime (Debian's LLVM 14), then tests/fuzz/run_fuzzers.sh:
+    # its own build folder (build-fuzz/), SECONDS_PER_TARGET seconds per harness.
+    ensure_apt; apt_packages=(clang libclang-rt-14-dev); ensure_apt
+    exec bash tests/fuzz/run_fuzzers.sh "$@" ;;
   *)
-    echo "usage: bash dev.sh [demo|test|build] [args...]" >&2; exit 2 ;;
+    echo "usage: bash dev.sh [demo|test|build|fuzz] [args...]" >&2; exit 2 ;;
 esac

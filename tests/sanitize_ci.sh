@@ -3,7 +3,8 @@
 #  1. ASan+UBSan (g++, -O0 -g1: an instrumented file compiles about 2.4x faster than at -O1)
 #     of the state, executor and generation (incl. scheduler) C++ tests; the kernels (ops/)
 #     and the generated protobuf code are built at -O0 without instrumentation
-#     (-DONNX_LIGHT_SANITIZE_KERNELS=OFF): they are most of the objects.
+#     (-DONNX_LIGHT_SANITIZE_KERNELS=OFF): they are most of the objects. Also the fuzz
+#     harnesses' replay of their seed corpora and fixed findings (tests/fuzz/replay_main.cc).
 #  2. TSan of the tests that never enter TBB (tests/CMakeLists.txt, test_tsan): coroutine
 #     tasks and SyncWait, TaskCompletion's cancel/publish race. Built from their own sources.
 # Any sanitizer report fails the run. Incremental: later runs rebuild what changed.
@@ -39,11 +40,12 @@ build() {  # <folder> <targets...>
 echo "== ASan+UBSan: state, executor, generation tests ($dir-asan/, -j$jobs)"
 configure "$dir-asan" -DONNX_LIGHT_SANITIZE=ON -DONNX_LIGHT_SANITIZE_KERNELS=OFF \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -g1 -Wno-mismatched-new-delete"
-build "$dir-asan" test_state test_executor test_generation
+build "$dir-asan" test_state test_executor test_generation fuzz_replay_model fuzz_replay_text \
+  fuzz_replay_encoded fuzz_replay_paged_cache fuzz_replay_state_feeds
 echo "== built in $((SECONDS - start)) s"
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-ctest --test-dir "$dir-asan" --output-on-failure -j "$jobs" -R '^(state|executor|generation):'
+ctest --test-dir "$dir-asan" --output-on-failure -j "$jobs" -R '^(state|executor|generation|fuzz):'
 echo "== ASan+UBSan done at $((SECONDS - start)) s"
 
 echo "== TSan: tasks and TaskCompletion ($dir-tsan/)"
