@@ -184,6 +184,35 @@ def _names_in_graph(graph, out: set) -> None:
                 _names_in_graph(g, out)
 
 
+def _undefined_inputs(graph, outer: frozenset = frozenset()) -> set:
+    """(node, input) pairs of `graph` (and its subgraphs, which see the enclosing scopes)
+    whose input no graph input, initializer or node output of a visible scope defines."""
+    scope = set(outer)
+    scope.update(i.name for i in graph.input)
+    scope.update(t.name for t in graph.initializer)
+    for n in graph.node:
+        scope.update(o for o in n.output if o)
+    undefined = set()
+    for n in graph.node:
+        label = f"{n.op_type} node '{n.name}'"
+        undefined.update((label, x) for x in n.input if x and x not in scope)
+        for a in n.attribute:
+            for g in _subgraphs(a):
+                undefined |= _undefined_inputs(g, frozenset(scope))
+    undefined.update(("graph output", o.name) for o in graph.output if o.name not in scope)
+    return undefined
+
+
+def _check_defined(graph, before: set) -> None:
+    """Refuses a rewrite that left a node reading a value nothing defines (a value the input
+    model already left undefined is not ours to judge: the runtime reports it)."""
+    new = sorted(_undefined_inputs(graph) - before)
+    if new:
+        where, name = new[0]
+        raise PrepareError(f"internal error: the rewrite left {where} reading '{name}', which "
+                           f"nothing defines ({len(new)} such inputs); nothing written")
+
+
 def _subgraphs(attribute) -> list:
     graphs = list(attribute.graphs)
     if attribute.HasField("g"):
@@ -616,7 +645,9 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
             f"data ({', '.join(sorted(locations))}) is referenced relative to the model file "
             f"and is not copied")
 
+    undefined_before = _undefined_inputs(graph)
     rewrites = make_single_use(model, [p for p, _ in pairs])
+    _check_defined(graph, undefined_before)
     for past, present in pairs:
         b = graph.persistent_bindings.add()
         b.input_name = past

@@ -503,3 +503,41 @@ def test_a_capture_in_a_subgraph_is_a_second_use(tmp_path):
                        match=r"second use.*If node 'maybe_sum' \(captured in its subgraph "
                              r"'then_branch'\)"):
         prepare.prepare_decoder(path, tmp_path / "p.onnx", bind="auto")
+
+
+def test_a_rewrite_that_leaves_an_undefined_input_is_refused(tmp_path, monkeypatch):
+    """prepare's own structural check (the onnx checker is skipped for inputs that fail it
+    anyway, e.g. onnxruntime's contrib ops in the default domain): a node reading a value
+    that nothing defines is refused, naming the node and the value, and nothing is written."""
+    path = _tiny(tmp_path / "m.onnx",
+                 [helper.make_node("Shape", [PAST], ["shape"], name="shape_all")],
+                 [helper.make_tensor_value_info("shape", TensorProto.INT64, [4])])
+    real = prepare.make_single_use
+
+    def broken(model, inputs, known_dims=None):
+        rewrites = real(model, inputs, known_dims)
+        model.graph.node.add().CopyFrom(
+            helper.make_node("Identity", ["nowhere"], ["unused"], name="dangling"))
+        return rewrites
+
+    monkeypatch.setattr(prepare, "make_single_use", broken)
+    with pytest.raises(prepare.PrepareError,
+                       match=r"left Identity node 'dangling' reading 'nowhere', which nothing "
+                             r"defines \(1 such inputs\); nothing written"):
+        prepare.prepare_decoder(path, tmp_path / "p.onnx", bind="auto", check_onnx=False)
+    assert not os.path.exists(tmp_path / "p.onnx")
+
+
+def test_undefined_inputs_see_enclosing_scopes():
+    """A subgraph may read its enclosing graph's values (a capture); an undefined name
+    inside a subgraph is reported with its node."""
+    body = helper.make_graph([helper.make_node("Add", ["outer_x", "missing"], ["y"], name="add")],
+                             "body", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                        [1])])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["outer_x"], name="id"),
+         helper.make_node("If", ["cond"], ["z"], name="if", then_branch=body, else_branch=body)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1]),
+              helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1])])
+    assert prepare._undefined_inputs(graph) == {("Add node 'add'", "missing")}
