@@ -16,9 +16,17 @@
 //   without widening the cache (math::GroupCodeDots, 8 elements at a time in registers); Q,
 //   scores and sums are FLOAT, the output is rounded once (onnxruntime rounds its FLOAT16
 //   scores and probabilities: the two differ by a few FLOAT16 ulps).
-// Refused with the node and input named: bias, key_padding_mask, past_sequence_length,
-// cache_indirection, output qk, packed QKV/KV (key absent or 5-D) and 4-D key/value (past
-// passed as key), which onnxruntime's CPU kernel refuses or the builder does not write.
+// - bias [N*H + N*H + N*Hv] (FLOAT): added to the query, key and value rows before anything
+//   else (presents hold the biased rows).
+// - key_padding_mask INT32: [B] key lengths (keys t >= length are padding), [B, total] or
+//   [B, S, total] (0 = padding). Padding keys get mask_filter_value (default -10000) added to
+//   their score, as onnxruntime does (so a row whose visible keys are all padding still
+//   averages them); the causal rule hides keys outright. With a past, onnxruntime 1.32's CPU
+//   kernel gives undefined values, so that combination is refused.
+// Refused with the node and input named: bias for FLOAT16, key_padding_mask with a past,
+// past_sequence_length, cache_indirection, output qk, packed QKV/KV (key absent or 5-D) and
+// 4-D key/value (past passed as key), which onnxruntime's CPU kernel refuses or the builder
+// does not write.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -44,7 +52,8 @@ using core::runtime::Tensor;
 
 namespace {
 
-constexpr size_t kKey = 1, kValue = 2, kAttentionBias = 5, kPastKey = 6, kPastValue = 7;
+constexpr size_t kKey = 1, kValue = 2, kBias = 3, kPaddingMask = 4, kAttentionBias = 5,
+                 kPastKey = 6, kPastValue = 7;
 
 struct Geometry {
   DataType type = DataType::kFloat;
@@ -58,9 +67,9 @@ struct KvSource {
 };
 
 // The new rows of a [B, L, N*width] input.
-math::KvRows InputRows(const Tensor& t, const Geometry& g, int64_t width) {
+math::KvRows InputRows(const void* data, const Geometry& g, int64_t width) {
   math::KvRows r;
-  r.data = t.raw_data();
+  r.data = data;
   r.type = g.type;
   r.batch = g.batch;
   r.heads = g.heads;
@@ -74,6 +83,36 @@ math::KvRows InputRows(const Tensor& t, const Geometry& g, int64_t width) {
 
 math::RowCode CodeOf(DataType t) {
   return t == DataType::kFloat16 ? math::RowCode::kHalf : math::RowCode::kFloat;
+}
+
+// key_padding_mask: which keys of each (batch, query) row are padding.
+class PaddingMask {
+ public:
+  PaddingMask() = default;
+  PaddingMask(const Tensor& m, const Geometry& g) : data_(m.data<int32_t>()), rank_(m.rank()) {
+    seq_ = g.seq;
+    total_ = g.total;
+  }
+  explicit operator bool() const { return data_ != nullptr; }
+  bool Padding(int64_t b, int64_t s, int64_t t) const {
+    if (rank_ == 1) return t >= data_[b];
+    const int64_t row = rank_ == 2 ? b : b * seq_ + s;
+    return data_[row * total_ + t] == 0;
+  }
+
+ private:
+  const int32_t* data_ = nullptr;
+  size_t rank_ = 0;
+  int64_t seq_ = 0, total_ = 0;
+};
+
+// Adds `bias` (one value per column) to every row of a [rows, width] FLOAT matrix.
+std::vector<float> AddBias(const float* x, int64_t rows, int64_t width, const float* bias) {
+  std::vector<float> out(static_cast<size_t>(rows * width));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < width; ++c)
+      out[static_cast<size_t>(r * width + c)] = x[r * width + c] + bias[c];
+  return out;
 }
 
 }  // namespace
@@ -93,6 +132,7 @@ class MultiHeadAttention final : public core::runtime::KernelBase {
  private:
   Geometry Validate(const KernelCall& call) const;
   void ValidatePast(const KernelCall& call, Geometry& g) const;
+  void ValidateBiasAndMask(const KernelCall& call, const Geometry& g) const;
   KvSource Source(KernelCall& call, const Geometry& g, size_t output, size_t past_input,
                   const math::KvRows& rows, Tensor& present, std::vector<uint8_t>& scratch) const;
   void Attend(const KernelCall& call, const Geometry& g, const float* q, const KvSource& keys,
@@ -106,6 +146,7 @@ class MultiHeadAttention final : public core::runtime::KernelBase {
 
   int64_t num_heads_ = 0;
   float scale_ = 0.0f;
+  float mask_filter_value_ = -10000.0f;
   bool unidirectional_ = false;
 };
 
@@ -115,14 +156,11 @@ void MultiHeadAttention::Configure(const NodeProto& node) {
   if (num_heads_ <= 0)
     Throw(core::ErrorCode::kInvalidModel, NodeLabel(node) + ": num_heads must be positive");
   scale_ = AttrFloat(node, "scale", 0.0f);
+  mask_filter_value_ = AttrFloat(node, "mask_filter_value", -10000.0f);
   unidirectional_ = AttrInt(node, "unidirectional", 0) != 0;
 }
 
 Geometry MultiHeadAttention::Validate(const KernelCall& call) const {
-  static const char* const kRefused[] = {"bias", "key_padding_mask"};
-  for (size_t i = 3; i < 5; ++i)
-    if (call.has_input(i))
-      call.Fail(std::string("input '") + kRefused[i - 3] + "' is not supported");
   if (call.has_input(8)) call.Fail("input 'past_sequence_length' is not supported");
   if (call.has_input(9)) call.Fail("input 'cache_indirection' is not supported");
   if (call.output_wanted(3)) call.Fail("output 'qk' is not supported");
@@ -156,6 +194,7 @@ Geometry MultiHeadAttention::Validate(const KernelCall& call) const {
               core::runtime::ShapeToString(v.shape()) + " must be " + core::DataTypeName(g.type) +
               " [batch, kv_sequence, hidden] with the batch and hidden size of 'query'");
   ValidatePast(call, g);
+  ValidateBiasAndMask(call, g);
   if (call.has_input(kAttentionBias)) {
     const Tensor& a = call.input(kAttentionBias);
     if (a.rank() != 4 || (a.dim(0) != 1 && a.dim(0) != g.batch) ||
@@ -187,6 +226,37 @@ void MultiHeadAttention::ValidatePast(const KernelCall& call, Geometry& g) const
     g.past = pk.dim(2);
   }
   g.total = g.past + g.kv_seq;
+}
+
+void MultiHeadAttention::ValidateBiasAndMask(const KernelCall& call, const Geometry& g) const {
+  if (call.has_input(kBias)) {
+    const Tensor& b = call.input(kBias);
+    const int64_t want = g.heads * (2 * g.head + g.v_head);
+    if (g.type != DataType::kFloat)
+      call.Fail("input 'bias' is supported for FLOAT only, got " + core::DataTypeName(g.type));
+    if (b.dtype() != g.type || b.rank() != 1 || b.dim(0) != want)
+      call.Fail("input 'bias' " + core::runtime::ShapeToString(b.shape()) + " must be " +
+                core::DataTypeName(g.type) + " [" + std::to_string(want) +
+                "] (query, key and value hidden sizes)");
+  }
+  if (!call.has_input(kPaddingMask)) return;
+  const Tensor& m = call.input(kPaddingMask);
+  if (g.past > 0) call.Fail("input 'key_padding_mask' together with 'past_key' is not supported");
+  const bool shape_ok =
+      (m.rank() == 1 && m.dim(0) == g.batch) ||
+      (m.rank() == 2 && m.dim(0) == g.batch && m.dim(1) == g.total) ||
+      (m.rank() == 3 && m.dim(0) == g.batch && m.dim(1) == g.seq && m.dim(2) == g.total);
+  if (m.dtype() != DataType::kInt32 || !shape_ok)
+    call.Fail("input 'key_padding_mask' " + core::DataTypeName(m.dtype()) + " " +
+              core::runtime::ShapeToString(m.shape()) +
+              " must be INT32 [batch] (key lengths), [batch, total_sequence_length = " +
+              std::to_string(g.total) + "] or [batch, sequence_length, total_sequence_length]");
+  if (m.rank() == 1)
+    for (int64_t b = 0; b < g.batch; ++b)
+      if (m.data<int32_t>()[b] < 0 || m.data<int32_t>()[b] > g.total)
+        call.Fail("input 'key_padding_mask': key length " + std::to_string(m.data<int32_t>()[b]) +
+                  " of batch " + std::to_string(b) + " is outside [0, " + std::to_string(g.total) +
+                  "]");
 }
 
 // The present output when wanted (appended in place into a bound cache), else a dense
@@ -236,8 +306,10 @@ void MultiHeadAttention::Attend(const KernelCall& call, const Geometry& g, const
   if (call.has_input(kAttentionBias)) bias.emplace(call.input(kAttentionBias));
   const Shape bias_shape = bias ? call.input(kAttentionBias).shape() : Shape{1, 1, 1, 1};
   const bool causal = unidirectional_ && g.seq > 1;
+  const PaddingMask pad =
+      call.has_input(kPaddingMask) ? PaddingMask(call.input(kPaddingMask), g) : PaddingMask();
   math::ParallelFor(g.batch * g.seq * g.heads, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<float> w;
+    std::vector<float> w, extra;
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t head = t % g.heads, s = (t / g.heads) % g.seq, b = t / (g.heads * g.seq);
       const size_t block = static_cast<size_t>(b * g.heads + head);
@@ -263,6 +335,13 @@ void MultiHeadAttention::Attend(const KernelCall& call, const Geometry& g, const
       if (bias) {
         const int64_t bb = bias_shape[0] == 1 ? 0 : b, bh = bias_shape[1] == 1 ? 0 : head;
         brow = bias->data() + ((bb * bias_shape[1] + bh) * g.seq + s) * g.total;
+      }
+      if (pad) {  // the bias row plus mask_filter_value on padding keys
+        extra.resize(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j)
+          extra[static_cast<size_t>(j)] = (brow != nullptr ? brow[j] : 0.0f) +
+                                          (pad.Padding(b, s, j) ? mask_filter_value_ : 0.0f);
+        brow = extra.data();
       }
       const float max = math::ScaleAddMax(w.data(), n, scale, brow);
       const float inv = static_cast<float>(1.0 / math::VecExpShiftSum(w.data(), max, w.data(), n));
@@ -307,22 +386,28 @@ bool MultiHeadAttention::AttendTiled(const KernelCall& call, const Geometry& g, 
   std::optional<math::FloatView> bias;
   if (call.has_input(kAttentionBias)) bias.emplace(call.input(kAttentionBias));
   const Shape bs = bias ? call.input(kAttentionBias).shape() : Shape{1, 1, 1, 1};
+  const PaddingMask pad =
+      call.has_input(kPaddingMask) ? PaddingMask(call.input(kPaddingMask), g) : PaddingMask();
   std::vector<float> mask;
-  if (causal || bias) {
-    const int64_t planes = bs[0] * bs[1], plane = g.seq * g.total;
-    mask.assign(static_cast<size_t>(planes * plane), 0.0f);
-    for (int64_t m = 0; m < planes; ++m)
-      for (int64_t s = 0; s < g.seq; ++s)
-        for (int64_t t = 0; t < g.total; ++t) {
-          const int64_t at = m * plane + s * g.total + t;
-          const bool hidden = causal && t >= g.past + s + 1;
-          mask[static_cast<size_t>(at)] = hidden ? -std::numeric_limits<float>::infinity()
-                                          : bias ? bias->data()[at]
-                                                 : 0.0f;
-        }
+  if (causal || bias || pad) {
+    // [mb, mh, S, total]: per batch when the bias or the padding differs by batch.
+    const int64_t mb = bs[0] != 1 || pad ? g.batch : 1, mh = bs[1], plane = g.seq * g.total;
+    mask.assign(static_cast<size_t>(mb * mh * plane), 0.0f);
+    for (int64_t b = 0; b < mb; ++b)
+      for (int64_t h = 0; h < mh; ++h)
+        for (int64_t s = 0; s < g.seq; ++s)
+          for (int64_t t = 0; t < g.total; ++t) {
+            const int64_t row = ((b * mh + h) * g.seq + s) * g.total + t;
+            const int64_t bias_at = (((bs[0] == 1 ? 0 : b) * bs[1] + h) * g.seq + s) * g.total + t;
+            const bool hidden = causal && t >= g.past + s + 1;
+            mask[static_cast<size_t>(row)] =
+                hidden ? -std::numeric_limits<float>::infinity()
+                       : (bias ? bias->data()[bias_at] : 0.0f) +
+                             (pad && pad.Padding(b, s, t) ? mask_filter_value_ : 0.0f);
+          }
     p.mask = mask.data();
-    p.mask_strides[0] = bs[0] == 1 ? 0 : bs[1] * plane;
-    p.mask_strides[1] = bs[1] == 1 ? 0 : plane;
+    p.mask_strides[0] = mb == 1 ? 0 : mh * plane;
+    p.mask_strides[1] = mh == 1 ? 0 : plane;
     p.mask_strides[2] = g.total;
     p.mask_strides[3] = 1;
   }
@@ -358,18 +443,33 @@ bool MultiHeadAttention::AttendTiled(const KernelCall& call, const Geometry& g, 
 
 void MultiHeadAttention::Compute(KernelCall& call) const {
   const Geometry g = Validate(call);
-  math::FloatView q(call.input(0));
+  math::FloatView q_view(call.input(0));
+  const float* q = q_view.data();
+  const void* k_rows = call.input(kKey).raw_data();
+  const void* v_rows = call.input(kValue).raw_data();
+  std::vector<float> q_biased, k_biased, v_biased;
+  if (call.has_input(kBias)) {  // FLOAT (Validate): [q | k | v] biases
+    const float* bias = call.input(kBias).data<float>();
+    const int64_t qk = g.heads * g.head;
+    q_biased = AddBias(q, g.batch * g.seq, qk, bias);
+    k_biased = AddBias(static_cast<const float*>(k_rows), g.batch * g.kv_seq, qk, bias + qk);
+    v_biased = AddBias(static_cast<const float*>(v_rows), g.batch * g.kv_seq, g.heads * g.v_head,
+                       bias + 2 * qk);
+    q = q_biased.data();
+    k_rows = k_biased.data();
+    v_rows = v_biased.data();
+  }
   std::vector<uint8_t> k_scratch, v_scratch;
   Tensor present_k, present_v;
   const KvSource keys =
-      Source(call, g, 1, kPastKey, InputRows(call.input(kKey), g, g.head), present_k, k_scratch);
-  const KvSource values = Source(call, g, 2, kPastValue, InputRows(call.input(kValue), g, g.v_head),
-                                 present_v, v_scratch);
+      Source(call, g, 1, kPastKey, InputRows(k_rows, g, g.head), present_k, k_scratch);
+  const KvSource values =
+      Source(call, g, 2, kPastValue, InputRows(v_rows, g, g.v_head), present_v, v_scratch);
   Tensor& y = call.AllocateOutput(0, g.type, {g.batch, g.seq, g.heads * g.v_head});
   if (y.numel() == 0) return;
   math::FloatSink out(y);
-  if (!AttendTiled(call, g, q.data(), keys, values, out.data()))
-    Attend(call, g, q.data(), keys, values, out.data());
+  if (!AttendTiled(call, g, q, keys, values, out.data()))
+    Attend(call, g, q, keys, values, out.data());
   out.Finish();
 }
 
