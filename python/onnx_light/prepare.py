@@ -585,12 +585,16 @@ def _parse_bind(bind) -> Optional[list]:
 
 def prepare_decoder(in_path, out_path, bind: BindSpec = None,
                     confirm: Optional[Callable[[list], bool]] = None,
-                    check_onnx: bool = True) -> PrepareReport:
+                    check_onnx: bool = True, paged: Optional[str] = None) -> PrepareReport:
     """Writes OUT: IN with persistent_bindings and single-use bound inputs.
 
     bind: "auto" accepts the pairs `find_pairs` lists; a list of (past, present) tuples or
     "past=present" strings names them (nothing is guessed). With bind=None, `confirm(pairs)`
     is asked (return True to accept the list of `Candidate`); without it, PrepareError.
+    paged: None keeps the dense caches; "cache" (one paged cache per layer) or "rows" (a
+    sequence of row caches per layer, what the batched RequestScheduler steps) rewrites each
+    layer's attention onto ai.rt::PagedAttention (`paged_rewrite`), checked against the
+    original on onnxruntime by logits.
     Returns the `PrepareReport`; raises PrepareError for anything it cannot do."""
     from onnx_light import onnx as ol
 
@@ -645,7 +649,12 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
             f"data ({', '.join(sorted(locations))}) is referenced relative to the model file "
             f"and is not copied")
 
+    if paged not in (None, "cache", "rows"):
+        raise PrepareError(f"paged must be 'cache' or 'rows', got {paged!r}")
     undefined_before = _undefined_inputs(graph)
+    if paged is not None:
+        return _prepare_paged(model, in_path, out_path, pairs, conventions, undefined_before,
+                              sorted(locations), rows=paged == "rows")
     rewrites = make_single_use(model, [p for p, _ in pairs])
     _check_defined(graph, undefined_before)
     for past, present in pairs:
@@ -666,6 +675,50 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
             os.remove(tmp)
     return PrepareReport(in_path, out_path, [tuple(p) for p in pairs], conventions, rewrites,
                          sorted(locations), checks)
+
+
+def _prepare_paged(model, in_path, out_path, pairs, conventions, undefined_before, locations,
+                   rows: bool) -> PrepareReport:
+    """The paged rewrite (paged_rewrite.py): written only when the logits check passes."""
+    from onnx_light import onnx as ol
+    from onnx_light import paged_rewrite
+
+    inputs_before = [i.name for i in model.graph.input]
+    # Shape/Size reads of the caches (the batch size for a Reshape, the past length for the
+    # mask) answered from other inputs first, as for dense caches: then the append is the
+    # caches' only reader and the rewrite replaces it.
+    shape_rewrites = make_single_use(model, [p for p, _ in pairs])
+    _check_defined(model.graph, undefined_before)
+    try:
+        layers = paged_rewrite.rewrite(model, pairs, rows=rows)
+    except paged_rewrite.PagedRewriteError as e:
+        raise PrepareError(f"cannot rewrite the attention onto PagedAttention: {e}") from None
+    _check_defined(model.graph, undefined_before)
+    dropped = paged_rewrite.removed_inputs(inputs_before, model.graph)
+    cache_inputs = {n for p in pairs for n in p[:1]}
+    rewrites = list(shape_rewrites) + [Rewrite("PagedAttention", f"{l.past}/paged_attention", l.past,
+                        f"attention of {l.past_key} / {l.past_value} on one paged cache "
+                        + ("per batch row" if rows else "per layer")) for l in layers]
+    rewrites += [Rewrite("input", name, name, "dropped (no node reads it after the rewrite)")
+                 for name in dropped if name not in cache_inputs]
+    bound = [(l.past, l.present) for l in layers]
+    out_dir = os.path.dirname(os.path.abspath(out_path))
+    tmp = os.path.join(out_dir, f".{os.path.basename(out_path)}.tmp-{os.getpid()}")
+    checks = []
+    try:
+        ol.save_model(model, tmp)
+        try:
+            checks.append(paged_rewrite.verify(in_path, tmp, layers, rows))
+        except paged_rewrite.PagedRewriteError as e:
+            raise PrepareError(str(e)) from None
+        os.replace(tmp, out_path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return PrepareReport(in_path, out_path, bound, {l.past: conventions.get(l.past_key,
+                                                                            "named explicitly")
+                                                    for l in layers},
+                         rewrites, locations, checks)
 
 
 def _onnx_check(path: str, original: str) -> str:
@@ -750,13 +803,18 @@ def add_arguments(parser) -> None:
                              "asking; PAST=PRESENT ... names every pair (nothing guessed)")
     parser.add_argument("--no-onnx-check", action="store_true",
                         help="skip the onnx package's checker")
+    parser.add_argument("--paged", choices=["cache", "rows"],
+                        help="rewrite each layer's attention onto ai.rt::PagedAttention: one "
+                             "paged cache per layer ('cache') or one per batch row ('rows', "
+                             "for the batched RequestScheduler); checked by logits against "
+                             "the original on onnxruntime")
 
 
 def run(args) -> int:
     confirm = _ask if args.bind is None and sys.stdin.isatty() else None
     try:
         report = prepare_decoder(args.input, args.output, bind=args.bind, confirm=confirm,
-                                 check_onnx=not args.no_onnx_check)
+                                 check_onnx=not args.no_onnx_check, paged=args.paged)
     except (PrepareError, OSError, RuntimeError, ValueError) as e:
         message = " ".join(str(e).split()) or type(e).__name__
         print(f"onnx_light prepare: error: {message}", file=sys.stderr)

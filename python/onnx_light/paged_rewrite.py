@@ -1,0 +1,420 @@
+"""prepare --paged: an exported decoder's attention rewritten onto ai.rt::PagedAttention.
+
+For every layer whose caches are bound (past_key_values.N.key/value -> present.N.key/value):
+
+    present_k = Concat(past_k, k_new, axis=2)        present_v = Concat(past_v, v_new, axis=2)
+    scores = MatMul(q [* c], layout(present_k) [* c]) [+ mask]   (layout: the GQA head repeat
+    probs = Softmax(scores, -1) [Where(IsNaN) guard]              Unsqueeze/Expand/Reshape and
+    y = MatMul(probs, layout(present_v))                          the K transpose)
+
+becomes ``y, present_N = ai.rt::PagedAttention(q, k_new, v_new, past_N)`` with one paged cache
+per layer (or, with ``rows=True``, a sequence of row caches, one per batch row: the form the
+batched RequestScheduler steps). The export's mask is dropped: PagedAttention is causal over
+each row's own cached tokens, which is what the mask computes when the attention mask is all
+ones (no padding). So the rewrite is checked by numbers, not by structure: ``verify`` runs the
+original on onnxruntime and the rewrite on onnx-light, a prompt and decode steps with the
+caches fed back, and the logits must agree. Nodes left without readers (the mask subgraph,
+Shape reads of the old caches) are removed; an input left unread (attention_mask) is dropped.
+Anything else that still reads an old cache is refused, naming the node.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+LAYOUT_OPS = {"Unsqueeze", "Expand", "Reshape", "Transpose"}
+_ATTR_INT = 2  # AttributeProto.INT
+
+
+class PagedRewriteError(ValueError):
+    """The export's attention does not have the form the rewrite knows."""
+
+
+@dataclass
+class Layer:
+    past_key: str
+    past_value: str
+    present_key: str
+    present_value: str
+
+    @property
+    def past(self) -> str:
+        return self.past_key[: -len(".key")] if self.past_key.endswith(".key") else \
+            self.past_key + "_cache"
+
+    @property
+    def present(self) -> str:
+        return self.present_key[: -len(".key")] if self.present_key.endswith(".key") else \
+            self.present_key + "_cache"
+
+
+def layers_of(pairs) -> list:
+    """Pairs (past, present) grouped by layer: each '.key' pair with its '.value' pair."""
+    by_past = dict(pairs)
+    layers = []
+    for past, present in pairs:
+        if not past.endswith(".key"):
+            continue
+        value = past[: -len(".key")] + ".value"
+        if value not in by_past:
+            raise PagedRewriteError(f"cache '{past}' has no value cache '{value}' bound")
+        layers.append(Layer(past, value, present, by_past[value]))
+    if 2 * len(layers) != len(pairs):
+        loose = sorted(set(by_past) - {n for l in layers for n in (l.past_key, l.past_value)})
+        raise PagedRewriteError(f"bound inputs {loose} are not key/value caches of a layer "
+                                f"(names ending in .key / .value)")
+    return layers
+
+
+class _Graph:
+    def __init__(self, graph):
+        self.graph = graph
+        self.index()
+
+    def index(self):
+        self.producer, self.consumers = {}, {}
+        for n in self.graph.node:
+            for o in n.output:
+                self.producer[o] = n
+            for x in n.input:
+                self.consumers.setdefault(x, []).append(n)
+        self.constants = {t.name: t for t in self.graph.initializer}
+        for n in self.graph.node:
+            if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+                self.constants[n.output[0]] = n.attribute[0].t
+
+    def made_by(self, name, op):
+        n = self.producer.get(name)
+        return n if n is not None and n.op_type == op and n.domain in ("", "ai.onnx") else None
+
+    def scalar(self, name) -> Optional[float]:
+        t = self.constants.get(name)
+        if t is None:
+            return None
+        values = _tensor_values(t)
+        return float(values.reshape(-1)[0]) if values.size == 1 else None
+
+
+def _tensor_values(t) -> np.ndarray:
+    """A small FLOAT/DOUBLE/INT64 initializer's values (scales, axes)."""
+    if t.float_data:
+        return np.array(t.float_data, np.float32)
+    if t.double_data:
+        return np.array(t.double_data, np.float64)
+    if t.int64_data:
+        return np.array(t.int64_data, np.int64)
+    dtype = {1: np.float32, 10: np.float16, 11: np.float64, 7: np.int64, 6: np.int32}.get(t.data_type)
+    if dtype is None or not t.raw_data:
+        return np.zeros(0, np.float32)
+    return np.frombuffer(t.raw_data, dtype)
+
+
+def _attr(node, name, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return a
+    return default
+
+
+def _unscaled(g: _Graph, name: str):
+    """(x, c) for x * c or c * x with a scalar constant c (also x / c), else (name, 1)."""
+    for op in ("Mul", "Div"):
+        n = g.made_by(name, op)
+        if n is None:
+            continue
+        for side in (0, 1) if op == "Mul" else (1,):
+            c = g.scalar(n.input[side])
+            if c is not None:
+                return n.input[1 - side], (c if op == "Mul" else 1.0 / c)
+    return name, 1.0
+
+
+def _back_to(g: _Graph, name: str, target: str) -> Optional[float]:
+    """The product of the scalar factors on a path of layout nodes from `target` to `name`
+    (None when `name` is not `target` seen through layout ops and scalar Muls)."""
+    scale = 1.0
+    for _ in range(32):
+        if name == target:
+            return scale
+        name, c = _unscaled(g, name)
+        scale *= c
+        if name == target:
+            return scale
+        n = g.producer.get(name)
+        if n is None or n.op_type not in LAYOUT_OPS:
+            return None
+        name = n.input[0]
+    return None
+
+
+def _concat_of(g: _Graph, present: str, past: str) -> str:
+    n = g.made_by(present, "Concat")
+    axis = _attr(n, "axis") if n is not None else None
+    if n is None or list(n.input[:1]) != [past] or len(n.input) != 2 or axis is None or \
+            axis.i not in (2, -2):
+        raise PagedRewriteError(f"'{present}' is not Concat('{past}', new, axis=2): the rewrite "
+                                f"needs the exporter's cache append")
+    return n.input[1]
+
+
+def _value_matmul(g: _Graph, present_v: str):
+    """The MatMul(probs, layout(present_v)) of the layer."""
+    frontier, found = [present_v], []
+    while frontier:
+        name = frontier.pop()
+        for c in g.consumers.get(name, []):
+            if c.op_type == "MatMul" and c.input[1] == name:
+                found.append(c)
+            elif c.op_type in ("Unsqueeze", "Expand", "Reshape") and c.input[0] == name:
+                frontier.append(c.output[0])
+    if len(found) != 1:
+        raise PagedRewriteError(f"found {len(found)} MatMuls reading '{present_v}' as values "
+                                f"(through the head repeat); the rewrite needs exactly one")
+    return found[0]
+
+
+def _scores_matmul(g: _Graph, m2):
+    """(qk MatMul, scale on the scores) behind MatMul(probs, V)."""
+    probs = m2.input[0]
+    where = g.made_by(probs, "Where")
+    if where is not None and g.made_by(where.input[0], "IsNaN") is not None:
+        probs = where.input[2]
+    softmax = g.made_by(probs, "Softmax")
+    axis = _attr(softmax, "axis") if softmax is not None else None
+    if softmax is None or axis is None or axis.i not in (-1, 3):
+        raise PagedRewriteError(f"MatMul node '{m2.name}' does not read Softmax(axis=-1) "
+                                f"probabilities")
+    scores, scale = _unscaled(g, softmax.input[0])
+    add = g.made_by(scores, "Add")
+    if add is not None:  # + mask: dropped (PagedAttention is causal)
+        for side in (0, 1):
+            if g.made_by(add.input[side], "MatMul") is not None or \
+                    g.made_by(_unscaled(g, add.input[side])[0], "MatMul") is not None:
+                scores, c = _unscaled(g, add.input[side])
+                scale *= c
+                break
+    qk = g.made_by(scores, "MatMul")
+    if qk is None:
+        raise PagedRewriteError(f"Softmax node '{softmax.name}' does not read MatMul(q, k) "
+                                f"scores (plus a mask)")
+    return qk, scale
+
+
+def rewrite(model, pairs, rows: bool = False, max_tokens: int = 4096) -> list:
+    """Rewrites `model` (an onnx_light.onnx ModelProto, in place) and returns the layers."""
+    graph = model.graph
+    layers = layers_of(pairs)
+    g = _Graph(graph)
+    declared = {i.name: i for i in graph.input}
+    replaced = []
+    for layer in layers:
+        k_new = _concat_of(g, layer.present_key, layer.past_key)
+        v_new = _concat_of(g, layer.present_value, layer.past_value)
+        m2 = _value_matmul(g, layer.present_value)
+        qk, scale = _scores_matmul(g, m2)
+        q, q_scale = _unscaled(g, qk.input[0])
+        k_scale = _back_to(g, qk.input[1], layer.present_key)
+        if k_scale is None:
+            raise PagedRewriteError(f"MatMul node '{qk.name}' does not read '{layer.present_key}'"
+                                    f" through the head repeat and transpose")
+        dims = declared[layer.past_key].type.tensor_type.shape.dim
+        if len(dims) != 4 or not dims[3].HasField("dim_value"):
+            raise PagedRewriteError(f"input '{layer.past_key}' needs a declared head size "
+                                    f"(dimension 3)")
+        head = dims[3].dim_value
+        total = scale * q_scale * k_scale
+        if not math.isclose(total, 1.0 / math.sqrt(head), rel_tol=1e-6):
+            factor = f"{layer.past}/q_scale"
+            graph.initializer.add().CopyFrom(_scalar(model, factor, total * math.sqrt(head)))
+            scaled = graph.node.add(op_type="Mul", name=f"{layer.past}/scale_q",
+                                    input=[q, factor], output=[f"{layer.past}/q_scaled"])
+            q = scaled.output[0]
+        node = graph.node.add(op_type="PagedAttention", domain="ai.rt",
+                              name=f"{layer.past}/paged_attention",
+                              input=[q, k_new, v_new, layer.past],
+                              output=[m2.output[0], layer.present])
+        node.attribute.add(name="max_tokens", i=max_tokens, type=_ATTR_INT)
+        replaced += [m2, g.producer[layer.present_key], g.producer[layer.present_value]]
+    _swap_io(model, layers, rows)
+    _remove(graph, replaced)
+    _topological_sort(graph)
+    _remove_dead(graph)
+    return layers
+
+
+def _scalar(model, name, value):
+    from onnx_light import onnx as ol
+
+    return ol.TensorProto(name=name, data_type=ol.TensorProto.FLOAT, float_data=[float(value)])
+
+
+def _swap_io(model, layers, rows):
+    graph = model.graph
+    old_in = {n for l in layers for n in (l.past_key, l.past_value)}
+    old_out = {n for l in layers for n in (l.present_key, l.present_value)}
+    _keep(graph.input, lambda i: i.name not in old_in)
+    _keep(graph.output, lambda o: o.name not in old_out)
+    del graph.persistent_bindings[:]
+    for layer in layers:
+        for value in (graph.input.add(name=layer.past), graph.output.add(name=layer.present)):
+            cache = value.type.sequence_type.elem_type if rows else value.type
+            cache.struct_type.name = "cache"
+        graph.persistent_bindings.add(input_name=layer.past, output_name=layer.present)
+    if not any(o.domain == "ai.rt" for o in model.opset_import):
+        model.opset_import.add(domain="ai.rt", version=1)
+
+
+def _key(node) -> tuple:
+    return tuple(node.output)  # SSA: a node's outputs name it
+
+
+def _remove(graph, nodes):
+    gone = {_key(n) for n in nodes}
+    _keep(graph.node, lambda n: _key(n) not in gone)
+
+
+def _keep(field, wanted):
+    """Keeps the elements of a repeated message field for which wanted(element) holds."""
+    kept = []
+    for element in field:
+        if wanted(element):
+            copy = type(element)()
+            copy.CopyFrom(element)
+            kept.append(copy)
+    if len(kept) != len(field):
+        del field[:]
+        field.extend(kept)
+
+
+def _used_names(graph) -> set:
+    used = {o.name for o in graph.output}
+    for n in graph.node:
+        used.update(x for x in n.input if x)
+        for a in n.attribute:
+            for sub in list(a.graphs) + ([a.g] if a.HasField("g") else []):
+                used |= _used_names(sub)
+    return used
+
+
+def _remove_dead(graph):
+    while True:
+        used = _used_names(graph)
+        dead = [n for n in graph.node if not any(o in used for o in n.output if o)]
+        if not dead:
+            break
+        _remove(graph, dead)
+    used = _used_names(graph)
+    _keep(graph.input, lambda i: i.name in used)
+    _keep(graph.initializer, lambda t: t.name in used)
+
+
+def _topological_sort(graph):
+    """The new nodes were appended: order every node after its producers."""
+    produced = {o: i for i, n in enumerate(graph.node) for o in n.output}
+    order, state = [], {}
+
+    def visit(i):
+        if state.get(i) == 2:
+            return
+        if state.get(i) == 1:
+            raise PagedRewriteError("the rewritten graph has a cycle")
+        state[i] = 1
+        for x in graph.node[i].input:
+            if x in produced:
+                visit(produced[x])
+        state[i] = 2
+        order.append(i)
+
+    for i in range(len(graph.node)):
+        visit(i)
+    nodes = []
+    for i in order:
+        copy = type(graph.node[i])()
+        copy.CopyFrom(graph.node[i])
+        nodes.append(copy)
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
+def removed_inputs(before, after) -> list:
+    return sorted(set(before) - {i.name for i in after.input})
+
+
+def _cache_dims(original, name):
+    for i in original.graph.input:
+        if i.name == name:
+            t = i.type.tensor_type
+            return t.elem_type, [d.dim_value if d.HasField("dim_value") else None
+                                 for d in t.shape.dim]
+    raise PagedRewriteError(f"input '{name}' is not declared")
+
+
+def verify(original_path, prepared_path, layers, rows: bool, steps: int = 3,
+           tolerance: float = 1e-4) -> str:
+    """The original on onnxruntime against the rewrite on onnx-light: a prompt of 6 tokens
+    (two rows when `rows`) and `steps` greedy decode steps, onnxruntime's presents fed back to
+    it and the paged caches kept by a PersistentValueState. Raises PagedRewriteError when
+    the logits differ by more than tolerance * max(1, |logits|); returns a one-line summary."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return "logits check against onnxruntime skipped (onnxruntime not installed)"
+    from onnx_light import onnx as ol
+    from onnx_light.onnx_py._onnxpykernels import runtime
+
+    original = ol.load_model(original_path)
+    prepared = ol.load_model(prepared_path)
+    session = ort.InferenceSession(str(original_path), providers=["CPUExecutionProvider"])
+    out_names = [o.name for o in session.get_outputs()]
+    batch, length = (2, 6) if rows else (1, 6)
+    ort_caches = {}
+    for layer in layers:
+        for name in (layer.past_key, layer.past_value):
+            elem, dims = _cache_dims(original, name)
+            if elem != 1 or dims[1] is None or dims[3] is None:
+                raise PagedRewriteError(f"input '{name}' must be FLOAT with declared heads and "
+                                        f"head size for the logits check")
+            ort_caches[name] = np.zeros((batch, dims[1], 0, dims[3]), np.float32)
+    known = {"input_ids", "attention_mask", "position_ids"} | set(ort_caches)
+    extra = [i.name for i in original.graph.input if i.name not in known]
+    if extra:
+        raise PagedRewriteError(f"cannot check the rewrite: the model has inputs {extra} "
+                                f"beyond input_ids, attention_mask, position_ids and the caches")
+    empty = [{"blocks": []} for _ in range(batch)] if rows else {"blocks": []}
+    state = runtime.PersistentValueState(prepared, {l.past: empty for l in layers})
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+    ours_inputs = {i.name for i in prepared.graph.input}
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 100, (batch, length), dtype=np.int64)
+    start, worst = 0, 0.0
+    for step in range(steps + 1):
+        total = start + ids.shape[1]
+        feeds = {"input_ids": ids, "attention_mask": np.ones((batch, total), np.int64),
+                 "position_ids": np.arange(start, total, dtype=np.int64)[None].repeat(batch, 0)}
+        theirs = dict(zip(out_names, session.run(out_names, {**feeds, **ort_caches})))
+        ours = state.run(context, {k: v for k, v in feeds.items() if k in ours_inputs})
+        got = np.from_dlpack(ours["logits"]).copy()
+        del ours
+        expected = theirs["logits"]
+        if got.shape != expected.shape:
+            raise PagedRewriteError(f"step {step}: logits {list(got.shape)} against "
+                                    f"onnxruntime's {list(expected.shape)}")
+        diff = float(np.abs(got - expected).max()) / max(1.0, float(np.abs(expected).max()))
+        worst = max(worst, diff)
+        if diff > tolerance:
+            raise PagedRewriteError(
+                f"the rewritten attention changes the logits at step {step} (relative "
+                f"difference {diff:.2e} > {tolerance:g}): the export's attention mask is not the "
+                f"causal mask PagedAttention applies, or its attention is not the form the "
+                f"rewrite knows; nothing written")
+        ort_caches = {name: theirs[present] for layer in layers
+                      for name, present in ((layer.past_key, layer.present_key),
+                                            (layer.past_value, layer.present_value))}
+        start = total
+        ids = expected[:, -1].argmax(-1)[:, None].astype(np.int64)
+    state.close()
+    return (f"logits equal onnxruntime's on the original within {worst:.1e} (relative) over a "
+            f"{length}-token prompt and {steps} decode steps, batch {batch}")

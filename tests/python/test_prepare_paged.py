@@ -1,0 +1,178 @@
+"""`prepare --paged` (issue 15): an exported decoder's attention rewritten onto
+ai.rt::PagedAttention with paged caches, checked against the original on onnxruntime.
+
+The exports are the tests' own (tests/python/models/export_hf.py, torch.onnx dynamo, random
+weights): the tiny Llama and GPT-2, and 2-layer versions of the SmolLM2-135M and Qwen2.5-0.5B
+shapes. The rewritten models must give onnxruntime's greedy tokens on the original file and
+its logits within 1e-4 (relative to the largest logit), for one paged cache per layer and for
+row caches (a sequence of caches, one per batch row)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from models import export_hf
+from onnx_light import onnx as ol_onnx
+from onnx_light import paged_rewrite, prepare
+from onnx_light.onnx_py._onnxpykernels import runtime
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SIZES = [("llama", "tiny"), ("gpt2", "tiny"), ("llama", "smollm2_2l"), ("qwen2", "qwen05_2l")]
+
+
+def _raw_copy(tmp_path, arch, size):
+    source = export_hf.ensure(arch, with_cache=True, size=size, raw=True)
+    shutil.copy(source, tmp_path / "model.onnx")
+    shutil.copy(source + ".data", tmp_path / os.path.basename(source + ".data"))
+    return tmp_path / "model.onnx"
+
+
+def _ort_greedy(path, ids, new_tokens):
+    """onnxruntime on the original: greedy tokens and each step's last logits."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    caches = {}
+    for i in session.get_inputs():
+        if i.name.startswith("past_key_values."):
+            caches[i.name] = np.zeros((ids.shape[0], i.shape[1], 0, i.shape[3]), np.float32)
+    step_ids, start, tokens, logits = ids, 0, [], []
+    for _ in range(new_tokens):
+        total = start + step_ids.shape[1]
+        out = dict(zip(names, session.run(names, {
+            "input_ids": step_ids, "attention_mask": np.ones((ids.shape[0], total), np.int64),
+            "position_ids": np.arange(start, total, dtype=np.int64)[None].repeat(ids.shape[0], 0),
+            **caches})))
+        logits.append(out["logits"][:, -1])
+        step_ids = out["logits"][:, -1].argmax(-1)[:, None].astype(np.int64)
+        tokens.append(step_ids)
+        caches = {p: out[p.replace("past_key_values.", "present.")] for p in caches}
+        start = total
+    return np.concatenate(tokens, axis=1), logits
+
+
+@pytest.mark.parametrize("arch,size", SIZES, ids=[f"{a}-{s}" for a, s in SIZES])
+def test_paged_rewrite_generates_onnxruntimes_tokens(tmp_path, arch, size):
+    """One paged cache per layer: the report names every rewrite and the dropped mask input;
+    runtime.generate from empty paged caches gives onnxruntime's greedy tokens."""
+    original = _raw_copy(tmp_path, arch, size)
+    report = prepare.prepare_decoder(original, tmp_path / "paged.onnx", bind="auto",
+                                     paged="cache")
+    layers = export_hf.cache_shape(arch, size)[0]
+    assert report.pairs == [(f"past_key_values.{i}", f"present.{i}") for i in range(layers)]
+    attention = [r for r in report.rewrites if r.op_type == "PagedAttention"]
+    assert [r.input_name for r in attention] == [f"past_key_values.{i}" for i in range(layers)]
+    assert any(r.op_type == "input" and r.node_name == "attention_mask" for r in report.rewrites)
+    assert "logits equal onnxruntime's" in report.checks[-1]
+
+    model = ol_onnx.load_model(tmp_path / "paged.onnx")
+    assert sorted(n.op_type for n in model.graph.node if n.domain == "ai.rt") == \
+        ["PagedAttention"] * layers
+    assert not any(n.op_type == "Softmax" for n in model.graph.node)
+    assert [i.name for i in model.graph.input][:2] == ["input_ids", "position_ids"]
+    vocab = export_hf.vocab_size(arch, size)
+    prompt = np.random.default_rng(7).integers(0, vocab, (1, 9), dtype=np.int64)
+    expected, _ = _ort_greedy(original, prompt, 6)
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+    feeds = {"input_ids": prompt, **{f"past_key_values.{i}": {"blocks": []}
+                                     for i in range(layers)}}
+    got = np.from_dlpack(runtime.generate(model, context, feeds,
+                                          runtime.GenerationOptions(max_new_tokens=6)))
+    np.testing.assert_array_equal(got[:, prompt.shape[1]:], expected)
+
+
+def test_row_caches_match_onnxruntime_for_rows_of_different_lengths(tmp_path):
+    """paged='rows': each batch row keeps its own cache, so two requests of different prompt
+    lengths run as one call per step (RunRows) and each row's logits equal onnxruntime's for
+    that request alone, within 1e-4."""
+    arch, size = "llama", "tiny"
+    original = _raw_copy(tmp_path, arch, size)
+    prepare.prepare_decoder(original, tmp_path / "rows.onnx", bind="auto", paged="rows")
+    model = ol_onnx.load_model(tmp_path / "rows.onnx")
+    layers = export_hf.cache_shape(arch, size)[0]
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(0, 128, (1, n), dtype=np.int64) for n in (5, 11)]
+    alone = [_ort_greedy(original, p, 4) for p in prompts]
+    session = model
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+    rows = [runtime.RowCaches({f"past_key_values.{i}": {"blocks": []} for i in range(layers)})
+            for _ in prompts]
+    # Prompts one row at a time (their lengths differ), then decode steps as one call.
+    last = []
+    for r, p in enumerate(prompts):
+        out = runtime.run_rows(session, context, {
+            "input_ids": p, "position_ids": np.arange(p.shape[1], dtype=np.int64)[None]},
+            [rows[r]])
+        last.append(np.from_dlpack(out["logits"])[0, -1].copy())
+    for r, (tokens, logits) in enumerate(alone):
+        np.testing.assert_allclose(last[r], logits[0][0], rtol=1e-4,
+                                   atol=1e-4 * max(1.0, np.abs(logits[0]).max()))
+    positions = [p.shape[1] for p in prompts]
+    for step in range(1, 4):
+        ids = np.array([[alone[r][0][0, step - 1]] for r in range(2)], np.int64)
+        out = runtime.run_rows(session, context, {
+            "input_ids": ids, "position_ids": np.array([[positions[0]], [positions[1]]])}, rows)
+        logits = np.from_dlpack(out["logits"])[:, -1].copy()
+        for r in range(2):
+            expected = alone[r][1][step][0]
+            np.testing.assert_allclose(logits[r], expected, rtol=1e-4,
+                                       atol=1e-4 * max(1.0, np.abs(expected).max()))
+        positions = [n + 1 for n in positions]
+
+
+def test_a_rewrite_that_changes_the_logits_is_refused(tmp_path, monkeypatch):
+    """The check is numeric: a rewrite that scales one layer's queries (as a wrong mask or
+    scale would change the scores) is refused and nothing is written."""
+    original = _raw_copy(tmp_path, "llama", "tiny")
+    real = paged_rewrite.rewrite
+
+    def off_by_a_scale(model, pairs, rows=False, max_tokens=4096):
+        layers = real(model, pairs, rows, max_tokens)
+        node = next(n for n in model.graph.node if n.op_type == "PagedAttention")
+        model.graph.initializer.add(name="wrong_scale", data_type=1, float_data=[1.5])
+        scaled = model.graph.node.add(op_type="Mul", name="wrong", input=[node.input[0],
+                                                                          "wrong_scale"],
+                                      output=["wrongly_scaled"])
+        assert scaled.output[0] == "wrongly_scaled"
+        node.input[0] = "wrongly_scaled"
+        paged_rewrite._topological_sort(model.graph)
+        return layers
+
+    monkeypatch.setattr(paged_rewrite, "rewrite", off_by_a_scale)
+    with pytest.raises(prepare.PrepareError,
+                       match=r"the rewritten attention changes the logits at step 0 .*nothing "
+                             r"written"):
+        prepare.prepare_decoder(original, tmp_path / "bad.onnx", bind="auto", paged="cache")
+    assert not os.path.exists(tmp_path / "bad.onnx")
+    assert [f for f in os.listdir(tmp_path) if f.startswith(".")] == []  # no temporary left
+
+
+def test_an_attention_of_another_form_is_refused_naming_it(tmp_path):
+    """Softmax over another axis is not attention the rewrite knows: refused by structure."""
+    original = _raw_copy(tmp_path, "llama", "tiny")
+    model = ol_onnx.load_model(original)
+    softmax = next(n for n in model.graph.node if n.op_type == "Softmax")
+    next(a for a in softmax.attribute if a.name == "axis").i = 2
+    ol_onnx.save_model(model, tmp_path / "other.onnx")
+    with pytest.raises(prepare.PrepareError,
+                       match=r"cannot rewrite the attention onto PagedAttention: MatMul node "
+                             r"'.*' does not read Softmax\(axis=-1\) probabilities"):
+        prepare.prepare_decoder(tmp_path / "other.onnx", tmp_path / "p.onnx", bind="auto",
+                                paged="rows")
+
+
+def test_cli_paged_rows(tmp_path):
+    original = _raw_copy(tmp_path, "gpt2", "tiny")
+    result = subprocess.run(
+        [sys.executable, "-m", "onnx_light", "prepare", str(original), "-o",
+         str(tmp_path / "rows.onnx"), "--bind", "auto", "--paged", "rows"],
+        capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "PagedAttention 'past_key_values.0/paged_attention'" in result.stdout
+    assert "on one paged cache per batch row" in result.stdout
+    assert "logits equal onnxruntime's on the original" in result.stdout
