@@ -15,7 +15,7 @@ namespace onnx_light::ops::contrib {
 
 namespace {
 
-constexpr int64_t kTile = 16;
+constexpr int64_t kTile = kNBitsTile;
 
 uint8_t SourceQ(const NBitsSource& s, int64_t n, int64_t k, int64_t k_blocks) {
   const int64_t blob = s.block * s.bits / 8;
@@ -159,7 +159,7 @@ OL_AVX2 void GemvTilesAvx2(const PackedNBits& w, const float* a_pad, const float
 
 // ---- int8 activations (accuracy_level 4) --------------------------------------------------
 
-constexpr int64_t kGroup = 32;
+constexpr int64_t kGroup = kInt8Group;
 
 // The activation row of the int8 GEMV: per two row pairs (4 rows) one 32-byte vector, whose
 // low half repeats (q[4i], q[4i+1]) and high half (q[4i+2], q[4i+3]), matching the tile
@@ -175,10 +175,8 @@ Int8Row MakeInt8Row(const PackedNBits& w, const float* a) {
   std::vector<int8_t> q(static_cast<size_t>(k_pad));
   Int8Row row;
   row.scales.resize(static_cast<size_t>(groups));
-  row.sums.assign(static_cast<size_t>(groups), 0);
-  QuantizeActivations(a, w.k(), k_pad, q.data(), row.scales.data());
-  for (int64_t i = 0; i < k_pad; ++i)
-    row.sums[static_cast<size_t>(i / kGroup)] += q[static_cast<size_t>(i)];
+  row.sums.resize(static_cast<size_t>(groups));
+  QuantizeActivationsWithSums(a, w.k(), k_pad, q.data(), row.scales.data(), row.sums.data());
   row.pairs.resize(static_cast<size_t>(k_pad / 4 * 32));
   for (int64_t i = 0; i < k_pad / 4; ++i)
     for (int j = 0; j < 16; ++j) {
@@ -372,6 +370,13 @@ void QuantizeActivations(const float* a, int64_t k, int64_t k_pad, int8_t* q, fl
       q[i] = i < end ? static_cast<int8_t>(std::clamp(std::nearbyint(a[i] * inv), -127.0f, 127.0f))
                      : int8_t{0};
   }
+}
+
+void QuantizeActivationsWithSums(const float* a, int64_t k, int64_t k_pad, int8_t* q, float* scales,
+                                 int32_t* sums) {
+  QuantizeActivations(a, k, k_pad, q, scales);
+  std::fill(sums, sums + k_pad / kGroup, 0);
+  for (int64_t i = 0; i < k_pad; ++i) sums[i / kGroup] += q[i];
 }
 
 void NBitsGemv(const PackedNBits& w, const float* a, float* y, NBitsPath path,

@@ -21,6 +21,9 @@ namespace onnx_light::ops::contrib {
 
 enum class NBitsPath { kAuto, kPortable, kAvx2 };
 
+constexpr int64_t kNBitsTile = 16;  // columns per packed weight tile
+constexpr int64_t kInt8Group = 32;  // activation values per int8 scale (kInt8)
+
 // kInt8 (MatMulNBits accuracy_level 4, as onnxruntime): the activation row is quantized to
 // int8 in groups of 32 (scale = max|a| / 127, round to nearest even) and the GEMV sums
 // integer products of 4-bit weights and int8 activations (AVX2 maddubs, 64 weights per 11
@@ -100,6 +103,10 @@ bool NBitsGemmInt8(const PackedNBits& w, int64_t m, const float* a, float* c);
 
 // The int8 activation row of kInt8 (exposed for tests): q[k] and one scale per 32 values.
 void QuantizeActivations(const float* a, int64_t k, int64_t k_pad, int8_t* q, float* scales);
+// The same, plus the sum of q per group of 32 (the zero-point term): `sums` has k_pad / 32
+// entries.
+void QuantizeActivationsWithSums(const float* a, int64_t k, int64_t k_pad, int8_t* q, float* scales,
+                                 int32_t* sums);
 
 // The float value W[k, n] (tests and references).
 float NBitsWeight(const PackedNBits& w, int64_t k, int64_t n);

@@ -29,9 +29,9 @@ namespace onnx_light::ops::contrib {
 #if defined(__x86_64__)
 namespace {
 
-constexpr int64_t kTile = 16;   // columns per weight tile (nbits_gemm.h)
-constexpr int64_t kGroup = 32;  // activation values per int8 scale
-constexpr int kRows = 4;        // rows of A per register block
+constexpr int64_t kTile = kNBitsTile;
+constexpr int64_t kGroup = kInt8Group;
+constexpr int kRows = 4;  // rows of A per register block
 
 // A's rows as int8 (k_pad per row), with a scale and the sum of q per group of 32.
 struct Int8Rows {
@@ -47,15 +47,12 @@ Int8Rows QuantizeRows(const PackedNBits& w, int64_t m, const float* a) {
   rows.groups = rows.k_pad / kGroup;
   rows.q.resize(static_cast<size_t>(m * rows.k_pad));
   rows.scales.resize(static_cast<size_t>(m * rows.groups));
-  rows.sums.assign(static_cast<size_t>(m * rows.groups), 0);
+  rows.sums.resize(static_cast<size_t>(m * rows.groups));
   math::ParallelFor(m, 8, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      int8_t* q = rows.q.data() + r * rows.k_pad;
-      QuantizeActivations(a + r * w.k(), w.k(), rows.k_pad, q,
-                          rows.scales.data() + r * rows.groups);
-      int32_t* sums = rows.sums.data() + r * rows.groups;
-      for (int64_t i = 0; i < rows.k_pad; ++i) sums[i / kGroup] += q[i];
-    }
+    for (int64_t r = r0; r < r1; ++r)
+      QuantizeActivationsWithSums(a + r * w.k(), w.k(), rows.k_pad, rows.q.data() + r * rows.k_pad,
+                                  rows.scales.data() + r * rows.groups,
+                                  rows.sums.data() + r * rows.groups);
   });
   return rows;
 }
