@@ -8,7 +8,13 @@
 #include "ops/math/gemm.h"
 
 #if defined(__x86_64__)
+// GCC 12's AVX-512 intrinsics seed results with a self-initialised "undefined" vector,
+// which -Wmaybe-uninitialized reports at the header's lines (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #endif
 
 namespace onnx_light::ops::contrib {
@@ -165,6 +171,7 @@ constexpr int64_t kGroup = kInt8Group;
 // low half repeats (q[4i], q[4i+1]) and high half (q[4i+2], q[4i+3]), matching the tile
 // layout's two consecutive 16-byte row pairs; a scale and the sum of q per group of 32.
 struct Int8Row {
+  std::vector<int8_t> q;  // the quantized row itself (k_pad values)
   std::vector<int8_t> pairs;
   std::vector<float> scales;
   std::vector<int32_t> sums;
@@ -172,8 +179,9 @@ struct Int8Row {
 
 Int8Row MakeInt8Row(const PackedNBits& w, const float* a) {
   const int64_t k_pad = w.k_blocks() * w.block(), groups = k_pad / kGroup;
-  std::vector<int8_t> q(static_cast<size_t>(k_pad));
   Int8Row row;
+  std::vector<int8_t>& q = row.q;
+  q.resize(static_cast<size_t>(k_pad));
   row.scales.resize(static_cast<size_t>(groups));
   row.sums.resize(static_cast<size_t>(groups));
   QuantizeActivationsWithSums(a, w.k(), k_pad, q.data(), row.scales.data(), row.sums.data());
@@ -275,6 +283,66 @@ OL_AVX2 void GemvInt8Avx2(const PackedNBits& w, const Int8Row& r, float* y, int6
     _mm256_store_ps(out + 8, out_hi);
     std::memcpy(y + t * kTile, out,
                 static_cast<size_t>(std::min(kTile, w.n() - t * kTile)) * sizeof(float));
+  }
+}
+#endif
+
+#if defined(__x86_64__)
+#define OL_VNNI_VBMI __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi")))
+
+// One 64-byte load holds 8 rows x 16 columns (4 row pairs: byte j of pair p is column j's
+// rows 2p | 2p+1 << 4). vpermt2b over its low and high nibbles gives, for 4 rows at a time,
+// column j's 4 values in 32-bit lane j, which vpdpbusd multiplies with the 4 activations.
+// Integer sums and the float epilogue are the AVX2 path's, so the results are bit for bit.
+OL_VNNI_VBMI void GemvInt8Vnni(const PackedNBits& w, const Int8Row& r, float* y, int64_t t0,
+                               int64_t t1) {
+  alignas(64) uint8_t order[2][64];
+  for (int j = 0; j < 16; ++j)
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t base = static_cast<uint8_t>(32 * half + j);
+      order[half][4 * j] = base;                                      // row 4i:   lo, pair 2i
+      order[half][4 * j + 1] = static_cast<uint8_t>(64 + base);       // row 4i+1: hi, pair 2i
+      order[half][4 * j + 2] = static_cast<uint8_t>(base + 16);       // row 4i+2: lo, pair 2i+1
+      order[half][4 * j + 3] = static_cast<uint8_t>(64 + base + 16);  // row 4i+3: hi
+    }
+  const __m512i first = _mm512_load_si512(order[0]), second = _mm512_load_si512(order[1]);
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  for (int64_t t = t0; t < t1; ++t) {
+    __m512 out = _mm512_setzero_ps();
+    for (int64_t kb = 0; kb < w.k_blocks(); ++kb) {
+      const uint8_t* q = w.weights(t, kb);
+      const float* s = w.scales(t, kb);
+      const float* z = w.neg_scaled_zp(t, kb);
+      for (int64_t g = 0; g < w.block() / kGroup; ++g) {
+        const int64_t gi = (kb * w.block()) / kGroup + g;
+        const int8_t* a = r.q.data() + gi * kGroup;
+        __m512i acc = _mm512_setzero_si512();
+        for (int step = 0; step < kGroup / 8; ++step, q += 64, a += 8) {
+          const __m512i bytes = _mm512_loadu_si512(q);
+          const __m512i lo = _mm512_and_si512(bytes, nibble);
+          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble);
+          int32_t a0, a1;
+          std::memcpy(&a0, a, 4);
+          std::memcpy(&a1, a + 4, 4);
+          acc = _mm512_dpbusd_epi32(acc, _mm512_permutex2var_epi8(lo, first, hi),
+                                    _mm512_set1_epi32(a0));
+          acc = _mm512_dpbusd_epi32(acc, _mm512_permutex2var_epi8(lo, second, hi),
+                                    _mm512_set1_epi32(a1));
+        }
+        const float sa = r.scales[static_cast<size_t>(gi)];
+        const int32_t sum = r.sums[static_cast<size_t>(gi)];
+        if (z == nullptr)
+          acc =
+              _mm512_sub_epi32(acc, _mm512_set1_epi32(static_cast<int32_t>(w.uniform_zp()) * sum));
+        out = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc),
+                              _mm512_mul_ps(_mm512_loadu_ps(s), _mm512_set1_ps(sa)), out);
+        if (z != nullptr)
+          out = _mm512_fmadd_ps(_mm512_loadu_ps(z), _mm512_set1_ps(sa * static_cast<float>(sum)),
+                                out);
+      }
+    }
+    const int64_t cols = std::min(kTile, w.n() - t * kTile);
+    _mm512_mask_storeu_ps(y + t * kTile, static_cast<__mmask16>((1u << cols) - 1u), out);
   }
 }
 #endif
@@ -388,6 +456,8 @@ void NBitsGemv(const PackedNBits& w, const float* a, float* y, NBitsPath path,
     const Int8Row row = MakeInt8Row(w, a);
     math::ParallelFor(w.tiles(), grain, [&](int64_t t0, int64_t t1) {
 #if defined(__x86_64__)
+      if ((path == NBitsPath::kAuto || path == NBitsPath::kAvx512) && math::CpuHasAvx512VnniVbmi())
+        return GemvInt8Vnni(w, row, y, t0, t1);
       if (UseAvx2(path)) return GemvInt8Avx2(w, row, y, t0, t1);
 #endif
       GemvInt8Portable(w, row, y, t0, t1);

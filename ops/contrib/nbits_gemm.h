@@ -19,15 +19,18 @@
 
 namespace onnx_light::ops::contrib {
 
-enum class NBitsPath { kAuto, kPortable, kAvx2 };
+// kAvx512: the int8 GEMV on AVX-512 VNNI + VBMI (kInt8 only; other products take AVX2).
+enum class NBitsPath { kAuto, kPortable, kAvx2, kAvx512 };
 
 constexpr int64_t kNBitsTile = 16;  // columns per packed weight tile
 constexpr int64_t kInt8Group = 32;  // activation values per int8 scale (kInt8)
 
 // kInt8 (MatMulNBits accuracy_level 4, as onnxruntime): the activation row is quantized to
 // int8 in groups of 32 (scale = max|a| / 127, round to nearest even) and the GEMV sums
-// integer products of 4-bit weights and int8 activations (AVX2 maddubs, 64 weights per 11
-// instructions); the block's float scale and the group's scale are applied per group. Only
+// integer products of 4-bit weights and int8 activations (AVX-512 VNNI + VBMI: vpermt2b puts
+// 16 columns x 4 rows in vpdpbusd's order, 128 weights per 10 instructions; else AVX2
+// maddubs, 64 weights per 11); the block's float scale and the group's scale are applied per
+// group. Only
 // for 4 bits with block_size a multiple of 32 (Int8Eligible); otherwise the float path runs.
 // M > 4 rows take NBitsGemmInt8 on CPUs with AVX-512 VNNI, the float path elsewhere. Results
 // are exact integer sums, so every int8 code path agrees bit for bit.

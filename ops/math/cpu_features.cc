@@ -27,11 +27,21 @@ bool CpuHasAvx512Vnni() {
   static const bool has = CpuHasAvx512() && __builtin_cpu_supports("avx512vnni");
   return has;
 }
+bool CpuHasAvx512VnniVbmi() {
+  // CPUID leaf 7: EBX bit 30 AVX512BW, ECX bit 1 AVX512_VBMI (read directly, as for F16C).
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return CpuHasAvx512Vnni() && __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0 &&
+           (b & (1u << 30)) != 0 && (c & (1u << 1)) != 0;
+  }();
+  return has;
+}
 #else
 bool CpuHasAvx2Fma() { return false; }
 bool CpuHasAvx2FmaF16c() { return false; }
 bool CpuHasAvx512() { return false; }
 bool CpuHasAvx512Vnni() { return false; }
+bool CpuHasAvx512VnniVbmi() { return false; }
 #endif
 
 }  // namespace onnx_light::ops::math

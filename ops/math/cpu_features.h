@@ -11,5 +11,7 @@ bool CpuHasAvx2FmaF16c();
 bool CpuHasAvx512();
 // AVX-512F and AVX-512 VNNI (int8 dot products: vpdpbusd).
 bool CpuHasAvx512Vnni();
+// AVX-512 VNNI with BW and VBMI (byte permutes across the register: vpermt2b).
+bool CpuHasAvx512VnniVbmi();
 
 }  // namespace onnx_light::ops::math

@@ -207,7 +207,15 @@ TEST_CASE("the int8-activation GEMV (accuracy_level 4) is the exact product of t
         CheckRow(q, a8.data(), avx.data());
         for (int64_t j = 0; j < n; ++j)
           CHECK(avx[static_cast<size_t>(j)] == portable[static_cast<size_t>(j)]);
+        if (math::CpuHasAvx512VnniVbmi()) {  // the VNNI path: the same sums, bit for bit
+          std::vector<float> vnni(static_cast<size_t>(n), -1.0f);
+          contrib::NBitsGemv(packed, a.data(), vnni.data(), contrib::NBitsPath::kAvx512,
+                             contrib::NBitsCompute::kInt8);
+          for (int64_t j = 0; j < n; ++j)
+            REQUIRE(vnni[static_cast<size_t>(j)] == portable[static_cast<size_t>(j)]);
+        }
       }
+  if (!math::CpuHasAvx512VnniVbmi()) MESSAGE("no AVX-512 VNNI + VBMI here: that path not run");
 }
 
 TEST_CASE("the int8 prompt product (AVX-512 VNNI) equals the int8 GEMV of every row bit for bit") {
