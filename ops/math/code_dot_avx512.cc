@@ -52,7 +52,8 @@ OL_CODE512 inline __m512 Load16(const uint8_t* row, uint64_t i, __m512i shifts) 
     // to the top of its lane, then shifted down (arithmetic for signed codes).
     const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i words = _mm512_permutexvar_epi32(
-        idx, _mm512_castsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + i / 2))));
+        idx,
+        _mm512_castsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + i / 2))));
     const __m512i v = _mm512_sllv_epi32(words, shifts);
     return _mm512_cvtepi32_ps(C == RowCode::kInt4 ? _mm512_srai_epi32(v, 28)
                                                   : _mm512_srli_epi32(v, 28));
@@ -73,7 +74,8 @@ OL_CODE512 inline __m256 Half(__m512 x) {
 
 // [sum a, sum b, sum c, sum e] of four vectors.
 OL_CODE512 inline __m128 Sum4(__m512 a, __m512 b, __m512 c, __m512 e) {
-  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(Half(a), Half(b)), _mm256_hadd_ps(Half(c), Half(e)));
+  const __m256 h =
+      _mm256_hadd_ps(_mm256_hadd_ps(Half(a), Half(b)), _mm256_hadd_ps(Half(c), Half(e)));
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
@@ -127,8 +129,8 @@ OL_CODE512 void Dots(const float* q, int64_t q_stride, const CodeRows& run, int6
 // y[g][col .. col + 16W) += sum over the rows of runs[0..n) of ws[g][at] * code: G x W
 // accumulators held in registers over every row.
 template <RowCode C, int G, int W>
-OL_CODE512 void SumsStrip(const float* ws, int64_t w_stride, const CodeRows* runs, int n,
-                          int64_t d, int64_t col, float* y, int64_t y_stride) {
+OL_CODE512 void SumsStrip(const float* ws, int64_t w_stride, const CodeRows* runs, int n, int64_t d,
+                          int64_t col, float* y, int64_t y_stride) {
   __m512 acc[G][W];
   for (int g = 0; g < G; ++g)
     for (int c = 0; c < W; ++c) acc[g][c] = _mm512_loadu_ps(y + g * y_stride + col + 16 * c);
@@ -158,8 +160,8 @@ OL_CODE512 void SumsStrip(const float* ws, int64_t w_stride, const CodeRows* run
 
 }  // namespace
 
-void CodeDotsAvx512(const float* q, int64_t q_stride, int64_t heads, const CodeRows& run,
-                    int64_t d, float* s, int64_t s_stride) {
+void CodeDotsAvx512(const float* q, int64_t q_stride, int64_t heads, const CodeRows& run, int64_t d,
+                    float* s, int64_t s_stride) {
   ByCode(run.code, [&]<RowCode C>() {
     ByHeads<4>(heads, [&]<int G>() {
       if (run.zero != 0.0f)

@@ -14,8 +14,8 @@ namespace onnx_light::ops::math {
 
 // s[g * s_stride + t] = run.scale * sum_j q[g * q_stride + j] * (code(t, j) - run.zero) for
 // g < heads (1..4) and the run's rows; d a multiple of 16, packed rows starting on a byte.
-void CodeDotsAvx512(const float* q, int64_t q_stride, int64_t heads, const CodeRows& run,
-                    int64_t d, float* s, int64_t s_stride);
+void CodeDotsAvx512(const float* q, int64_t q_stride, int64_t heads, const CodeRows& run, int64_t d,
+                    float* s, int64_t s_stride);
 
 // y[g * y_stride + j] += sum over the rows of runs[0..n) (one code) of ws[g * w_stride + at] *
 // code(t, j), for g < heads (1..4), j < d (a multiple of 16): weights already scaled, zero
