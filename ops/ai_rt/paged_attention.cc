@@ -219,46 +219,43 @@ class BlockedAttention {
   // page (its key payload front to back), the next page's, then the values likewise; the
   // scores of all heads are kept for the value pass. Head by head (RunTask's order) each head
   // reads eight 8 KiB pieces of four payloads, and on one core the reads and the arithmetic
-  // did not overlap: FLOAT 32k 25 -> 22.6 ms (perf/README.md). The quantized formats are
+  // did not overlap: FLOAT 32k 30.2 -> 27.2 ms (perf/README.md). The quantized formats are
   // bound by the arithmetic and FLOAT16 and short caches were slower this way (the running
   // outputs are then loaded and stored per page). False (nothing done) for other pages.
   bool ByPayload(const Slice* slices, int count, const Group& next, int64_t pb, int64_t b,
                  int64_t i, Partial* parts, float* outs, float* scores, float* rescale) {
-    using ops::math::CodeRows;
     const int64_t g = c_.group, dk = c_.dk, dv = c_.dv, kvh = c_.kv_heads;
     for (int k = 0; k < count; ++k)
       if (!slices[k].page->key.dense_float() || !slices[k].page->value.dense_float()) return false;
-    int64_t tokens = 0;
-    for (int k = 0; k < count; ++k) {
-      const Slice& sl = slices[k];
-      if (k < next.count)
-        for (int64_t kh = 0; kh < kvh; ++kh)
-          next.slices[k].page->key.Prefetch(pb, kh, next.slices[k].r0, next.slices[k].n);
-      for (int64_t kh = 0; kh < kvh; ++kh) {
-        CodeRows kr;
-        sl.page->key.CodeRowsAt(pb, kh, sl.r0, sl.n, &kr);
-        ops::math::GroupCodeDots(c_.Query(b, kh * g, i), c_.len * dk, g, &kr, 1, dk,
-                                 scores + kh * g * kKeyBlock + tokens, kKeyBlock);
+    // Every head of slice k's key (value) payload, the next group's slice k asked for first.
+    auto pass = [&](bool keys, auto&& head) {
+      for (int k = 0, at = 0; k < count; at += static_cast<int>(slices[k++].n)) {
+        if (k < next.count)
+          for (int64_t kh = 0; kh < kvh; ++kh) {
+            const Slice& n = next.slices[k];
+            (keys ? n.page->key : n.page->value).Prefetch(pb, kh, n.r0, n.n);
+          }
+        for (int64_t kh = 0; kh < kvh; ++kh) {
+          const Slice& sl = slices[k];
+          ops::math::CodeRows rows;
+          (keys ? sl.page->key : sl.page->value).CodeRowsAt(pb, kh, sl.r0, sl.n, &rows);
+          head(k, at, kh, rows);
+        }
       }
-      tokens += sl.n;
-    }
+    };
+    int64_t tokens = 0;
+    pass(true, [&](int, int at, int64_t kh, const ops::math::CodeRows& rows) {
+      ops::math::GroupCodeDots(c_.Query(b, kh * g, i), c_.len * dk, g, &rows, 1, dk,
+                               scores + kh * g * kKeyBlock + at, kKeyBlock);
+      tokens = at + rows.rows;
+    });
     for (int64_t h = 0; h < kvh * g; ++h)
       rescale[h] = Softmax(parts[h], scores + h * kKeyBlock, tokens);
-    int64_t at = 0;
-    for (int k = 0; k < count; ++k) {
-      const Slice& sl = slices[k];
-      if (k < next.count)
-        for (int64_t kh = 0; kh < kvh; ++kh)
-          next.slices[k].page->value.Prefetch(pb, kh, next.slices[k].r0, next.slices[k].n);
-      for (int64_t kh = 0; kh < kvh; ++kh) {
-        CodeRows vr;
-        sl.page->value.CodeRowsAt(pb, kh, sl.r0, sl.n, &vr);
-        ops::math::GroupCodeWeightedRowSums(scores + kh * g * kKeyBlock + at, kKeyBlock, g, &vr, 1,
-                                            dv, k == 0 ? rescale + kh * g : nullptr,
-                                            outs + kh * g * dv, dv);
-      }
-      at += sl.n;
-    }
+    pass(false, [&](int k, int at, int64_t kh, const ops::math::CodeRows& rows) {
+      ops::math::GroupCodeWeightedRowSums(scores + kh * g * kKeyBlock + at, kKeyBlock, g, &rows, 1,
+                                          dv, k == 0 ? rescale + kh * g : nullptr,
+                                          outs + kh * g * dv, dv);
+    });
     return true;
   }
 
