@@ -17,6 +17,7 @@
 #include "executor/kernel_registry.h"
 #include "executor/runtime_context.h"
 #include "onnx_light.pb.h"
+#include "ops/ai_rt/cache_page.h"
 #include "ops/ai_rt/page_writer.h"
 #include "ops/ai_rt/paged_attention.h"
 
@@ -167,6 +168,44 @@ void BM_MemoryRead(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * n * 4);
 }
 
+// Reading the FLOAT cache's pages themselves in the kernel's order (page after page, each KV
+// head's key rows then its value rows), pages split across the threads: the read rate of
+// these scattered 64 KiB payloads, as against BM_MemoryRead's one contiguous array.
+void BM_PageRead(benchmark::State& state) {
+  const PagedCache& paged = CacheFor(state.range(0), 0);
+  const int64_t parts = state.range(1);
+  tbb::task_arena arena(static_cast<int>(parts));
+  std::vector<const uint64_t*> keys, values;
+  for (const auto& block : ops::ai_rt::CacheBlocks(paged.cache, "bench")) {
+    const ops::ai_rt::CachePage page = ops::ai_rt::ReadCachePage(*block, "bench");
+    ops::math::CodeRows k, v;
+    page.key.CodeRowsAt(0, 0, 0, kPage, &k);
+    page.value.CodeRowsAt(0, 0, 0, kPage, &v);
+    keys.push_back(static_cast<const uint64_t*>(k.data) + k.first / 2);
+    values.push_back(static_cast<const uint64_t*>(v.data) + v.first / 2);
+  }
+  const auto pages = static_cast<int64_t>(keys.size());
+  constexpr int64_t kHeadWords = kPage * kHead / 2;
+  for (auto _ : state) {
+    arena.execute([&] {
+      std::vector<uint64_t> sums(static_cast<size_t>(parts));
+      tbb::parallel_for(int64_t{0}, parts, [&](int64_t p) {
+        uint64_t s = 0;
+        for (int64_t pg = p * pages / parts; pg < (p + 1) * pages / parts; ++pg)
+          for (int64_t h = 0; h < kKvHeads; ++h) {
+            const uint64_t* kw = keys[static_cast<size_t>(pg)] + h * kHeadWords;
+            const uint64_t* vw = values[static_cast<size_t>(pg)] + h * kHeadWords;
+            for (int64_t i = 0; i < kHeadWords; ++i) s ^= kw[i];
+            for (int64_t i = 0; i < kHeadWords; ++i) s ^= vw[i];
+          }
+        sums[static_cast<size_t>(p)] = s;
+      });
+      benchmark::DoNotOptimize(sums);
+    });
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * paged.payload_bytes));
+}
+
 // Continuous-batching decode (issue 15): 8 rows with their own FLOAT caches of different
 // lengths (8,192 tokens in all), one new token each, as one call over the assembled rows
 // (args {threads, 1}: AssembleRows + Run + SplitRows each iteration) or as 8 calls, one per
@@ -230,4 +269,5 @@ BENCHMARK(BM_RowsDecode)
     ->UseRealTime();
 BENCHMARK(BM_ContiguousDecode)->Apply(ContiguousArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_MemoryRead)->Apply(ContiguousArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_PageRead)->Apply(ContiguousArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_MAIN();

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ops/math/code_dispatch.h"
+#include "ops/math/code_dot_avx512.h"
 #include "ops/math/cpu_features.h"
 
 #if defined(__x86_64__)
@@ -15,12 +17,7 @@ namespace onnx_light::ops::math {
 
 namespace {
 
-// Elements per byte of packed codes (1 for whole-byte and wider formats).
-constexpr int PerByte(RowCode c) {
-  return c == RowCode::kInt4 || c == RowCode::kUint4   ? 2
-         : c == RowCode::kInt2 || c == RowCode::kUint2 ? 4
-                                                       : 1;
-}
+using namespace code;
 
 // The stored element e as FLOAT (the code itself for affine formats: zero not subtracted).
 float Raw(RowCode c, const void* data, int64_t e) {
@@ -80,32 +77,19 @@ void SumsPortable(const float* ws, int64_t w_stride, int64_t heads, const CodeRo
   }
 }
 
-bool HasAvx2() { return CpuHasAvx2FmaF16c(); }
-
-// The vector kernels read whole chunks of 8 elements: packed rows must start on a byte.
-bool Vectorisable(const CodeRows& run, int64_t d) {
+// The vector kernels read whole chunks of 8 (16) elements: packed rows must start on a byte.
+bool Vectorisable(const CodeRows& run, int64_t d, VecPath path) {
   const int pb = PerByte(run.code);
-  return HasAvx2() && run.first % pb == 0 && d % pb == 0;
+  return path != VecPath::kPortable && CpuHasAvx2FmaF16c() && run.first % pb == 0 && d % pb == 0;
+}
+
+// AVX-512F for widths of whole 16-lane chunks, unless the caller asks for AVX2.
+bool Wide(const CodeRows& run, int64_t d, VecPath path) {
+  return path != VecPath::kAvx2 && d % 16 == 0 && Vectorisable(run, d, path) && CpuHasAvx512();
 }
 
 #if defined(__x86_64__)
 #define OL_CODE_TARGET __attribute__((target("avx2,fma,f16c")))
-
-// The bytes of `elements` elements (a multiple of PerByte(C)).
-template <RowCode C>
-constexpr uint64_t Bytes(uint64_t elements) {
-  if constexpr (C == RowCode::kFloat) return 4 * elements;
-  if constexpr (C == RowCode::kHalf || C == RowCode::kBFloat16) return 2 * elements;
-  if constexpr (C == RowCode::kInt8 || C == RowCode::kUint8) return elements;
-  if constexpr (C == RowCode::kInt4 || C == RowCode::kUint4) return elements / 2;
-  return elements / 4;
-}
-
-// The first byte of element e (e a multiple of PerByte(C)).
-template <RowCode C>
-inline const uint8_t* ElementPtr(const void* data, int64_t e) {
-  return static_cast<const uint8_t*>(data) + Bytes<C>(static_cast<uint64_t>(e));
-}
 
 // Elements i .. i + 7 of the row starting at byte `row` as FLOAT (codes, zero not
 // subtracted); i is a multiple of 8.
@@ -304,37 +288,6 @@ void DotsAvx2Zero(const float* q, int64_t q_stride, const CodeRows& run, int64_t
     DotsAvx2<C, G, false>(q, q_stride, run, d, s, s_stride);
 }
 
-// Calls fn.template operator()<C>() for the run's code.
-template <class Fn>
-void ByCode(RowCode c, Fn&& fn) {
-  switch (c) {
-    case RowCode::kFloat:
-      return fn.template operator()<RowCode::kFloat>();
-    case RowCode::kHalf:
-      return fn.template operator()<RowCode::kHalf>();
-    case RowCode::kBFloat16:
-      return fn.template operator()<RowCode::kBFloat16>();
-    case RowCode::kInt8:
-      return fn.template operator()<RowCode::kInt8>();
-    case RowCode::kUint8:
-      return fn.template operator()<RowCode::kUint8>();
-    case RowCode::kInt4:
-      return fn.template operator()<RowCode::kInt4>();
-    case RowCode::kUint4:
-      return fn.template operator()<RowCode::kUint4>();
-    case RowCode::kInt2:
-      return fn.template operator()<RowCode::kInt2>();
-    case RowCode::kUint2:
-      return fn.template operator()<RowCode::kUint2>();
-  }
-}
-
-template <int G, class Fn>
-void ByHeads(int64_t g, Fn&& fn) {
-  if constexpr (G > 1)
-    if (g < G) return ByHeads<G - 1>(g, fn);
-  fn.template operator()<G>();
-}
 #endif
 
 }  // namespace
@@ -344,11 +297,17 @@ float CodeValue(const CodeRows& run, int64_t t, int64_t d, int64_t width) {
 }
 
 void GroupCodeDots(const float* q, int64_t q_stride, int64_t heads, const CodeRows* runs, int nruns,
-                   int64_t d, float* s, int64_t s_stride) {
+                   int64_t d, float* s, int64_t s_stride, VecPath path) {
   int64_t at = 0;
   for (int r = 0; r < nruns; at += runs[r++].rows) {
     const CodeRows& run = runs[r];
-    if (!Vectorisable(run, d)) {
+    if (Wide(run, d, path)) {
+      for (int64_t g0 = 0; g0 < heads; g0 += 4)
+        CodeDotsAvx512(q + g0 * q_stride, q_stride, std::min<int64_t>(4, heads - g0), run, d,
+                       s + g0 * s_stride + at, s_stride);
+      continue;
+    }
+    if (!Vectorisable(run, d, path)) {
       DotsPortable(q, q_stride, heads, run, d, s + at, s_stride);
       continue;
     }
@@ -367,7 +326,7 @@ void GroupCodeDots(const float* q, int64_t q_stride, int64_t heads, const CodeRo
 
 void GroupCodeWeightedRowSums(float* w, int64_t w_stride, int64_t heads, const CodeRows* runs,
                               int nruns, int64_t d, const float* rescale, float* y,
-                              int64_t y_stride) {
+                              int64_t y_stride, VecPath path) {
   for (int64_t g0 = 0; g0 < heads; g0 += 4) {
     const int64_t group = std::min<int64_t>(4, heads - g0);
     float* wg = w + g0 * w_stride;
@@ -395,16 +354,24 @@ void GroupCodeWeightedRowSums(float* w, int64_t w_stride, int64_t heads, const C
     }
     at = 0;
     for (int r = 0; r < nruns;) {
-      if (!Vectorisable(runs[r], d)) {
+      if (!Vectorisable(runs[r], d, path)) {
         SumsPortable(wg + at, w_stride, group, runs[r], d, 0, yg, y_stride);
         at += runs[r++].rows;
         continue;
       }
       // Consecutive runs of one code in one pass: the accumulators stay in registers.
+      const bool wide = Wide(runs[r], d, path);
       int n = 1;
       int64_t rows = runs[r].rows;
-      while (r + n < nruns && runs[r + n].code == runs[r].code && Vectorisable(runs[r + n], d))
+      while (r + n < nruns && runs[r + n].code == runs[r].code &&
+             Vectorisable(runs[r + n], d, path) && Wide(runs[r + n], d, path) == wide)
         rows += runs[r + n++].rows;
+      if (wide) {
+        CodeSumsAvx512(wg + at, w_stride, group, runs + r, n, d, yg, y_stride);
+        at += rows;
+        r += n;
+        continue;
+      }
 #if defined(__x86_64__)
       ByCode(runs[r].code, [&]<RowCode C>() {
         ByHeads<4>(group, [&]<int G>() {

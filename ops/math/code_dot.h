@@ -11,11 +11,15 @@
 // (code - zero) is exact in FLOAT for every code width here, so the only rounding beyond the
 // FLOAT path's is the scale applied once per dot (keys) and once per weight (values): results
 // agree with decode-then-dot to a few FLOAT ulps of the sums (tests/cpp/ops_ai_rt/
-// test_paged_code_dot.cc states the tolerance). AVX2+FMA when the CPU has it, else portable;
-// packed 4/2-bit rows whose elements do not start on a byte take the portable path.
+// test_paged_code_dot.cc states the tolerance). AVX-512F for widths that are a multiple of 16
+// (code_dot_avx512.cc), else AVX2+FMA when the CPU has it, else portable (`path` forces one
+// for the tests: kAvx2 never takes AVX-512, kPortable never a vector kernel); packed 4/2-bit
+// rows whose elements do not start on a byte take the portable path.
 #pragma once
 
 #include <cstdint>
+
+#include "ops/math/vexp.h"
 
 namespace onnx_light::ops::math {
 
@@ -49,7 +53,7 @@ float CodeValue(const CodeRows& run, int64_t t, int64_t d, int64_t width);
 // is the sum of the earlier runs' rows plus t): s[g * s_stride + at] = the dot of query
 // q + g * q_stride with that row's values over d elements.
 void GroupCodeDots(const float* q, int64_t q_stride, int64_t heads, const CodeRows* runs, int nruns,
-                   int64_t d, float* s, int64_t s_stride);
+                   int64_t d, float* s, int64_t s_stride, VecPath path = VecPath::kAuto);
 
 // For g < heads: y[g * y_stride + j] = y[g * y_stride + j] * rescale[g] + the sum over the
 // rows of the runs (weights w[g * w_stride + at], at counted as above) of weight * value(t, j),
@@ -57,6 +61,6 @@ void GroupCodeDots(const float* q, int64_t q_stride, int64_t heads, const CodeRo
 // caller's scratch: softmax weights no longer needed once summed).
 void GroupCodeWeightedRowSums(float* w, int64_t w_stride, int64_t heads, const CodeRows* runs,
                               int nruns, int64_t d, const float* rescale, float* y,
-                              int64_t y_stride);
+                              int64_t y_stride, VecPath path = VecPath::kAuto);
 
 }  // namespace onnx_light::ops::math

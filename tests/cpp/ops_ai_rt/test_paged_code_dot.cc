@@ -26,6 +26,7 @@ using onnx_light::ops::math::CodeValue;
 using onnx_light::ops::math::GroupCodeDots;
 using onnx_light::ops::math::GroupCodeWeightedRowSums;
 using onnx_light::ops::math::RowCode;
+using onnx_light::ops::math::VecPath;
 
 struct Format {
   RowCode code;
@@ -88,8 +89,9 @@ struct Case {
   int64_t first;              // element offset of each run's first row in its payload
 };
 
-void CheckFormat(const Format& f, const Case& cs) {
+void CheckFormat(const Format& f, const Case& cs, VecPath path) {
   CAPTURE(f.name);
+  CAPTURE(static_cast<int>(path));
   CAPTURE(cs.d);
   CAPTURE(cs.heads);
   CAPTURE(cs.first);
@@ -129,7 +131,7 @@ void CheckFormat(const Format& f, const Case& cs) {
   for (size_t i = 0; i < q.size(); ++i) q[i] = paged_test::Noise(5, static_cast<int64_t>(i));
   std::vector<float> s(static_cast<size_t>(heads * s_stride), -7.0f);
   GroupCodeDots(q.data(), q_stride, heads, runs.data(), static_cast<int>(runs.size()), d, s.data(),
-                s_stride);
+                s_stride, path);
   for (int64_t g = 0; g < heads; ++g)
     for (int64_t t = 0; t < total; ++t) {
       double ref = 0, mag = 0;
@@ -154,7 +156,7 @@ void CheckFormat(const Format& f, const Case& cs) {
   for (size_t g = 0; g < rescale.size(); ++g) rescale[g] = g % 2 == 0 ? 1.0f : 0.25f;
   const std::vector<float> w0 = w, y0 = y;
   GroupCodeWeightedRowSums(w.data(), w_stride, heads, runs.data(), static_cast<int>(runs.size()), d,
-                           rescale.data(), y.data(), y_stride);
+                           rescale.data(), y.data(), y_stride, path);
   for (int64_t g = 0; g < heads; ++g)
     for (int64_t j = 0; j < d; ++j) {
       double ref = y0[static_cast<size_t>(g * y_stride + j)] * rescale[static_cast<size_t>(g)];
@@ -177,11 +179,12 @@ void CheckFormat(const Format& f, const Case& cs) {
 
 TEST_CASE(
     "Code-domain dots and value sums equal the reference on reconstructed values for every row "
-    "format, width, head count and run split (within 1e-6 of the sums' magnitude)") {
+    "format, width, head count, run split and kernel (within 1e-6 of the sums' magnitude)") {
   const std::vector<Case> cases = {
       {128, 4, {16, 16, 16, 16}, 0},  // the benchmark's shape: one block of four full pages
       {128, 4, {16, 5}, 0},           // a partial last page
       {128, 3, {7, 1}, 0},            // GQA group of 3, odd row counts (single-row tail)
+      {80, 2, {6, 3}, 0},             // AVX-512: one strip of 64 columns and one of 16
       {16, 8, {3, 16}, 0},            // two groups of four heads
       {24, 5, {2, 2, 1}, 0},          // a strip of 16 and one of 8; 4 + 1 heads
       {12, 2, {5}, 0},                // 8 lanes and a scalar tail of 4
@@ -191,8 +194,10 @@ TEST_CASE(
       {7, 2, {3}, 1},                 // packed rows that start inside a byte (portable path)
       {1, 4, {9}, 0},                 // width 1
   };
-  for (const Format& f : kFormats)
-    for (const Case& cs : cases) CheckFormat(f, cs);
+  // Every kernel this CPU has: AVX-512 (widths of whole 16-lane chunks), AVX2, portable.
+  for (VecPath path : {VecPath::kAvx512, VecPath::kAvx2, VecPath::kPortable})
+    for (const Format& f : kFormats)
+      for (const Case& cs : cases) CheckFormat(f, cs, path);
 }
 
 TEST_CASE("Weighted sums without a rescale leave y's running sum and accumulate into it") {
