@@ -298,6 +298,25 @@ RuntimeValueMap TakeInitialCaches(RuntimeValueMap& feeds, const GraphProto& grap
   return initial;
 }
 
+// The initial caches as row caches for a step runner: rows[r][input] = row r of the
+// sequence fed to each bound input (one paged cache per row).
+std::vector<RuntimeValueMap> SplitRowCaches(RuntimeValueMap initial, const GraphProto& graph,
+                                            int64_t batch) {
+  std::vector<RuntimeValueMap> rows(static_cast<size_t>(batch));
+  for (const auto& b : graph.persistent_bindings()) {
+    auto it = initial.find(b.input_name());
+    const bool ok = it != initial.end() && it->second.is_sequence() &&
+                    static_cast<int64_t>(it->second.elements().size()) == batch;
+    OL_CHECK(ok, ErrorCode::kInvalidArgument,
+             "generate (batched rows): the feeds must hold the initial cache '" + b.input_name() +
+                 "' as a sequence of " + std::to_string(batch) +
+                 " paged caches (one per prompt row)");
+    for (int64_t r = 0; r < batch; ++r)
+      rows[static_cast<size_t>(r)][b.input_name()] = it->second.elements()[static_cast<size_t>(r)];
+  }
+  return rows;
+}
+
 // Which per-step inputs the graph declares, and the position limit they are checked against.
 struct StepInputs {
   const GenerationOptions& options;
@@ -409,9 +428,13 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
            "generate: the model has no tensor output '" + options.logits_name + "'");
   const std::vector<std::string> wanted = {options.logits_name};
   std::unique_ptr<PersistentValueState> state;
-  if (graph.persistent_bindings_size() > 0)
+  std::vector<RuntimeValueMap> row_caches;  // with a step runner: the caches, per row
+  const bool runner = static_cast<bool>(options.step_runner);
+  if (runner)
+    row_caches = SplitRowCaches(std::move(initial), graph, rows.batch);
+  else if (graph.persistent_bindings_size() > 0)
     state = std::make_unique<PersistentValueState>(session, std::move(initial));
-  if (stats) stats->used_persistent_state = state != nullptr;
+  if (stats) stats->used_persistent_state = state != nullptr || runner;
 
   const int64_t pad =
       options.pad_token_id ? *options.pad_token_id : options.eos_token_id.value_or(0);
@@ -421,15 +444,19 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
                                             Declares(graph, options.position_ids_name))};
   int64_t generated = 0;
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
-    if (step > 0 && options.step_gate) co_await options.step_gate(step);
+    if (step > 0 && options.step_gate && !runner) co_await options.step_gate(step);
     if (cancel != nullptr && cancel->cancelled()) break;
     // With a state, only the first call feeds the whole prompt; later ones feed one token.
     const int64_t length = rows.prompt_len + step;  // tokens known so far
-    const int64_t fed = state != nullptr && step > 0 ? 1 : length;
+    const int64_t fed = (state != nullptr || runner) && step > 0 ? 1 : length;
     RuntimeValueMap call = StepFeeds(fixed, rows, inputs, length, fed);
     const auto start = std::chrono::steady_clock::now();
-    RuntimeValueMap outputs =
-        co_await RunStep(state.get(), *session, context, std::move(call), wanted);
+    RuntimeValueMap outputs;  // (no co_await inside ?: : GCC miscompiles it)
+    if (runner)
+      outputs = co_await options.step_runner(std::move(call), &row_caches);
+    else
+      outputs = co_await RunStep(state.get(), *session, context, std::move(call), wanted);
+    if (runner && cancel != nullptr && cancel->cancelled()) break;  // cancelled meanwhile
     RecordStep(stats, step, start);
     const std::vector<int64_t> chosen = AppendNextTokens(
         rows, StepLogits(outputs, options.logits_name, rows.batch), sampler, options, pad);
