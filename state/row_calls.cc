@@ -53,8 +53,7 @@ RuntimeValueMap ConcatFeeds(const std::vector<RowCall*>& calls, int64_t total) {
 }
 
 // Rows [from, from + count) of each output whose dim 0 is `total` (copies: a row of logits).
-RuntimeValueMap RowsOf(const RuntimeValueMap& outputs, int64_t total, int64_t from,
-                       int64_t count) {
+RuntimeValueMap RowsOf(const RuntimeValueMap& outputs, int64_t total, int64_t from, int64_t count) {
   RuntimeValueMap mine;
   for (const auto& [name, value] : outputs) {
     if (!value.is_tensor() || value.tensor().rank() == 0 || value.tensor().dim(0) != total ||

@@ -16,11 +16,11 @@ namespace onnx_light::core::runtime {
 // One generation's model call (GenerationOptions::step_runner's arguments).
 struct RowCall {
   const RuntimeSession* session = nullptr;
-  RuntimeValueMap feeds;                            // dim 0 of each: this call's rows
-  std::vector<RuntimeValueMap>* rows = nullptr;     // the rows' caches, updated
+  RuntimeValueMap feeds;                             // dim 0 of each: this call's rows
+  std::vector<RuntimeValueMap>* rows = nullptr;      // the rows' caches, updated
   const std::vector<std::string>* logits = nullptr;  // outputs read at the last position
-  RuntimeValueMap outputs;                          // on success: this call's rows only
-  std::exception_ptr error;                         // on failure
+  RuntimeValueMap outputs;                           // on success: this call's rows only
+  std::exception_ptr error;                          // on failure
 };
 
 // Runs every call. Calls on one session whose feeds have the same names, dtypes and shapes

@@ -24,7 +24,7 @@ inline float Noise(uint32_t seed, int64_t i) {
 }
 
 inline void AddNode(GraphProto* g, const std::string& op, std::vector<std::string> inputs,
-             std::vector<std::string> outputs, const std::string& domain = "") {
+                    std::vector<std::string> outputs, const std::string& domain = "") {
   auto* n = g->add_node();
   n->set_op_type(op);
   n->set_domain(domain);
@@ -33,8 +33,8 @@ inline void AddNode(GraphProto* g, const std::string& op, std::vector<std::strin
   for (const auto& o : outputs) n->add_output(o);
 }
 
-inline void AddWeight(GraphProto* g, const std::string& name, std::vector<int64_t> dims, uint32_t seed,
-               float scale) {
+inline void AddWeight(GraphProto* g, const std::string& name, std::vector<int64_t> dims,
+                      uint32_t seed, float scale) {
   auto* t = g->add_initializer();
   t->set_name(name);
   t->set_data_type(TensorProto::FLOAT);

@@ -54,7 +54,8 @@ std::vector<Case> Cases(const std::shared_ptr<const ModelProto>& model) {
   for (size_t i = 0; i < cases.size(); ++i) {
     Case& c = cases[i];
     const int64_t len = 1 + static_cast<int64_t>(i * 7 % 11);
-    for (int64_t t = 0; t < len; ++t) c.prompt.push_back((static_cast<int64_t>(i) * 13 + t * 5) % 40);
+    for (int64_t t = 0; t < len; ++t)
+      c.prompt.push_back((static_cast<int64_t>(i) * 13 + t * 5) % 40);
     c.options.max_new_tokens = i == 0 ? 24 : 4 + static_cast<int64_t>(i % 5) * 3;
     if (i % 4 == 3) {
       c.options.temperature = 0.8f;
@@ -158,7 +159,8 @@ TEST_CASE(
   RuntimeContext context;
   GenerationOptions options;
   options.max_new_tokens = 8;
-  const std::vector<int64_t> alone_good = Row(Generate(model, context, Feeds(good_prompt), options));
+  const std::vector<int64_t> alone_good =
+      Row(Generate(model, context, Feeds(good_prompt), options));
   const std::vector<int64_t> alone_long = Row(Generate(model, context, Feeds({7, 7}), options));
   RequestScheduler scheduler(context, {.max_in_flight = 8});
   RequestHandle bad, good;
@@ -193,8 +195,10 @@ TEST_CASE("The scheduler keeps per-request steps when asked, with the same token
   options.max_new_tokens = 6;
   const std::vector<int64_t> alone = Row(Generate(model, context, Feeds({3, 1, 4}), options));
   RequestScheduler scheduler(context, {.max_in_flight = 2, .batch_rows = false});
-  RequestHandle a = scheduler.Submit({model, nullptr, Feeds({3, 1, 4}), options, {}, nullptr, nullptr});
-  RequestHandle b = scheduler.Submit({model, nullptr, Feeds({3, 1, 4}), options, {}, nullptr, nullptr});
+  RequestHandle a =
+      scheduler.Submit({model, nullptr, Feeds({3, 1, 4}), options, {}, nullptr, nullptr});
+  RequestHandle b =
+      scheduler.Submit({model, nullptr, Feeds({3, 1, 4}), options, {}, nullptr, nullptr});
   CHECK(Row(a.Get().tokens) == alone);
   CHECK(Row(b.Get().tokens) == alone);
   CHECK(a.Get().stats.mode == "per_request");
