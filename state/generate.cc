@@ -413,6 +413,8 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
   OL_CHECK(session != nullptr, ErrorCode::kInvalidArgument, "generate: session is null");
   OL_CHECK(options.max_new_tokens >= 0, ErrorCode::kInvalidArgument,
            "max_new_tokens must be >= 0, got " + std::to_string(options.max_new_tokens));
+  OL_CHECK(options.prefill_chunk >= 0, ErrorCode::kInvalidArgument,
+           "prefill_chunk must be >= 0, got " + std::to_string(options.prefill_chunk));
   Sampler sampler(SamplingFrom(options));  // validates the sampling options
   const GraphProto& graph = session->model().graph();
   CheckRoles(options, graph);
@@ -442,13 +444,29 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
                           Declares(graph, options.position_ids_name),
                           FindPositionLimit(graph, options.position_ids_name,
                                             Declares(graph, options.position_ids_name))};
+  const bool cached = state != nullptr || runner;
+  // Chunked prefill: every chunk but the last, each its own call (the caches grow; their
+  // logits are not read); the loop's first call feeds the last chunk.
+  int64_t prefilled = 0;
+  const int64_t chunk = cached && options.max_new_tokens > 0 ? options.prefill_chunk : 0;
+  while (chunk > 0 && rows.prompt_len - prefilled > chunk) {
+    if (prefilled > 0 && options.step_gate && !runner) co_await options.step_gate(0);
+    if (cancel != nullptr && cancel->cancelled()) break;
+    RuntimeValueMap call = StepFeeds(fixed, rows, inputs, prefilled + chunk, chunk);
+    if (runner)
+      co_await options.step_runner(std::move(call), &row_caches);
+    else
+      co_await RunStep(state.get(), *session, context, std::move(call), wanted);
+    prefilled += chunk;
+  }
   int64_t generated = 0;
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
-    if (step > 0 && options.step_gate && !runner) co_await options.step_gate(step);
+    if ((step > 0 || prefilled > 0) && options.step_gate && !runner)
+      co_await options.step_gate(step);
     if (cancel != nullptr && cancel->cancelled()) break;
-    // With a state, only the first call feeds the whole prompt; later ones feed one token.
+    // With a state, only the first call feeds the (rest of the) prompt; later ones one token.
     const int64_t length = rows.prompt_len + step;  // tokens known so far
-    const int64_t fed = (state != nullptr || runner) && step > 0 ? 1 : length;
+    const int64_t fed = cached && step > 0 ? 1 : length - prefilled;
     RuntimeValueMap call = StepFeeds(fixed, rows, inputs, length, fed);
     const auto start = std::chrono::steady_clock::now();
     RuntimeValueMap outputs;  // (no co_await inside ?: : GCC miscompiles it)

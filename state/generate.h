@@ -54,6 +54,10 @@ struct GenerationOptions {
   float top_p = 1.0f;
   float repetition_penalty = 1.0f;
   std::vector<int64_t> stop_token_ids;  // like EOS: a row that emits one is finished
+  // Chunked prefill (models with bound caches): the prompt is fed in calls of at most this
+  // many tokens (the last chunk's call gives the first token), so that a scheduler can run
+  // other requests' steps between the chunks. 0: the whole prompt in one call.
+  int64_t prefill_chunk = 0;
   std::string input_ids_name = "input_ids";
   std::string logits_name = "logits";
   std::string attention_mask_name = "attention_mask";

@@ -31,3 +31,8 @@ def test_bench_batching_quick_json(tmp_path):
     for row in result["curve"]:
         assert row["identical_tokens"] is True
         assert 1 <= row["max_batch_size"] <= row["concurrent"]
+    join = result["long_prompt_join"]
+    assert join["long_prompt_tokens"] == 64 and join["decoding"] == 4
+    for key, chunk in (("chunk_0", 0), ("chunk_16", 16)):
+        assert join[key]["prefill_chunk"] == chunk
+        assert join[key]["decode_gap_ms_max"] > 0 and join[key]["long_prompt_ttft_ms"] > 0

@@ -192,7 +192,8 @@ def paged_feeds(prompt):
 
 
 def paged_alone(model, context, prompt, options):
-    return np.from_dlpack(runtime.generate(model, context, paged_feeds(prompt), options))[0].tolist()
+    tokens = runtime.generate(model, context, paged_feeds(prompt), options)
+    return np.from_dlpack(tokens)[0].tolist()
 
 
 def paged_cases(model, context):
@@ -279,7 +280,8 @@ def test_batched_mode_a_bad_request_fails_alone(paged_model, context):
 
 def test_contiguous_caches_or_batch_rows_false_keep_per_request_steps(model, paged_model, context):
     options = runtime.GenerationOptions(max_new_tokens=5)
-    for m, kw, make_feeds in ((model, {}, feeds), (paged_model, {"batch_rows": False}, paged_feeds)):
+    for m, kw, make_feeds in ((model, {}, feeds),
+                              (paged_model, {"batch_rows": False}, paged_feeds)):
         scheduler = runtime.RequestScheduler(context, max_in_flight=2, **kw)
         handle = scheduler.submit(m, make_feeds(PROMPTS[0]), options)
         expected = np.from_dlpack(runtime.generate(m, context, make_feeds(PROMPTS[0]), options))
@@ -288,3 +290,21 @@ def test_contiguous_caches_or_batch_rows_false_keep_per_request_steps(model, pag
         scheduler.wait_idle()
         assert scheduler.stats()["mode"] == "per_request"
         assert scheduler.stats()["batched_calls"] == 0
+
+
+def test_chunked_prefill_gives_the_tokens_generate_gives_with_the_same_chunks(model, paged_model,
+                                                                              context):
+    chunked = runtime.GenerationOptions(max_new_tokens=6, prefill_chunk=2)
+    assert chunked.prefill_chunk == 2
+    prompts = [[5, 8, 13, 21, 34], [3, 1, 4, 1, 5, 9, 2], [7]]
+    for m, make_feeds in ((paged_model, paged_feeds), (model, feeds)):
+        scheduler = runtime.RequestScheduler(context, max_in_flight=4)
+        handles = [scheduler.submit(m, make_feeds(p), chunked) for p in prompts]
+        for handle, p in zip(handles, prompts):
+            expected = np.from_dlpack(runtime.generate(m, context, make_feeds(p), chunked))
+            np.testing.assert_array_equal(np.from_dlpack(handle.result()), expected)
+            assert handle.stats()["tokens"] == 6
+        scheduler.wait_idle()
+    with pytest.raises(ValueError, match="prefill_chunk must be >= 0, got -1"):
+        runtime.generate(model, context, feeds([1, 2]),
+                         runtime.GenerationOptions(prefill_chunk=-1))

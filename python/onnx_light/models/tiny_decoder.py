@@ -165,7 +165,7 @@ def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig
         rms = g.node("Sqrt", [g.node("Add", [ms, eps])])
         return g.node("Mul", [g.node("Div", [x, rms]), gain])
 
-    def heads(x: str, split: str = split_heads) -> str:  # [b, s, heads * head] -> [b, heads, s, head]
+    def heads(x: str, split: str = split_heads) -> str:  # [b, s, n * head] -> [b, n, s, head]
         return g.node("Transpose", [g.node("Reshape", [x, split])], perm=[0, 2, 1, 3])
 
     embed = weight(c.vocab_size, c.hidden_size, scale=1.0)
@@ -177,8 +177,9 @@ def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig
         n = rms_norm(h, f"l{i}_attn_norm")
         q = heads(g.node("MatMul", [n, g.init(f"l{i}_wq", weight(c.hidden_size, c.hidden_size))]))
         kv_size = c.kv_heads * c.head_size
-        k = heads(g.node("MatMul", [n, g.init(f"l{i}_wk", weight(c.hidden_size, kv_size))]), split_kv)
-        v = heads(g.node("MatMul", [n, g.init(f"l{i}_wv", weight(c.hidden_size, kv_size))]), split_kv)
+        wk, wv = (g.init(f"l{i}_w{s}", weight(c.hidden_size, kv_size)) for s in "kv")
+        k = heads(g.node("MatMul", [n, wk]), split_kv)
+        v = heads(g.node("MatMul", [n, wv]), split_kv)
         if c.paged:
             attn = g.node("PagedAttention", [q, k, v, f"past_{i}"], [f"attn_{i}", f"present_{i}"],
                           domain="ai.rt", max_tokens=c.max_positions)

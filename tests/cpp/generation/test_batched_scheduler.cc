@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../expect_error.h"
 #include "core/error.h"
 #include "executor/runtime_context.h"
 #include "ops/ai_rt/paged_attention.h"
@@ -205,4 +206,58 @@ TEST_CASE("The scheduler keeps per-request steps when asked, with the same token
   scheduler.WaitIdle();
   CHECK(scheduler.stats().mode == "per_request");
   CHECK(scheduler.stats().batched_calls == 0);
+}
+
+TEST_CASE("prefill_chunk must not be negative") {
+  RuntimeContext context;
+  GenerationOptions options;
+  options.prefill_chunk = -2;
+  test_util::ExpectError(
+      [&] {
+        Generate(RowsDecoder(), context, Feeds({1, 2}), options);
+      },
+      ErrorCode::kInvalidArgument, "prefill_chunk must be >= 0, got -2");
+}
+
+TEST_CASE(
+    "Chunked prefill: a joining prompt is fed in chunks that share steps with the decode "
+    "rows, and gives the tokens Generate gives with the same chunks") {
+  const std::shared_ptr<const ModelProto> model = RowsDecoder();
+  const std::vector<int64_t> long_prompt = {5, 3, 9, 1, 30, 22, 8, 8, 17, 2, 11};  // 4 + 4 + 3
+  GenerationOptions decode, chunked;
+  decode.max_new_tokens = 12;
+  chunked.max_new_tokens = 5;
+  chunked.prefill_chunk = 4;
+  RuntimeContext context;
+  const std::vector<int64_t> alone_first = Row(Generate(model, context, Feeds({7, 1}), decode));
+  const std::vector<int64_t> alone_chunked =
+      Row(Generate(model, context, Feeds(long_prompt), chunked));
+  // One runner: the steps' requests resume in joining order, so the counts below are exact.
+  RequestScheduler scheduler(context, {.max_in_flight = 4, .max_parallel_steps = 1});
+  std::mutex mutex;
+  RequestHandle joining;
+  int64_t first_tokens = 0, first_tokens_at_join = -1;
+  GenerationRequest first{model, nullptr, Feeds({7, 1}), decode, {}, nullptr, nullptr};
+  first.on_token = [&](int64_t step, const std::vector<int64_t>&) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++first_tokens;
+    if (step != 1) return true;
+    GenerationRequest late{model, nullptr, Feeds(long_prompt), chunked, {}, nullptr, nullptr};
+    late.on_token = [&](int64_t late_step, const std::vector<int64_t>&) {
+      std::lock_guard<std::mutex> inner(mutex);
+      if (late_step == 0) first_tokens_at_join = first_tokens;
+      return true;
+    };
+    joining = scheduler.Submit(std::move(late));
+    return true;
+  };
+  RequestHandle first_handle = scheduler.Submit(std::move(first));
+  scheduler.WaitIdle();
+  std::lock_guard<std::mutex> lock(mutex);
+  CHECK(Row(first_handle.Get().tokens) == alone_first);
+  CHECK(Row(joining.Get().tokens) == alone_chunked);
+  // Joined after the first request's 2nd token; its three chunk calls ran in the next three
+  // steps, each beside one decode row of the first request.
+  CHECK(first_tokens_at_join == 5);
+  CHECK(joining.Get().stats.generation.steps == 5);
 }
