@@ -37,7 +37,7 @@ from onnx_light.onnx_py._onnxpykernels import runtime  # noqa: E402
 
 def config(layers: int) -> TinyDecoderConfig:
     return TinyDecoderConfig(vocab_size=49152, hidden_size=576, num_heads=9, num_kv_heads=3,
-                             num_layers=layers, mlp_size=1536, max_positions=1024, paged=True,
+                             num_layers=layers, mlp_size=1536, max_positions=2048, paged=True,
                              row_caches=True, seed=15)
 
 

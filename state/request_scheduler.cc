@@ -41,6 +41,7 @@ struct RequestRecord {
   RequestCallback on_done;
   std::shared_ptr<TaskCompletion> cancel;
   std::weak_ptr<SchedulerCore> scheduler;
+  int64_t kv_tokens = 0;  // its reservation against SchedulerOptions::max_kv_tokens
   Clock::time_point submitted, started, last_token;
   RequestStats stats;
 
@@ -145,6 +146,9 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     OL_CHECK(options_.max_parallel_steps >= 0, ErrorCode::kInvalidArgument,
              "RequestScheduler: max_parallel_steps must be >= 0, got " +
                  std::to_string(options_.max_parallel_steps));
+    OL_CHECK(options_.max_kv_tokens >= 0, ErrorCode::kInvalidArgument,
+             "RequestScheduler: max_kv_tokens must be >= 0, got " +
+                 std::to_string(options_.max_kv_tokens));
     max_runners_ = options_.max_parallel_steps > 0 ? options_.max_parallel_steps
                                                    : AsyncRunArena().max_concurrency();
   }
@@ -157,9 +161,32 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
   }
 
   void Enqueue(std::shared_ptr<RequestRecord> record) {
+    record->kv_tokens = KvTokens(record->request);
+    const int64_t budget = options_.max_kv_tokens;
+    if (budget > 0 && record->kv_tokens > budget) {  // can never fit: refused at once
+      record->Complete(std::make_exception_ptr(Error(
+                           ErrorCode::kResourceExhausted,
+                           "RequestScheduler: request " + std::to_string(record->id) + " needs " +
+                               std::to_string(record->kv_tokens) +
+                               " KV tokens (rows x (prompt + max_new_tokens)) but max_kv_tokens "
+                               "is " +
+                               std::to_string(budget))),
+                       Tensor());
+      return;
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     pending_.push_back(std::move(record));
     AdmitLocked();
+  }
+
+  // A request's worst-case cache: rows x (prompt + max_new_tokens); 0 without a valid
+  // prompt (it fails when it runs).
+  static int64_t KvTokens(const GenerationRequest& request) {
+    auto ids = request.feeds.find(request.options.input_ids_name);
+    if (ids == request.feeds.end() || !ids->second.is_tensor() || ids->second.tensor().rank() != 2)
+      return 0;
+    const Tensor& t = ids->second.tensor();
+    return t.dim(0) * (t.dim(1) + std::max<int64_t>(request.options.max_new_tokens, 0));
   }
 
   // A queued request that is cancelled completes at once with its prompt.
@@ -196,6 +223,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     record->Complete(error, std::move(tokens));
     std::lock_guard<std::mutex> lock(mutex_);
     --in_flight_;
+    stats_.kv_tokens_reserved -= record->kv_tokens;
     if (batched) --batched_running_;
     AdmitLocked();
     MaybeStepLocked();
@@ -238,6 +266,12 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
 
   void AdmitLocked() {
     while (in_flight_ < options_.max_in_flight && !pending_.empty()) {
+      const int64_t kv = pending_.front()->kv_tokens;
+      if (options_.max_kv_tokens > 0 && stats_.kv_tokens_reserved + kv > options_.max_kv_tokens)
+        return;  // the head waits until running requests free their reservations
+      stats_.kv_tokens_reserved += kv;
+      stats_.peak_kv_tokens_reserved =
+          std::max(stats_.peak_kv_tokens_reserved, stats_.kv_tokens_reserved);
       std::shared_ptr<RequestRecord> record = std::move(pending_.front());
       pending_.pop_front();
       ++in_flight_;

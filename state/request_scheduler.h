@@ -57,6 +57,12 @@ struct SchedulerOptions {
   int64_t max_in_flight = 4;       // requests admitted at once; the others wait FIFO
   int64_t max_parallel_steps = 0;  // model calls running at once; 0 = the arena's concurrency
   bool batch_rows = true;  // batched mode for models with row caches; false: per_request always
+  // KV budget in cached tokens over all admitted requests (0: none). Each request reserves
+  // its worst case, rows x (prompt + max_new_tokens), when admitted and frees it when done;
+  // the queue head waits (FIFO) until its reservation fits. A request whose reservation
+  // alone exceeds the budget fails at once (kResourceExhausted). Reserving the worst case
+  // means a running request never has to be preempted.
+  int64_t max_kv_tokens = 0;
 };
 
 // What the scheduler ran so far.
@@ -65,6 +71,7 @@ struct SchedulerStats {
   int64_t batched_requests = 0, per_request_requests = 0;  // requests started in each mode
   int64_t batched_calls = 0;                               // batched mode: model calls made
   int64_t max_batch_size = 0;  // the most rows one batched model call held
+  int64_t kv_tokens_reserved = 0, peak_kv_tokens_reserved = 0;  // against max_kv_tokens
   // The rows of each batched model call, in order (the last kMaxRecordedCalls).
   std::vector<int64_t> batch_sizes;
   static constexpr size_t kMaxRecordedCalls = 4096;

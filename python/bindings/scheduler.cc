@@ -57,6 +57,8 @@ py::dict SchedulerStatsToPython(const SchedulerStats& s) {
   d["batched_calls"] = s.batched_calls;
   d["max_batch_size"] = s.max_batch_size;
   d["batch_sizes"] = s.batch_sizes;
+  d["kv_tokens_reserved"] = s.kv_tokens_reserved;
+  d["peak_kv_tokens_reserved"] = s.peak_kv_tokens_reserved;
   return d;
 }
 
@@ -115,12 +117,13 @@ void RegisterScheduler(py::module_& runtime) {
                           "batch_rows=False); otherwise round-robin token steps between them "
                           "on the shared TBB arena (mode 'per_request').")
       .def(py::init([](RuntimeContext& context, int64_t max_in_flight, int64_t max_parallel_steps,
-                       bool batch_rows) {
+                       bool batch_rows, int64_t max_kv_tokens) {
              return std::make_unique<PyScheduler>(
-                 context, SchedulerOptions{max_in_flight, max_parallel_steps, batch_rows});
+                 context,
+                 SchedulerOptions{max_in_flight, max_parallel_steps, batch_rows, max_kv_tokens});
            }),
            py::arg("context"), py::arg("max_in_flight") = 4, py::arg("max_parallel_steps") = 0,
-           py::arg("batch_rows") = true, py::keep_alive<1, 2>())
+           py::arg("batch_rows") = true, py::arg("max_kv_tokens") = 0, py::keep_alive<1, 2>())
       .def(
           "submit",
           [](PyScheduler& self, py::handle model_obj, const py::dict& feeds,
@@ -185,7 +188,9 @@ void RegisterScheduler(py::module_& runtime) {
           "stats", [](PyScheduler& self) { return SchedulerStatsToPython(self.get().stats()); },
           "What ran so far, as a dict: mode ('batched', 'per_request', 'mixed' or '' before any "
           "request started), batched_requests, per_request_requests, batched_calls, "
-          "max_batch_size, batch_sizes (rows of each batched model call, the last 4096).");
+          "max_batch_size, batch_sizes (rows of each batched model call, the last 4096), "
+          "kv_tokens_reserved, peak_kv_tokens_reserved (against max_kv_tokens: each admitted "
+          "request reserves rows x (prompt + max_new_tokens) cached tokens).");
 }
 
 }  // namespace onnx_light::python

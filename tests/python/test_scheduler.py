@@ -308,3 +308,21 @@ def test_chunked_prefill_gives_the_tokens_generate_gives_with_the_same_chunks(mo
     with pytest.raises(ValueError, match="prefill_chunk must be >= 0, got -1"):
         runtime.generate(model, context, feeds([1, 2]),
                          runtime.GenerationOptions(prefill_chunk=-1))
+
+
+def test_a_kv_budget_queues_requests_until_they_fit_and_refuses_one_that_never_fits(
+        paged_model, context):
+    options = runtime.GenerationOptions(max_new_tokens=8)  # 1 x (3 + 8) = 11 tokens each
+    prompts = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    scheduler = runtime.RequestScheduler(context, max_in_flight=8, max_kv_tokens=25)
+    handles = [scheduler.submit(paged_model, paged_feeds(p), options) for p in prompts]
+    too_big = scheduler.submit(paged_model, paged_feeds([1] * 20), options)  # 28 > 25
+    with pytest.raises(MemoryError, match="needs 28 KV tokens .* max_kv_tokens is 25"):
+        too_big.result()
+    for handle, p in zip(handles, prompts):
+        assert np.from_dlpack(handle.result())[0].tolist() == paged_alone(paged_model, context, p,
+                                                                          options)
+    scheduler.wait_idle()
+    assert scheduler.peak_in_flight == 2
+    stats = scheduler.stats()
+    assert stats["peak_kv_tokens_reserved"] == 22 and stats["kv_tokens_reserved"] == 0

@@ -261,3 +261,35 @@ TEST_CASE(
   CHECK(first_tokens_at_join == 5);
   CHECK(joining.Get().stats.generation.steps == 5);
 }
+
+TEST_CASE(
+    "A KV budget admits requests while their worst-case caches fit, keeps the others queued, "
+    "and refuses one that can never fit") {
+  const std::shared_ptr<const ModelProto> model = RowsDecoder();
+  RuntimeContext context;
+  GenerationOptions options;
+  options.max_new_tokens = 8;  // each request: 1 x (3 + 8) = 11 tokens
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {4, 5, 6}, {7, 8, 9}, {9, 2, 4}};
+  RequestScheduler scheduler(context, {.max_in_flight = 8, .max_kv_tokens = 30});
+  std::vector<RequestHandle> handles;
+  for (const auto& p : prompts)
+    handles.push_back(scheduler.Submit({model, nullptr, Feeds(p), options, {}, nullptr, nullptr}));
+  GenerationOptions long_options;
+  long_options.max_new_tokens = 28;  // 1 x (3 + 28) = 31 > 30
+  RequestHandle too_big =
+      scheduler.Submit({model, nullptr, Feeds({1, 1, 1}), long_options, {}, nullptr, nullptr});
+  CHECK(too_big.done());
+  test_util::ExpectError([&] { too_big.Get(); }, ErrorCode::kResourceExhausted,
+                         "RequestScheduler: request 4 needs 31 KV tokens (rows x (prompt + "
+                         "max_new_tokens)) but max_kv_tokens is 30");
+  for (size_t i = 0; i < prompts.size(); ++i)
+    CHECK(Row(handles[i].Get().tokens) ==
+          Row(Generate(model, context, Feeds(prompts[i]), options)));
+  scheduler.WaitIdle();
+  CHECK(scheduler.peak_in_flight() == 2);  // 3 x 11 > 30
+  CHECK(scheduler.stats().peak_kv_tokens_reserved == 22);
+  CHECK(scheduler.stats().kv_tokens_reserved == 0);
+  test_util::ExpectError([&] { RequestScheduler bad(context, {.max_kv_tokens = -1}); },
+                         ErrorCode::kInvalidArgument,
+                         "RequestScheduler: max_kv_tokens must be >= 0, got -1");
+}
