@@ -208,11 +208,11 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     MakeReadyLocked(handle);
   }
 
-  // Called by a request's Driver once it chose its mode (or failed before).
-  void Started(bool batched) {
+  // Called by a request's Driver once it chose its mode (`chosen`), or failed before.
+  void Started(bool chosen, bool batched) {
     std::lock_guard<std::mutex> lock(mutex_);
     --starting_;
-    ++(batched ? stats_.batched_requests : stats_.per_request_requests);
+    if (chosen) ++(batched ? stats_.batched_requests : stats_.per_request_requests);
     if (batched) ++batched_running_;
     MaybeStepLocked();
   }
@@ -449,7 +449,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     } catch (...) {
       error = std::current_exception();
     }
-    core->Started(batched);
+    core->Started(!r->stats.mode.empty(), batched);
     if (!error) {
       try {
         tokens = co_await std::move(generation);
