@@ -151,7 +151,7 @@ std::string AloneError(const std::shared_ptr<const ModelProto>& model, RuntimeVa
 }
 
 TEST_CASE(
-    "A request whose row makes the shared call fail fails alone with its own error; the "
+    "A request whose row makes the shared call fail fails alone with its own error, and the "
     "requests that shared its call finish with exact tokens") {
   const std::shared_ptr<const ModelProto> model = RowsDecoder();
   const std::vector<int64_t> good_prompt = {4, 9, 2}, bad_prompt = {4, 99, 2};  // vocab 40
