@@ -10,7 +10,8 @@
 namespace onnx_light::core::runtime {
 
 RuntimeValueMap RunRows(const RuntimeSession& session, RuntimeContext& context,
-                        RuntimeValueMap feeds, const std::vector<RuntimeValueMap*>& rows) {
+                        RuntimeValueMap feeds, const std::vector<RuntimeValueMap*>& rows,
+                        const std::vector<std::string>* last_position) {
   const auto& bindings = session.model().graph().persistent_bindings();
   OL_CHECK(bindings.size() > 0, ErrorCode::kInvalidArgument,
            "RunRows: the model has no persistent bindings (no per-row caches to batch)");
@@ -39,8 +40,16 @@ RuntimeValueMap RunRows(const RuntimeSession& session, RuntimeContext& context,
   for (PagedTailLease& lease : leases) by_binding.push_back(&lease);
   RunOptions options;
   options.binding_leases = by_binding;
+  std::vector<std::string> names;  // the outputs asked for, plus the bound ones
+  if (last_position != nullptr) {
+    options.last_position_outputs = last_position;
+    names = *last_position;
+    for (const auto& b : bindings) names.push_back(b.output_name());
+  }
   try {
-    RuntimeValueMap out = session.Run(context, std::move(feeds), options);
+    RuntimeValueMap out = last_position != nullptr
+                              ? session.Run(context, std::move(feeds), names, options)
+                              : session.Run(context, std::move(feeds), options);
     for (const auto& b : bindings) {
       auto it = out.find(b.output_name());
       OL_CHECK(it != out.end() && it->second.is_sequence() &&

@@ -4,6 +4,7 @@
 // row r's cache for batch row r, each row from its own length).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "core/runtime_value.h"
@@ -17,8 +18,11 @@ namespace onnx_light::core::runtime {
 // (rows[r]->at(input name)), and on return each row's cache is its row of the bound output.
 // Assembling and splitting move cache handles: no page payload is copied. Returns the other
 // graph outputs. On failure the rows keep their caches. Throws kInvalidArgument when a row
-// lacks a bound cache or a bound output is not one cache per row.
+// lacks a bound cache or a bound output is not one cache per row. With `last_position`
+// (generate's logits) only those outputs come back, computed at the last position only
+// (RunOptions::last_position_outputs).
 RuntimeValueMap RunRows(const RuntimeSession& session, RuntimeContext& context,
-                        RuntimeValueMap feeds, const std::vector<RuntimeValueMap*>& rows);
+                        RuntimeValueMap feeds, const std::vector<RuntimeValueMap*>& rows,
+                        const std::vector<std::string>* last_position = nullptr);
 
 }  // namespace onnx_light::core::runtime

@@ -298,6 +298,25 @@ RuntimeValueMap TakeInitialCaches(RuntimeValueMap& feeds, const GraphProto& grap
   return initial;
 }
 
+// The initial caches as row caches for a step runner: rows[r][input] = row r of the
+// sequence fed to each bound input (one paged cache per row).
+std::vector<RuntimeValueMap> SplitRowCaches(RuntimeValueMap initial, const GraphProto& graph,
+                                            int64_t batch) {
+  std::vector<RuntimeValueMap> rows(static_cast<size_t>(batch));
+  for (const auto& b : graph.persistent_bindings()) {
+    auto it = initial.find(b.input_name());
+    const bool ok = it != initial.end() && it->second.is_sequence() &&
+                    static_cast<int64_t>(it->second.elements().size()) == batch;
+    OL_CHECK(ok, ErrorCode::kInvalidArgument,
+             "generate (batched rows): the feeds must hold the initial cache '" + b.input_name() +
+                 "' as a sequence of " + std::to_string(batch) +
+                 " paged caches (one per prompt row)");
+    for (int64_t r = 0; r < batch; ++r)
+      rows[static_cast<size_t>(r)][b.input_name()] = it->second.elements()[static_cast<size_t>(r)];
+  }
+  return rows;
+}
+
 // Which per-step inputs the graph declares, and the position limit they are checked against.
 struct StepInputs {
   const GenerationOptions& options;
@@ -394,6 +413,8 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
   OL_CHECK(session != nullptr, ErrorCode::kInvalidArgument, "generate: session is null");
   OL_CHECK(options.max_new_tokens >= 0, ErrorCode::kInvalidArgument,
            "max_new_tokens must be >= 0, got " + std::to_string(options.max_new_tokens));
+  OL_CHECK(options.prefill_chunk >= 0, ErrorCode::kInvalidArgument,
+           "prefill_chunk must be >= 0, got " + std::to_string(options.prefill_chunk));
   Sampler sampler(SamplingFrom(options));  // validates the sampling options
   const GraphProto& graph = session->model().graph();
   CheckRoles(options, graph);
@@ -409,9 +430,13 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
            "generate: the model has no tensor output '" + options.logits_name + "'");
   const std::vector<std::string> wanted = {options.logits_name};
   std::unique_ptr<PersistentValueState> state;
-  if (graph.persistent_bindings_size() > 0)
+  std::vector<RuntimeValueMap> row_caches;  // with a step runner: the caches, per row
+  const bool runner = static_cast<bool>(options.step_runner);
+  if (runner)
+    row_caches = SplitRowCaches(std::move(initial), graph, rows.batch);
+  else if (graph.persistent_bindings_size() > 0)
     state = std::make_unique<PersistentValueState>(session, std::move(initial));
-  if (stats) stats->used_persistent_state = state != nullptr;
+  if (stats) stats->used_persistent_state = state != nullptr || runner;
 
   const int64_t pad =
       options.pad_token_id ? *options.pad_token_id : options.eos_token_id.value_or(0);
@@ -419,17 +444,37 @@ Task<Tensor> GenerateTask(std::shared_ptr<const RuntimeSession> session, Runtime
                           Declares(graph, options.position_ids_name),
                           FindPositionLimit(graph, options.position_ids_name,
                                             Declares(graph, options.position_ids_name))};
+  const bool cached = state != nullptr || runner;
+  // Chunked prefill: every chunk but the last, each its own call (the caches grow; their
+  // logits are not read); the loop's first call feeds the last chunk.
+  int64_t prefilled = 0;
+  const int64_t chunk = cached && options.max_new_tokens > 0 ? options.prefill_chunk : 0;
+  while (chunk > 0 && rows.prompt_len - prefilled > chunk) {
+    if (prefilled > 0 && options.step_gate && !runner) co_await options.step_gate(0);
+    if (cancel != nullptr && cancel->cancelled()) break;
+    RuntimeValueMap call = StepFeeds(fixed, rows, inputs, prefilled + chunk, chunk);
+    if (runner)
+      co_await options.step_runner(std::move(call), &row_caches);
+    else
+      co_await RunStep(state.get(), *session, context, std::move(call), wanted);
+    prefilled += chunk;
+  }
   int64_t generated = 0;
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
-    if (step > 0 && options.step_gate) co_await options.step_gate(step);
+    if ((step > 0 || prefilled > 0) && options.step_gate && !runner)
+      co_await options.step_gate(step);
     if (cancel != nullptr && cancel->cancelled()) break;
-    // With a state, only the first call feeds the whole prompt; later ones feed one token.
+    // With a state, only the first call feeds the (rest of the) prompt; later ones one token.
     const int64_t length = rows.prompt_len + step;  // tokens known so far
-    const int64_t fed = state != nullptr && step > 0 ? 1 : length;
+    const int64_t fed = cached && step > 0 ? 1 : length - prefilled;
     RuntimeValueMap call = StepFeeds(fixed, rows, inputs, length, fed);
     const auto start = std::chrono::steady_clock::now();
-    RuntimeValueMap outputs =
-        co_await RunStep(state.get(), *session, context, std::move(call), wanted);
+    RuntimeValueMap outputs;  // (no co_await inside ?: : GCC miscompiles it)
+    if (runner)
+      outputs = co_await options.step_runner(std::move(call), &row_caches);
+    else
+      outputs = co_await RunStep(state.get(), *session, context, std::move(call), wanted);
+    if (runner && cancel != nullptr && cancel->cancelled()) break;  // cancelled meanwhile
     RecordStep(stats, step, start);
     const std::vector<int64_t> chosen = AppendNextTokens(
         rows, StepLogits(outputs, options.logits_name, rows.batch), sampler, options, pad);

@@ -36,6 +36,14 @@ namespace onnx_light::core::runtime {
 
 class TaskCompletion;
 
+// One model call made for the generation by someone else (a batching scheduler: several
+// requests' rows in one call, state/batch_rows.h): `feeds` are this generation's inputs of
+// the call (its rows only), `rows` its rows' caches ({bound input: paged cache} per batch
+// row), which the runner updates. Returns the call's outputs (at least the logits, of this
+// generation's rows only, at the last position).
+using StepRunner =
+    std::function<Task<RuntimeValueMap>(RuntimeValueMap feeds, std::vector<RuntimeValueMap>* rows)>;
+
 struct GenerationOptions {
   int64_t max_new_tokens = 32;
   float temperature = 0.0f;  // 0: greedy
@@ -46,6 +54,10 @@ struct GenerationOptions {
   float top_p = 1.0f;
   float repetition_penalty = 1.0f;
   std::vector<int64_t> stop_token_ids;  // like EOS: a row that emits one is finished
+  // Chunked prefill (models with bound caches): the prompt is fed in calls of at most this
+  // many tokens (the last chunk's call gives the first token), so that a scheduler can run
+  // other requests' steps between the chunks. 0: the whole prompt in one call.
+  int64_t prefill_chunk = 0;
   std::string input_ids_name = "input_ids";
   std::string logits_name = "logits";
   std::string attention_mask_name = "attention_mask";
@@ -53,6 +65,11 @@ struct GenerationOptions {
   // Awaited before every model call after the first when set: a scheduler suspends the
   // generation here and resumes it later (possibly on another thread) to interleave requests.
   std::function<Task<void>(int64_t step)> step_gate;
+  // When set, every model call is step_runner's (step_gate is not used) and the caches are
+  // kept as row caches: each bound input's initial value must be a sequence of one paged
+  // cache per batch row (ai.rt::PagedAttention's row caches). A generation cancelled while
+  // its call runs drops that call's token.
+  StepRunner step_runner;
 };
 
 // Called after every step with the step index and the tokens just chosen (one per row,

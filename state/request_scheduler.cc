@@ -9,6 +9,9 @@
 #include <optional>
 
 #include "core/error.h"
+#include "executor/session_cache.h"
+#include "onnx_light.pb.h"
+#include "state/row_calls.h"
 
 namespace onnx_light::core::runtime {
 
@@ -38,6 +41,7 @@ struct RequestRecord {
   RequestCallback on_done;
   std::shared_ptr<TaskCompletion> cancel;
   std::weak_ptr<SchedulerCore> scheduler;
+  int64_t kv_tokens = 0;  // its reservation against SchedulerOptions::max_kv_tokens
   Clock::time_point submitted, started, last_token;
   RequestStats stats;
 
@@ -113,6 +117,25 @@ struct Driver {
   std::coroutine_handle<promise_type> handle;
 };
 
+// A batched request's model call waiting for the next step.
+struct PendingCall {
+  RowCall call;
+  const TaskCompletion* cancel = nullptr;
+  std::coroutine_handle<> handle;  // the suspended call, resumed after the step
+};
+
+// Whether the model's caches are row caches: every bound input is declared a sequence.
+bool HasRowCaches(const RuntimeSession& session) {
+  const GraphProto& graph = session.model().graph();
+  if (graph.persistent_bindings_size() == 0) return false;
+  for (const auto& b : graph.persistent_bindings()) {
+    const auto declared = std::find_if(graph.input().begin(), graph.input().end(),
+                                       [&](const auto& in) { return in.name() == b.input_name(); });
+    if (declared == graph.input().end() || !declared->type().has_sequence_type()) return false;
+  }
+  return true;
+}
+
 class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
  public:
   SchedulerCore(RuntimeContext& context, SchedulerOptions options)
@@ -123,6 +146,9 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     OL_CHECK(options_.max_parallel_steps >= 0, ErrorCode::kInvalidArgument,
              "RequestScheduler: max_parallel_steps must be >= 0, got " +
                  std::to_string(options_.max_parallel_steps));
+    OL_CHECK(options_.max_kv_tokens >= 0, ErrorCode::kInvalidArgument,
+             "RequestScheduler: max_kv_tokens must be >= 0, got " +
+                 std::to_string(options_.max_kv_tokens));
     max_runners_ = options_.max_parallel_steps > 0 ? options_.max_parallel_steps
                                                    : AsyncRunArena().max_concurrency();
   }
@@ -135,9 +161,32 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
   }
 
   void Enqueue(std::shared_ptr<RequestRecord> record) {
+    record->kv_tokens = KvTokens(record->request);
+    const int64_t budget = options_.max_kv_tokens;
+    if (budget > 0 && record->kv_tokens > budget) {  // can never fit: refused at once
+      record->Complete(std::make_exception_ptr(Error(
+                           ErrorCode::kResourceExhausted,
+                           "RequestScheduler: request " + std::to_string(record->id) + " needs " +
+                               std::to_string(record->kv_tokens) +
+                               " KV tokens (rows x (prompt + max_new_tokens)) but max_kv_tokens "
+                               "is " +
+                               std::to_string(budget))),
+                       Tensor());
+      return;
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     pending_.push_back(std::move(record));
     AdmitLocked();
+  }
+
+  // A request's worst-case cache: rows x (prompt + max_new_tokens); 0 without a valid
+  // prompt (it fails when it runs).
+  static int64_t KvTokens(const GenerationRequest& request) {
+    auto ids = request.feeds.find(request.options.input_ids_name);
+    if (ids == request.feeds.end() || !ids->second.is_tensor() || ids->second.tensor().rank() != 2)
+      return 0;
+    const Tensor& t = ids->second.tensor();
+    return t.dim(0) * (t.dim(1) + std::max<int64_t>(request.options.max_new_tokens, 0));
   }
 
   // A queued request that is cancelled completes at once with its prompt.
@@ -159,13 +208,34 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     MakeReadyLocked(handle);
   }
 
+  // Called by a request's Driver once it chose its mode (`chosen`), or failed before.
+  void Started(bool chosen, bool batched) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --starting_;
+    if (chosen) ++(batched ? stats_.batched_requests : stats_.per_request_requests);
+    if (batched) ++batched_running_;
+    MaybeStepLocked();
+  }
+
   // Called by a request's Driver once its generation ended (the frame then frees itself).
-  void Finish(std::shared_ptr<RequestRecord> record, std::exception_ptr error, Tensor tokens) {
+  void Finish(std::shared_ptr<RequestRecord> record, std::exception_ptr error, Tensor tokens,
+              bool batched) {
     record->Complete(error, std::move(tokens));
     std::lock_guard<std::mutex> lock(mutex_);
     --in_flight_;
+    stats_.kv_tokens_reserved -= record->kv_tokens;
+    if (batched) --batched_running_;
     AdmitLocked();
+    MaybeStepLocked();
     NotifyIfIdleLocked();
+  }
+
+  SchedulerStats stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    SchedulerStats s = stats_;
+    const bool b = s.batched_requests > 0, p = s.per_request_requests > 0;
+    s.mode = b && p ? "mixed" : b ? "batched" : p ? "per_request" : "";
+    return s;
   }
 
   void WaitIdle() {
@@ -196,9 +266,16 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
 
   void AdmitLocked() {
     while (in_flight_ < options_.max_in_flight && !pending_.empty()) {
+      const int64_t kv = pending_.front()->kv_tokens;
+      if (options_.max_kv_tokens > 0 && stats_.kv_tokens_reserved + kv > options_.max_kv_tokens)
+        return;  // the head waits until running requests free their reservations
+      stats_.kv_tokens_reserved += kv;
+      stats_.peak_kv_tokens_reserved =
+          std::max(stats_.peak_kv_tokens_reserved, stats_.kv_tokens_reserved);
       std::shared_ptr<RequestRecord> record = std::move(pending_.front());
       pending_.pop_front();
       ++in_flight_;
+      ++starting_;
       peak_in_flight_ = std::max(peak_in_flight_, in_flight_);
       // Created suspended: the body runs when a runner resumes it.
       MakeReadyLocked(Drive(this, std::move(record)).handle);
@@ -207,29 +284,122 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
 
   void MakeReadyLocked(std::coroutine_handle<> handle) {
     ready_.push_back(handle);
+    SpawnRunnerLocked();
+  }
+
+  void SpawnRunnerLocked() {
     if (runners_ < max_runners_) {
       ++runners_;
       AsyncRunArena().enqueue([self = shared_from_this()] { self->RunnerLoop(); });
     }
   }
 
-  // One runner: resumes ready coroutines in FIFO order until none is ready. Each resume
-  // runs one model call of one request, up to its next step gate (or its end).
+  // One runner: runs a due batched step first, else resumes ready coroutines in FIFO order,
+  // until neither is left. Each resume runs one request up to its next step gate or batched
+  // call (or its end).
   void RunnerLoop() {
     for (;;) {
       std::coroutine_handle<> handle;
+      std::vector<PendingCall*> step;
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (ready_.empty()) {
+        if (step_due_) {
+          step_due_ = false;
+          stepping_ = true;
+          step.swap(waiting_);
+        } else if (ready_.empty()) {
           --runners_;
           NotifyIfIdleLocked();
           return;
+        } else {
+          handle = ready_.front();
+          ready_.pop_front();
         }
-        handle = ready_.front();
-        ready_.pop_front();
       }
-      handle.resume();
+      if (handle) {
+        handle.resume();
+      } else {
+        RunBatchedStep(std::move(step));
+      }
     }
+  }
+
+  // The next batched step is due once every running batched request waits for it and every
+  // admitted request has started (a new one may still join it).
+  void MaybeStepLocked() {
+    if (stepping_ || step_due_ || starting_ > 0 || batched_running_ > 0 || waiting_.empty()) return;
+    step_due_ = true;
+    SpawnRunnerLocked();
+  }
+
+  // A batched request's call joins the next step (its coroutine is suspended).
+  void Enlist(PendingCall* pending) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    waiting_.push_back(pending);
+    --batched_running_;
+    MaybeStepLocked();
+  }
+
+  // One step: every waiting call that is not cancelled, in as few model calls as possible;
+  // then each request continues (sampling, callbacks) on the runners.
+  void RunBatchedStep(std::vector<PendingCall*> step) {
+    std::vector<RowCall*> live;
+    for (PendingCall* p : step)
+      if (p->cancel == nullptr || !p->cancel->cancelled()) live.push_back(&p->call);
+    std::vector<int64_t> sizes;
+    try {
+      sizes = RunRowCalls(context_, live);
+    } catch (...) {  // outside any one call (memory for the batch): every call fails
+      for (RowCall* call : live)
+        if (call->error == nullptr && call->outputs.empty()) call->error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    stepping_ = false;
+    RecordCallsLocked(sizes);
+    batched_running_ += static_cast<int64_t>(step.size());
+    for (PendingCall* p : step) MakeReadyLocked(p->handle);
+  }
+
+  void RecordCallsLocked(const std::vector<int64_t>& sizes) {
+    for (int64_t rows : sizes) {
+      ++stats_.batched_calls;
+      stats_.max_batch_size = std::max(stats_.max_batch_size, rows);
+      if (stats_.batch_sizes.size() == SchedulerStats::kMaxRecordedCalls)
+        stats_.batch_sizes.erase(stats_.batch_sizes.begin());
+      stats_.batch_sizes.push_back(rows);
+    }
+  }
+
+  // Suspends a batched request's call until the step that runs it has run.
+  struct Enlisted {
+    SchedulerCore* core;
+    PendingCall* pending;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> handle) const {
+      pending->handle = handle;
+      core->Enlist(pending);
+    }
+    void await_resume() const noexcept {}
+  };
+  static Task<RuntimeValueMap> BatchedCall(SchedulerCore* core, const RuntimeSession* session,
+                                           const TaskCompletion* cancel,
+                                           const std::vector<std::string>* logits,
+                                           RuntimeValueMap feeds,
+                                           std::vector<RuntimeValueMap>* rows) {
+    PendingCall pending{RowCall{session, std::move(feeds), rows, logits, {}, {}}, cancel, {}};
+    co_await Enlisted{core, &pending};
+    if (pending.call.error) std::rethrow_exception(pending.call.error);
+    co_return std::move(pending.call.outputs);
+  }
+
+  // The step runner of a batched request: each model call waits for the next step.
+  StepRunner BatchedRunner(std::shared_ptr<const RuntimeSession> session,
+                           const TaskCompletion* cancel, const std::string& logits_name) {
+    auto logits = std::make_shared<const std::vector<std::string>>(1, logits_name);
+    return [this, session = std::move(session), cancel, logits](
+               RuntimeValueMap feeds, std::vector<RuntimeValueMap>* rows) {
+      return BatchedCall(this, session.get(), cancel, logits.get(), std::move(feeds), rows);
+    };
   }
 
   // The step gate: suspends the generation and queues it behind the other ready requests.
@@ -241,19 +411,28 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
   };
   static Task<void> YieldTurn(SchedulerCore* core) { co_await Turn{core}; }
 
-  // The request's generation (not started: a Task runs when awaited), on its own session
-  // when it names one, else on the cached session of its model. Takes the request's inputs.
-  static Task<Tensor> StartGeneration(SchedulerCore* core, RequestRecord* r) {
+  // The request's session: its own, else the cached session of its model.
+  static std::shared_ptr<const RuntimeSession> SessionOf(RequestRecord* r) {
+    if (r->request.session != nullptr) return std::move(r->request.session);
+    OL_CHECK(r->request.model != nullptr, ErrorCode::kInvalidArgument, "generate: model is null");
+    return SessionCache::Default().Get(std::move(r->request.model), r->request.session_options);
+  }
+
+  // The request's generation (not started: a Task runs when awaited) in the mode its model
+  // allows (`batched`). Takes the request's inputs.
+  static Task<Tensor> StartGeneration(SchedulerCore* core, RequestRecord* r, bool* batched) {
     GenerationOptions options = std::move(r->request.options);
-    options.step_gate = [core](int64_t) { return YieldTurn(core); };
     TokenCallback on_token = r->TakeTimedTokenCallback();
-    if (r->request.session != nullptr)
-      return GenerateTask(std::move(r->request.session), core->context(),
-                          std::move(r->request.feeds), std::move(options), std::move(on_token),
-                          r->cancel.get(), &r->stats.generation);
-    return GenerateTask(std::move(r->request.model), core->context(), std::move(r->request.feeds),
-                        std::move(options), r->request.session_options, std::move(on_token),
-                        r->cancel.get(), &r->stats.generation);
+    std::shared_ptr<const RuntimeSession> session = SessionOf(r);
+    *batched = core->options_.batch_rows && HasRowCaches(*session);
+    r->stats.mode = *batched ? "batched" : "per_request";
+    if (*batched)
+      options.step_runner = core->BatchedRunner(session, r->cancel.get(), options.logits_name);
+    else
+      options.step_gate = [core](int64_t) { return YieldTurn(core); };
+    return GenerateTask(std::move(session), core->context(), std::move(r->request.feeds),
+                        std::move(options), std::move(on_token), r->cancel.get(),
+                        &r->stats.generation);
   }
 
   static Driver Drive(SchedulerCore* core, std::shared_ptr<RequestRecord> record) {
@@ -263,12 +442,22 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     r->stats.queue_wait_ns = Nanos(r->started - r->submitted);
     Tensor tokens;
     std::exception_ptr error;
+    bool batched = false;
+    Task<Tensor> generation;
     try {
-      tokens = co_await StartGeneration(core, r);
+      generation = StartGeneration(core, r, &batched);
     } catch (...) {
       error = std::current_exception();
     }
-    core->Finish(std::move(record), error, std::move(tokens));
+    core->Started(!r->stats.mode.empty(), batched);
+    if (!error) {
+      try {
+        tokens = co_await std::move(generation);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    core->Finish(std::move(record), error, std::move(tokens), batched);
   }
 
   RuntimeContext& context_;
@@ -279,6 +468,11 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
   std::condition_variable idle_;
   std::deque<std::shared_ptr<RequestRecord>> pending_;
   std::deque<std::coroutine_handle<>> ready_;
+  std::vector<PendingCall*> waiting_;  // batched calls for the next step
+  int64_t starting_ = 0;               // admitted, mode not chosen yet
+  int64_t batched_running_ = 0;        // batched requests running (not waiting, not done)
+  bool step_due_ = false, stepping_ = false;
+  SchedulerStats stats_;
   int64_t in_flight_ = 0;
   int64_t peak_in_flight_ = 0;
   int64_t runners_ = 0;
@@ -343,5 +537,6 @@ const SchedulerOptions& RequestScheduler::options() const { return core_->option
 int64_t RequestScheduler::queued() const { return core_->queued(); }
 int64_t RequestScheduler::in_flight() const { return core_->in_flight(); }
 int64_t RequestScheduler::peak_in_flight() const { return core_->peak_in_flight(); }
+SchedulerStats RequestScheduler::stats() const { return core_->stats(); }
 
 }  // namespace onnx_light::core::runtime

@@ -1,6 +1,19 @@
 // RequestScheduler: many generation requests at once, each with its own fresh state.
 //
-// Policy: FIFO admission with per-step round-robin interleaving. At most
+// Two modes, chosen per request from its model (RequestStats::mode, SchedulerStats):
+// - "batched" (continuous batching, issue 15): when every persistent input of the model is
+//   declared a sequence (row caches of ai.rt::PagedAttention, state/batch_rows.h), each
+//   request's GenerateTask hands its model calls to the scheduler (GenerationOptions::
+//   step_runner) and the scheduler runs one step for all of them once every running batched
+//   request is waiting: calls whose feeds agree in names, dtypes and shapes past dim 0 (all
+//   decode rows; prompts of one length) share one RunRows call (state/row_calls.h). A
+//   request joins with its prompt call and leaves when its generation ends, between steps.
+//   When a shared call fails, its calls are run one by one, so the error stays with the
+//   request that causes it. A request cancelled while it waits for a step leaves the step.
+// - "per_request" (any other model, or SchedulerOptions::batch_rows = false): the policy
+//   below.
+//
+// Per-request policy: FIFO admission with per-step round-robin interleaving. At most
 // `max_in_flight` requests are admitted at a time; the rest wait in submission order. Every
 // admitted request is a GenerateTask coroutine whose step gate (GenerationOptions::step_gate)
 // suspends it after each token and puts it at the back of one ready queue; up to
@@ -43,6 +56,25 @@ namespace onnx_light::core::runtime {
 struct SchedulerOptions {
   int64_t max_in_flight = 4;       // requests admitted at once; the others wait FIFO
   int64_t max_parallel_steps = 0;  // model calls running at once; 0 = the arena's concurrency
+  bool batch_rows = true;  // batched mode for models with row caches; false: per_request always
+  // KV budget in cached tokens over all admitted requests (0: none). Each request reserves
+  // its worst case, rows x (prompt + max_new_tokens), when admitted and frees it when done;
+  // the queue head waits (FIFO) until its reservation fits. A request whose reservation
+  // alone exceeds the budget fails at once (kResourceExhausted). Reserving the worst case
+  // means a running request never has to be preempted.
+  int64_t max_kv_tokens = 0;
+};
+
+// What the scheduler ran so far.
+struct SchedulerStats {
+  std::string mode;  // "batched", "per_request", "mixed" (both ran), "" (none started yet)
+  int64_t batched_requests = 0, per_request_requests = 0;  // requests started in each mode
+  int64_t batched_calls = 0;                               // batched mode: model calls made
+  int64_t max_batch_size = 0;  // the most rows one batched model call held
+  int64_t kv_tokens_reserved = 0, peak_kv_tokens_reserved = 0;  // against max_kv_tokens
+  // The rows of each batched model call, in order (the last kMaxRecordedCalls).
+  std::vector<int64_t> batch_sizes;
+  static constexpr size_t kMaxRecordedCalls = 4096;
 };
 
 struct GenerationRequest {
@@ -67,6 +99,7 @@ struct RequestStats {
                                           // the request started running)
   int64_t total_ns = 0;                   // submission -> completion
   bool cancelled = false;
+  std::string mode;            // "batched" or "per_request" once it started running
   GenerationStats generation;  // wall time of each model call
 };
 
@@ -128,6 +161,7 @@ class RequestScheduler {
   int64_t queued() const;
   int64_t in_flight() const;
   int64_t peak_in_flight() const;  // the largest number in flight at any moment so far
+  SchedulerStats stats() const;
 
  private:
   // Submit in two halves, so that AsyncSubmit connects cancellation before the request runs.

@@ -44,6 +44,8 @@ GenerationOptions OptionsFromKwargs(const py::kwargs& kwargs) {
       o.repetition_penalty = py::cast<float>(value);
     else if (name == "stop_token_ids")
       o.stop_token_ids = py::cast<std::vector<int64_t>>(value);
+    else if (name == "prefill_chunk")
+      o.prefill_chunk = py::cast<int64_t>(value);
     else if (name == "input_ids_name")
       o.input_ids_name = py::cast<std::string>(value);
     else if (name == "logits_name")
@@ -73,6 +75,7 @@ void RegisterGeneration(py::module_& runtime) {
       .def_readwrite("top_p", &GenerationOptions::top_p)
       .def_readwrite("repetition_penalty", &GenerationOptions::repetition_penalty)
       .def_readwrite("stop_token_ids", &GenerationOptions::stop_token_ids)
+      .def_readwrite("prefill_chunk", &GenerationOptions::prefill_chunk)
       .def_readwrite("input_ids_name", &GenerationOptions::input_ids_name)
       .def_readwrite("logits_name", &GenerationOptions::logits_name)
       .def_readwrite("attention_mask_name", &GenerationOptions::attention_mask_name)

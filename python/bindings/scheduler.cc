@@ -20,6 +20,7 @@ using core::runtime::RequestStats;
 using core::runtime::RuntimeContext;
 using core::runtime::RuntimeSessionOptions;
 using core::runtime::SchedulerOptions;
+using core::runtime::SchedulerStats;
 using core::runtime::TaskCompletion;
 
 namespace {
@@ -42,8 +43,22 @@ py::dict StatsToPython(const RequestStats& s) {
   d["token_latency_ns"] = s.token_latency_ns;
   d["total_ns"] = s.total_ns;
   d["cancelled"] = s.cancelled;
+  d["mode"] = s.mode;
   d["step_ns"] = s.generation.step_ns;
   d["used_persistent_state"] = s.generation.used_persistent_state;
+  return d;
+}
+
+py::dict SchedulerStatsToPython(const SchedulerStats& s) {
+  py::dict d;
+  d["mode"] = s.mode;
+  d["batched_requests"] = s.batched_requests;
+  d["per_request_requests"] = s.per_request_requests;
+  d["batched_calls"] = s.batched_calls;
+  d["max_batch_size"] = s.max_batch_size;
+  d["batch_sizes"] = s.batch_sizes;
+  d["kv_tokens_reserved"] = s.kv_tokens_reserved;
+  d["peak_kv_tokens_reserved"] = s.peak_kv_tokens_reserved;
   return d;
 }
 
@@ -83,7 +98,8 @@ void RegisterScheduler(py::module_& runtime) {
           "stats", [](const RequestHandle& h) { return StatsToPython(Wait(h).stats); },
           "Blocks until the request completes; returns its stats as a dict: id, tokens, "
           "queue_wait_ns, time_to_first_token_ns, token_latency_ns, total_ns, cancelled, "
-          "step_ns, used_persistent_state. Raises the request's error.")
+          "mode ('batched' or 'per_request'), step_ns, used_persistent_state. Raises the "
+          "request's error.")
       .def("cancel", &RequestHandle::Cancel, py::arg("reason") = "cancelled",
            py::call_guard<py::gil_scoped_release>(),
            "Stops the request before its next token; a queued request completes at once with "
@@ -95,14 +111,19 @@ void RegisterScheduler(py::module_& runtime) {
 
   py::class_<PyScheduler>(runtime, "RequestScheduler",
                           "Runs many generation requests at once, each with its own state: "
-                          "FIFO admission of at most max_in_flight requests, round-robin "
-                          "token steps between them on the shared TBB arena.")
-      .def(py::init([](RuntimeContext& context, int64_t max_in_flight, int64_t max_parallel_steps) {
+                          "FIFO admission of at most max_in_flight requests. On a model whose "
+                          "caches are row caches (paged, bound as sequences) one model call "
+                          "per step runs all running requests (mode 'batched', unless "
+                          "batch_rows=False); otherwise round-robin token steps between them "
+                          "on the shared TBB arena (mode 'per_request').")
+      .def(py::init([](RuntimeContext& context, int64_t max_in_flight, int64_t max_parallel_steps,
+                       bool batch_rows, int64_t max_kv_tokens) {
              return std::make_unique<PyScheduler>(
-                 context, SchedulerOptions{max_in_flight, max_parallel_steps});
+                 context,
+                 SchedulerOptions{max_in_flight, max_parallel_steps, batch_rows, max_kv_tokens});
            }),
            py::arg("context"), py::arg("max_in_flight") = 4, py::arg("max_parallel_steps") = 0,
-           py::keep_alive<1, 2>())
+           py::arg("batch_rows") = true, py::arg("max_kv_tokens") = 0, py::keep_alive<1, 2>())
       .def(
           "submit",
           [](PyScheduler& self, py::handle model_obj, const py::dict& feeds,
@@ -162,7 +183,14 @@ void RegisterScheduler(py::module_& runtime) {
       .def_property_readonly("queued", [](PyScheduler& self) { return self.get().queued(); })
       .def_property_readonly("in_flight", [](PyScheduler& self) { return self.get().in_flight(); })
       .def_property_readonly("peak_in_flight",
-                             [](PyScheduler& self) { return self.get().peak_in_flight(); });
+                             [](PyScheduler& self) { return self.get().peak_in_flight(); })
+      .def(
+          "stats", [](PyScheduler& self) { return SchedulerStatsToPython(self.get().stats()); },
+          "What ran so far, as a dict: mode ('batched', 'per_request', 'mixed' or '' before any "
+          "request started), batched_requests, per_request_requests, batched_calls, "
+          "max_batch_size, batch_sizes (rows of each batched model call, the last 4096), "
+          "kv_tokens_reserved, peak_kv_tokens_reserved (against max_kv_tokens: each admitted "
+          "request reserves rows x (prompt + max_new_tokens) cached tokens).");
 }
 
 }  // namespace onnx_light::python

@@ -176,3 +176,153 @@ def test_asyncio_gather_stream_and_task_cancellation(model, context):
     asyncio.run(main())
     scheduler.wait_idle()
     assert scheduler.in_flight == 0
+
+
+# Batched mode (continuous batching, issue 15): the paged tiny decoder with row caches.
+PAGED = TinyDecoderConfig(paged=True, row_caches=True)
+
+
+@pytest.fixture(scope="module")
+def paged_model():
+    return build_tiny_decoder(config=PAGED)
+
+
+def paged_feeds(prompt):
+    return {"input_ids": np.array([prompt], np.int64), **empty_cache(PAGED)}
+
+
+def paged_alone(model, context, prompt, options):
+    tokens = runtime.generate(model, context, paged_feeds(prompt), options)
+    return np.from_dlpack(tokens)[0].tolist()
+
+
+def paged_cases(model, context):
+    """16 requests: prompt lengths 1..11, greedy and sampled, max_new_tokens or a stop token,
+    some cancelled from their own callback of step 2, four submitted late."""
+    cases = []
+    for i in range(16):
+        prompt = [(i * 13 + t * 5) % 95 for t in range(1 + i * 7 % 11)]
+        kw = dict(max_new_tokens=24 if i == 0 else 4 + i % 5 * 3)
+        if i % 4 == 3:
+            kw.update(temperature=0.8, top_k=10, seed=100 + i)
+        expected = paged_alone(model, context, prompt, runtime.GenerationOptions(**kw))
+        if i % 5 == 1:  # stops at its own third new token
+            kw["stop_token_ids"] = [expected[len(prompt) + 2]]
+            expected = paged_alone(model, context, prompt, runtime.GenerationOptions(**kw))
+        cancel_at = 2 if i % 5 == 2 else None
+        if cancel_at is not None:
+            expected = expected[:len(prompt) + cancel_at + 1]
+        cases.append(dict(prompt=prompt, options=runtime.GenerationOptions(**kw),
+                          cancel_at=cancel_at, late=i >= 12, expected=expected))
+    return cases
+
+
+def test_batched_mode_gives_every_request_the_tokens_it_gives_alone(paged_model, context):
+    cases = paged_cases(paged_model, context)
+    scheduler = runtime.RequestScheduler(context, max_in_flight=16)
+    handles = {}
+
+    def submit(i):
+        case = cases[i]
+        completion = runtime.TaskCompletion()
+
+        def on_token(step, tokens):
+            if step == case["cancel_at"]:
+                completion.cancel("enough")
+            if i == 0 and step == 2:  # the late ones join while request 0 decodes
+                for j, late in enumerate(cases):
+                    if late["late"]:
+                        submit(j)
+
+        handles[i] = scheduler.submit(paged_model, paged_feeds(case["prompt"]), case["options"],
+                                      on_token=on_token, completion=completion)
+
+    for i, case in enumerate(cases):
+        if not case["late"]:
+            submit(i)
+    scheduler.wait_idle()
+    for i, case in enumerate(cases):
+        assert np.from_dlpack(handles[i].result())[0].tolist() == case["expected"], i
+        stats = handles[i].stats()
+        assert stats["mode"] == "batched"
+        assert stats["cancelled"] == (case["cancel_at"] is not None)
+    stats = scheduler.stats()
+    assert stats["mode"] == "batched" and stats["batched_requests"] == 16
+    assert stats["max_batch_size"] > 1
+    assert stats["batched_calls"] == len(stats["batch_sizes"])
+    generated = sum(len(c["expected"]) - len(c["prompt"]) for c in cases)
+    assert stats["batched_calls"] < generated
+
+
+def test_batched_mode_a_bad_request_fails_alone(paged_model, context):
+    options = runtime.GenerationOptions(max_new_tokens=8)
+    good_prompt, bad_prompt = [4, 9, 2], [4, 200, 2]  # vocab 95
+    with pytest.raises(Exception) as alone_error:
+        paged_alone(paged_model, context, bad_prompt, options)
+    scheduler = runtime.RequestScheduler(context, max_in_flight=8)
+    joined = {}
+
+    def join(step, tokens):  # both prompts (length 3) share one call
+        if step == 1:
+            joined["bad"] = scheduler.submit(paged_model, paged_feeds(bad_prompt), options)
+            joined["good"] = scheduler.submit(paged_model, paged_feeds(good_prompt), options)
+
+    first = scheduler.submit(paged_model, paged_feeds([7, 7]), options, on_token=join)
+    scheduler.wait_idle()
+    assert np.from_dlpack(first.result())[0].tolist() == paged_alone(paged_model, context, [7, 7],
+                                                                     options)
+    assert np.from_dlpack(joined["good"].result())[0].tolist() == paged_alone(
+        paged_model, context, good_prompt, options)
+    with pytest.raises(type(alone_error.value)) as error:
+        joined["bad"].result()
+    assert str(error.value) == str(alone_error.value)
+
+
+def test_contiguous_caches_or_batch_rows_false_keep_per_request_steps(model, paged_model, context):
+    options = runtime.GenerationOptions(max_new_tokens=5)
+    for m, kw, make_feeds in ((model, {}, feeds),
+                              (paged_model, {"batch_rows": False}, paged_feeds)):
+        scheduler = runtime.RequestScheduler(context, max_in_flight=2, **kw)
+        handle = scheduler.submit(m, make_feeds(PROMPTS[0]), options)
+        expected = np.from_dlpack(runtime.generate(m, context, make_feeds(PROMPTS[0]), options))
+        np.testing.assert_array_equal(np.from_dlpack(handle.result()), expected)
+        assert handle.stats()["mode"] == "per_request"
+        scheduler.wait_idle()
+        assert scheduler.stats()["mode"] == "per_request"
+        assert scheduler.stats()["batched_calls"] == 0
+
+
+def test_chunked_prefill_gives_the_tokens_generate_gives_with_the_same_chunks(model, paged_model,
+                                                                              context):
+    chunked = runtime.GenerationOptions(max_new_tokens=6, prefill_chunk=2)
+    assert chunked.prefill_chunk == 2
+    prompts = [[5, 8, 13, 21, 34], [3, 1, 4, 1, 5, 9, 2], [7]]
+    for m, make_feeds in ((paged_model, paged_feeds), (model, feeds)):
+        scheduler = runtime.RequestScheduler(context, max_in_flight=4)
+        handles = [scheduler.submit(m, make_feeds(p), chunked) for p in prompts]
+        for handle, p in zip(handles, prompts):
+            expected = np.from_dlpack(runtime.generate(m, context, make_feeds(p), chunked))
+            np.testing.assert_array_equal(np.from_dlpack(handle.result()), expected)
+            assert handle.stats()["tokens"] == 6
+        scheduler.wait_idle()
+    with pytest.raises(ValueError, match="prefill_chunk must be >= 0, got -1"):
+        runtime.generate(model, context, feeds([1, 2]),
+                         runtime.GenerationOptions(prefill_chunk=-1))
+
+
+def test_a_kv_budget_queues_requests_until_they_fit_and_refuses_one_that_never_fits(
+        paged_model, context):
+    options = runtime.GenerationOptions(max_new_tokens=8)  # 1 x (3 + 8) = 11 tokens each
+    prompts = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    scheduler = runtime.RequestScheduler(context, max_in_flight=8, max_kv_tokens=25)
+    handles = [scheduler.submit(paged_model, paged_feeds(p), options) for p in prompts]
+    too_big = scheduler.submit(paged_model, paged_feeds([1] * 20), options)  # 28 > 25
+    with pytest.raises(MemoryError, match="needs 28 KV tokens .* max_kv_tokens is 25"):
+        too_big.result()
+    for handle, p in zip(handles, prompts):
+        assert np.from_dlpack(handle.result())[0].tolist() == paged_alone(paged_model, context, p,
+                                                                          options)
+    scheduler.wait_idle()
+    assert scheduler.peak_in_flight == 2
+    stats = scheduler.stats()
+    assert stats["peak_kv_tokens_reserved"] == 22 and stats["kv_tokens_reserved"] == 0

@@ -34,10 +34,16 @@ class TinyDecoderConfig:
     # With paged: past_i/present_i are sequences of paged caches, one per batch row (each
     # row attends its own cache from its own length; runtime.run_rows batches requests).
     row_caches: bool = False
+    # Key/value heads (grouped-query attention when fewer than num_heads); 0 = num_heads.
+    num_kv_heads: int = 0
 
     @property
     def head_size(self) -> int:
         return self.hidden_size // self.num_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_heads
 
 
 def _tensor(proto, name: str, array: np.ndarray):
@@ -129,8 +135,8 @@ def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig
     graph.input.append(_value_info(proto, "input_ids", INT64, ["batch", "seq"]))
     graph.input.append(_value_info(proto, "position_ids", INT64, ["batch", "seq"]))
     graph.output.append(_value_info(proto, "logits", FLOAT, ["batch", "seq", c.vocab_size]))
-    cache_dims = ["batch", c.num_heads, "past", c.head_size]
-    present_dims = ["batch", c.num_heads, "total", c.head_size]
+    cache_dims = ["batch", c.kv_heads, "past", c.head_size]
+    present_dims = ["batch", c.kv_heads, "total", c.head_size]
     for i in range(c.num_layers):
         if c.paged:
             for value in (graph.input.add(name=f"past_{i}"), graph.output.add(name=f"present_{i}")):
@@ -149,6 +155,7 @@ def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig
     axes_last = g.init("axes_last", np.array([-1], np.int64))
     eps = g.init("rms_eps", np.array(c.rms_eps, np.float32))
     split_heads = g.init("split_heads", np.array([0, 0, c.num_heads, c.head_size], np.int64))
+    split_kv = g.init("split_kv", np.array([0, 0, c.kv_heads, c.head_size], np.int64))
     merge_heads = g.init("merge_heads", np.array([0, 0, c.hidden_size], np.int64))
 
     def rms_norm(x: str, name: str) -> str:
@@ -158,8 +165,8 @@ def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig
         rms = g.node("Sqrt", [g.node("Add", [ms, eps])])
         return g.node("Mul", [g.node("Div", [x, rms]), gain])
 
-    def heads(x: str) -> str:  # [b, s, hidden] -> [b, heads, s, head]
-        return g.node("Transpose", [g.node("Reshape", [x, split_heads])], perm=[0, 2, 1, 3])
+    def heads(x: str, split: str = split_heads) -> str:  # [b, s, n * head] -> [b, n, s, head]
+        return g.node("Transpose", [g.node("Reshape", [x, split])], perm=[0, 2, 1, 3])
 
     embed = weight(c.vocab_size, c.hidden_size, scale=1.0)
     g.init("embed_tokens", embed)
@@ -169,8 +176,10 @@ def build_tiny_decoder(proto=None, config: TinyDecoderConfig = TinyDecoderConfig
     for i in range(c.num_layers):
         n = rms_norm(h, f"l{i}_attn_norm")
         q = heads(g.node("MatMul", [n, g.init(f"l{i}_wq", weight(c.hidden_size, c.hidden_size))]))
-        k = heads(g.node("MatMul", [n, g.init(f"l{i}_wk", weight(c.hidden_size, c.hidden_size))]))
-        v = heads(g.node("MatMul", [n, g.init(f"l{i}_wv", weight(c.hidden_size, c.hidden_size))]))
+        kv_size = c.kv_heads * c.head_size
+        wk, wv = (g.init(f"l{i}_w{s}", weight(c.hidden_size, kv_size)) for s in "kv")
+        k = heads(g.node("MatMul", [n, wk]), split_kv)
+        v = heads(g.node("MatMul", [n, wv]), split_kv)
         if c.paged:
             attn = g.node("PagedAttention", [q, k, v, f"past_{i}"], [f"attn_{i}", f"present_{i}"],
                           domain="ai.rt", max_tokens=c.max_positions)
@@ -203,6 +212,6 @@ def empty_cache(config: TinyDecoderConfig = TinyDecoderConfig(), batch: int = 1)
                 for i in range(config.num_layers)}
     if config.paged:
         return {f"past_{i}": {"blocks": []} for i in range(config.num_layers)}
-    shape = (batch, config.num_heads, 0, config.head_size)
+    shape = (batch, config.kv_heads, 0, config.head_size)
     return {f"past_{kind}_{i}": np.zeros(shape, np.float32)
             for i in range(config.num_layers) for kind in ("key", "value")}
