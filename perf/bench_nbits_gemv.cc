@@ -40,7 +40,8 @@ struct Weights {
     src.scales = scales.data();
     const int64_t count =
         in_cache ? 1 : std::max<int64_t>(1, (int64_t{256} << 20) / static_cast<int64_t>(b.size()));
-    for (int64_t i = 0; i < count; ++i) copies.push_back(std::make_unique<contrib::PackedNBits>(src));
+    for (int64_t i = 0; i < count; ++i)
+      copies.push_back(std::make_unique<contrib::PackedNBits>(src));
     bytes = copies.front()->bytes();
   }
 };
@@ -75,8 +76,8 @@ void BM_Int4Gemv(benchmark::State& state) {
 // SmolLM2-135M: gate/up (K 576, N 1536), down (1536 x 576), the LM head (576 x 49152);
 // Qwen2.5-0.5B: gate/up (896 x 4864).
 void Shapes(benchmark::internal::Benchmark* b) {
-  for (const auto& [k, n] : {std::pair<int64_t, int64_t>{576, 1536}, {1536, 576}, {896, 4864},
-                             {576, 49152}})
+  for (const auto& [k, n] :
+       {std::pair<int64_t, int64_t>{576, 1536}, {1536, 576}, {896, 4864}, {576, 49152}})
     for (int64_t in_cache : {1, 0})
       for (int64_t path : {0, 1}) b->Args({k, n, path, in_cache});
 }
