@@ -41,13 +41,15 @@ std::vector<std::shared_ptr<const RuntimeValue>> CacheBlocks(const RuntimeValue&
                                                              const std::string& where) {
   const auto refuse = [&] {
     core::Throw(ErrorCode::kInvalidArgument,
-                where + " must be a paged cache {\"blocks\": [{start, length, key, value}, ...]}, "
-                        "got a " + RuntimeValue::KindName(cache.kind()));
+                where +
+                    " must be a paged cache {\"blocks\": [{start, length, key, value}, ...]}, "
+                    "got a " +
+                    RuntimeValue::KindName(cache.kind()));
   };
   // The structure of IsPagedCacheStructure, checked on the collected blocks: indexing the
   // sequence's tree block by block costs a search each (a few % of a 32k-token decode).
-  if (!cache.is_struct() || cache.fields().size() != 1 || cache.fields().front().first != "blocks" ||
-      !cache.fields().front().second.is_sequence())
+  if (!cache.is_struct() || cache.fields().size() != 1 ||
+      cache.fields().front().first != "blocks" || !cache.fields().front().second.is_sequence())
     refuse();
   const RuntimeSequence& seq = cache.fields().front().second.elements();
   std::vector<std::shared_ptr<const RuntimeValue>> items;
