@@ -176,3 +176,37 @@ def test_cli_paged_rows(tmp_path):
     assert "PagedAttention 'past_key_values.0/paged_attention'" in result.stdout
     assert "on one paged cache per batch row" in result.stdout
     assert "logits equal onnxruntime's on the original" in result.stdout
+
+
+def test_a_prepared_export_runs_batched_in_the_request_scheduler(tmp_path):
+    """The path for the models users have (issue 15): the raw export, prepared with
+    paged='rows', decoded by RequestScheduler in batched mode (one model call per step for
+    the running requests), and every request gets exactly the tokens runtime.generate gives
+    it alone, which are onnxruntime's greedy tokens on the original file."""
+    arch, size = "llama", "tiny"
+    original = _raw_copy(tmp_path, arch, size)
+    prepare.prepare_decoder(original, tmp_path / "rows.onnx", bind="auto", paged="rows")
+    model = ol_onnx.load_model(tmp_path / "rows.onnx")
+    layers = export_hf.cache_shape(arch, size)[0]
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+    rng = np.random.default_rng(11)
+    prompts = [rng.integers(0, 128, (1, n), dtype=np.int64) for n in (3, 9, 5, 14, 1, 7)]
+
+    def feeds(prompt):
+        return {"input_ids": prompt,
+                **{f"past_key_values.{i}": [{"blocks": []}] for i in range(layers)}}
+
+    options = runtime.GenerationOptions(max_new_tokens=6)
+    alone = [np.from_dlpack(runtime.generate(model, context, feeds(p), options))[0].tolist()
+             for p in prompts]
+    for p, tokens in zip(prompts, alone):
+        expected, _ = _ort_greedy(original, p, 6)
+        assert tokens[p.shape[1]:] == expected[0].tolist()
+    scheduler = runtime.RequestScheduler(context, max_in_flight=len(prompts))
+    handles = [scheduler.submit(model, feeds(p), options) for p in prompts]
+    scheduler.wait_idle()
+    for handle, tokens in zip(handles, alone):
+        assert np.from_dlpack(handle.result())[0].tolist() == tokens
+        assert handle.stats()["mode"] == "batched"
+    stats = scheduler.stats()
+    assert stats["mode"] == "batched" and stats["max_batch_size"] > 1
