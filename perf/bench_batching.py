@@ -14,6 +14,10 @@ requests at once (tokens/s and the ratio to the sequential rate), and the worst 
 in one call vs in chunks of --chunk (128) tokens (GenerationOptions.prefill_chunk). Checks
 every request's tokens against runtime.generate alone (identical_tokens). --quick: 2
 layers, 16-token prompts, 8 new tokens, a 64-token long prompt (for the test). The machines are shared: compare within one run.
+
+--export ARCH:SIZE runs the same on a torch.onnx export instead (tests/python/models/export_hf.py,
+e.g. llama:smollm2, the SmolLM2-135M shape, random weights) prepared with
+`prepare_decoder(..., paged="rows")`: the path for the models users have.
 """
 from __future__ import annotations
 
@@ -56,6 +60,10 @@ class Bench:
         self.model = build_tiny_decoder(config=cfg)
         self.context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(23)))
         self.options = runtime.GenerationOptions(max_new_tokens=new_tokens)
+
+    @property
+    def vocab(self) -> int:
+        return self.cfg.vocab_size
 
     def feeds(self, prompt):
         return {"input_ids": np.array([prompt], np.int64), **empty_cache(self.cfg)}
@@ -115,6 +123,37 @@ class Bench:
         return out, elapsed, [h.stats() for h in handles], scheduler.stats()
 
 
+class ExportBench(Bench):
+    """The same runs on an export_hf export prepared with paged row caches (cached beside it)."""
+
+    def __init__(self, arch, size, new_tokens):
+        sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+        from models import export_hf
+
+        from onnx_light import onnx as ol_onnx
+        from onnx_light import prepare
+
+        raw = export_hf.ensure(arch, with_cache=True, size=size, raw=True)
+        path = raw[: -len(".onnx")] + ".paged_rows.onnx"
+        if not os.path.exists(path):
+            print(prepare.prepare_decoder(raw, path, bind="auto", paged="rows").format(),
+                  file=sys.stderr)
+        self.cfg = None
+        self.layers = export_hf.cache_shape(arch, size)[0]
+        self._vocab = export_hf.vocab_size(arch, size)
+        self.model = ol_onnx.load_model(path)
+        self.context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+        self.options = runtime.GenerationOptions(max_new_tokens=new_tokens)
+
+    @property
+    def vocab(self) -> int:
+        return self._vocab
+
+    def feeds(self, prompt):
+        return {"input_ids": np.array([prompt], np.int64),
+                **{f"past_key_values.{i}": [{"blocks": []}] for i in range(self.layers)}}
+
+
 def main_row(bench, ps, seq_tokens, prompt):
     tokens, elapsed, stats, sched = bench.concurrent(ps)
     return {
@@ -155,6 +194,9 @@ def main(argv=None):
                     help="tokens of the prompt that joins 4 decoding requests (0: skip)")
     ap.add_argument("--chunk", type=int, default=None, help="its prefill chunk")
     ap.add_argument("--sections", default="main,curve,long")
+    ap.add_argument("--export", metavar="ARCH:SIZE",
+                    help="a prepared torch export (e.g. llama:smollm2) instead of the builder's "
+                         "decoder")
     args = ap.parse_args(argv)
     layers = args.layers or (2 if args.quick else 30)
     prompt = args.prompt or (16 if args.quick else 128)
@@ -163,12 +205,18 @@ def main(argv=None):
         64 if args.quick else 1024)
     chunk = args.chunk or (16 if args.quick else 128)
     sections = args.sections.split(",")
-    bench = Bench(config(layers), new_tokens)
+    if args.export:
+        arch, size = args.export.split(":")
+        bench = ExportBench(arch, size, new_tokens)
+        layers = bench.layers
+    else:
+        bench = Bench(config(layers), new_tokens)
     ps = prompts(max([args.requests] + [int(n) for n in args.curve.split(",")]), prompt,
-                 bench.cfg.vocab_size)
+                 bench.vocab)
     bench.sequential(ps[:1])  # compile and warm up the shared session
     result = {"requests": args.requests, "prompt_tokens": prompt, "new_tokens": new_tokens,
-              "layers": layers, "hidden": 576, "vocab": bench.cfg.vocab_size,
+              "model": args.export or "tiny_decoder (paged rows)",
+              "layers": layers, "hidden": 576, "vocab": bench.vocab,
               "identical_tokens": True}
     seq_tokens, seq_s, seq_gaps = bench.sequential(ps[:args.requests])
     generated = sum(len(t) - prompt for t in seq_tokens)
@@ -185,7 +233,7 @@ def main(argv=None):
                                 [int(x) for x in args.curve.split(",")])
         result["identical_tokens"] &= all(row["identical_tokens"] for row in result["curve"])
     if "long" in sections and long_prompt > 0:
-        lp = prompts(1, long_prompt, bench.cfg.vocab_size)[0]
+        lp = prompts(1, long_prompt, bench.vocab)[0]
         rows = {}
         for c in (0, chunk):
             gap, ttft = bench.join_gap(ps[:4], lp, c)
