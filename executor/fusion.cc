@@ -25,12 +25,15 @@ class GraphIndex {
         if (!in.empty()) readers_[in].push_back(i);
     }
   }
-  // The node producing `name` when it is a default-domain `op`, else -1.
+  // The node producing `name` when it is a default-domain `op` with the inputs the matchers
+  // read, else -1. (The arity check bounds only the maximum; a malformed node with too few
+  // inputs is left to its kernel, which names it.)
   int Producer(const std::string& name, const char* op) const {
     auto it = producer_.find(name);
     if (it == producer_.end()) return -1;
     const NodeProto& n = graph_.node(it->second);
-    return n.op_type() == op && (n.domain().empty() || n.domain() == "ai.onnx") ? it->second : -1;
+    if (n.op_type() != op || !(n.domain().empty() || n.domain() == "ai.onnx")) return -1;
+    return n.input_size() >= MinInputs(n.op_type()) ? it->second : -1;
   }
   const std::vector<int>& Readers(const std::string& name) const {
     static const std::vector<int> none;
@@ -40,6 +43,15 @@ class GraphIndex {
   const NodeProto& node(int i) const { return graph_.node(i); }
 
  private:
+  static int MinInputs(const std::string& op) {
+    static const std::unordered_map<std::string, int> kTwo = {
+        {"Mul", 2},     {"Div", 2},    {"Add", 2},
+        {"Pow", 2},     {"MatMul", 2}, {"Where", 3},
+        {"Reshape", 2}, {"Expand", 2}, {"DequantizeLinear", 2}};
+    auto it = kTwo.find(op);
+    return it == kTwo.end() ? 1 : it->second;
+  }
+
   const GraphProto& graph_;
   std::unordered_map<std::string, int> producer_;
   std::unordered_map<std::string, std::vector<int>> readers_;

@@ -396,3 +396,20 @@ def test_printing_a_model_with_invalid_utf8_names_gives_a_value_error_locating_t
     report(lambda: printer.to_text(m))
     """, "ValueError", "not valid UTF-8", "NA\\xff\\xfeXX")
     assert "UnicodeDecodeError" not in line
+
+
+def test_a_mul_with_one_input_is_refused_by_its_kernel_not_read_past_by_the_fusions():
+    """The plan's pattern matchers (RMSNorm, SiLU, attention) read both inputs of a Mul; a
+    malformed Mul with one input (the arity check bounds only the maximum) is skipped by them
+    and refused by its kernel, naming the node (a libFuzzer finding:
+    tests/fuzz/regressions/model/fusion-mul-with-one-input)."""
+    expect("""
+        m = model_bytes([helper.make_node("Mul", ["x"], ["y"], name="lonely"),
+                         helper.make_node("Mul", ["y", "w"], ["z"], name="scale")],
+                        [vi("x", shape=[2, 3])], [vi("z", shape=[2, 3])],
+                        [helper.make_tensor("w", TP.FLOAT, [3], [1.0, 2.0, 3.0])])
+        from onnx_light import onnx as ol
+        model = ol.ModelProto.FromString(m)
+        s = runtime.RuntimeSession(model)
+        report(lambda: s.run(ctx(), {"x": np.ones((2, 3), np.float32)}))
+    """, "ValueError", "Mul node 'lonely'")
