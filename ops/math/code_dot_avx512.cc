@@ -3,16 +3,7 @@
 #include <cstring>
 
 #include "ops/math/code_dispatch.h"
-
-#if defined(__x86_64__)
-// GCC 12's AVX-512 intrinsics seed results with a self-initialised "undefined" vector,
-// which -Wmaybe-uninitialized reports at the header's lines (GCC bug 105593, fixed in 13).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
+#include "ops/math/x86_intrinsics.h"
 
 namespace onnx_light::ops::math {
 

@@ -6,13 +6,7 @@
 #include "ops/math/cpu_features.h"
 
 #if defined(__x86_64__)
-// GCC 12's AVX-512 intrinsics seed results with a self-initialised "undefined" vector,
-// which -Wmaybe-uninitialized reports at the header's lines (GCC bug 105593, fixed in 13).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "ops/math/x86_intrinsics.h"
 #define OL_HAVE_X86 1
 #endif
 
