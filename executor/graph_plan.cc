@@ -202,7 +202,10 @@ std::unique_ptr<GraphPlan> GraphPlan::Build(const GraphProto& graph, RuntimeCont
   // Kernels (folding included) see the plan's scope.
   ScopeGuard guard(&p.scope_);
   if (scope.fold_constants) p.FoldConstants(context, d.order, d.in_slots, d.producer);
-  if (scope.fuse_subgraphs) p.ApplyFusions(d.order, d.in_slots, d.producer);
+  if (scope.fuse_subgraphs) {
+    p.ApplyFusions(d.order, d.in_slots, d.producer);
+    p.MergeDuplicates(d.order, d.in_slots, d.producer);
+  }
   p.CountReaders(d);
   p.MakeNodes(d, context);
   p.IndexLevels(d);
@@ -807,6 +810,66 @@ void RunPlanNode(const GraphPlan& plan, size_t index, RunFrame& frame, RuntimeCo
 void ExecuteInline(const GraphPlan& plan, RunFrame& frame, RuntimeContext& context,
                    const RunOptions& options) {
   for (size_t i = 0; i < plan.nodes().size(); ++i) RunPlanNode(plan, i, frame, context, options);
+}
+
+// ---------------------------------------------------------------------------------------
+// Common subexpressions
+
+namespace {
+
+// What a node computes, as a key: domain, op, explicit input count, input slots and
+// attributes (sorted by name: their order does not matter). Empty for nodes never merged:
+// custom domains (a user's kernel may count its calls), random ops, control flow.
+std::string ComputationKey(const NodeProto& proto, const std::vector<int>& ins) {
+  const std::string domain = NormalDomain(proto.domain());
+  if ((!domain.empty() && domain != kFusedDomain) || !Deterministic(proto)) return {};
+  std::string key = domain + '\n' + proto.op_type() + '\n' + std::to_string(proto.input_size());
+  for (int s : ins) key += ',' + std::to_string(s);
+  std::vector<std::string> attributes;
+  for (const auto& a : proto.attribute()) attributes.push_back(a.SerializeAsString());
+  std::sort(attributes.begin(), attributes.end());
+  for (const auto& a : attributes) key += '\n' + std::to_string(a.size()) + ':' + a;
+  return key;
+}
+
+}  // namespace
+
+void GraphPlan::MergeDuplicates(std::vector<int>& order, std::vector<std::vector<int>>& in_slots,
+                                std::vector<int>& producer) {
+  std::vector<bool> is_output(slot_names_.size(), false);
+  for (const auto& o : outputs_) is_output[static_cast<size_t>(o.slot)] = true;
+  std::vector<int> alias(slot_names_.size());
+  for (size_t s = 0; s < alias.size(); ++s) alias[s] = static_cast<int>(s);
+  std::unordered_map<std::string, int> first;  // key -> node computing it
+  std::vector<int> left;
+  for (int i : order) {
+    std::vector<int>& ins = in_slots[static_cast<size_t>(i)];
+    for (int& s : ins)
+      if (s >= 0) s = alias[static_cast<size_t>(s)];
+    const NodeProto& proto = NodeAt(i);
+    const std::string key = ComputationKey(proto, ins);
+    auto [it, fresh] = key.empty() ? std::pair{first.end(), true} : first.emplace(key, i);
+    const NodeProto* earlier = fresh ? nullptr : &NodeAt(it->second);
+    bool mergeable = earlier != nullptr && earlier->output_size() == proto.output_size();
+    for (int o = 0; mergeable && o < proto.output_size(); ++o) {
+      if (proto.output(o).empty()) continue;
+      // A graph output keeps its node (its slot is what the caller gets back).
+      mergeable = !earlier->output(o).empty() &&
+                  !is_output[static_cast<size_t>(slot_of_.at(proto.output(o)))];
+    }
+    if (!mergeable) {
+      left.push_back(i);
+      continue;
+    }
+    for (int o = 0; o < proto.output_size(); ++o) {
+      if (proto.output(o).empty()) continue;
+      const int slot = slot_of_.at(proto.output(o));
+      alias[static_cast<size_t>(slot)] = slot_of_.at(earlier->output(o));
+      producer[static_cast<size_t>(slot)] = -1;
+    }
+    ++merged_nodes_;
+  }
+  order = std::move(left);
 }
 
 }  // namespace onnx_light::core::runtime

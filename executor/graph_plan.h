@@ -151,6 +151,9 @@ class GraphPlan {
   size_t folded_node_count() const { return folded_nodes_; }
   // Nodes the plan substituted for exported subgraphs (executor/fusion.h).
   size_t fused_node_count() const { return synthesized_.size(); }
+  // Nodes removed because an earlier node computes the same value (with fuse_subgraphs):
+  // exporters repeat the same shape arithmetic in every layer.
+  size_t merged_node_count() const { return merged_nodes_; }
   size_t folded_bytes() const { return folded_bytes_; }
   size_t total_node_inputs() const { return total_inputs_; }
   size_t total_node_outputs() const { return total_outputs_; }
@@ -181,6 +184,11 @@ class GraphPlan {
   // graph's nodes (NodeAt).
   void ApplyFusions(std::vector<int>& order, std::vector<std::vector<int>>& in_slots,
                     std::vector<int>& producer);
+  // Common subexpressions: a node of the standard or fused domain that computes what an
+  // earlier node computes (same op, attributes and input slots) leaves `order`, and its
+  // readers read the earlier node's outputs instead (see merged_node_count).
+  void MergeDuplicates(std::vector<int>& order, std::vector<std::vector<int>>& in_slots,
+                       std::vector<int>& producer);
   const NodeProto& NodeAt(int i) const;
   bool KeepsQuantizedWeight(const NodeProto& proto, const std::vector<int>& ins,
                             const std::vector<std::vector<std::pair<int, int>>>& uses) const;
@@ -202,7 +210,7 @@ class GraphPlan {
   std::vector<int> readers_;
   int width_ = 0;
   size_t total_inputs_ = 0, total_outputs_ = 0;
-  size_t folded_nodes_ = 0, folded_bytes_ = 0;
+  size_t folded_nodes_ = 0, folded_bytes_ = 0, merged_nodes_ = 0;
   std::vector<std::unique_ptr<NodeProto>> synthesized_;  // fused nodes, owned by the plan
 };
 
