@@ -440,14 +440,36 @@ std::optional<Fusion> MatchRotary(const GraphIndex& ix, const ConstantFn& consta
   return std::nullopt;
 }
 
-// Mul(G, Sigmoid(G)) -> SiluMul(G).
-std::optional<Fusion> MatchSilu(const GraphIndex& ix, int mul) {
+// Whether `g` and `u` are MatMul(A, B_g) and MatMul(A, B_u) of one A with dense FLOAT
+// constants of one shape: then they have one shape and type, as SiluMul's gate needs.
+bool SameShapeProducts(const GraphIndex& ix, const ConstantFn& constant, const std::string& g,
+                       const std::string& u) {
+  const int pg = ix.Producer(g, "MatMul"), pu = ix.Producer(u, "MatMul");
+  if (pg < 0 || pu < 0 || ix.node(pg).input(0) != ix.node(pu).input(0)) return false;
+  const Tensor* bg = constant(ix.node(pg).input(1));
+  const Tensor* bu = constant(ix.node(pu).input(1));
+  return bg != nullptr && bu != nullptr && bg->dtype() == DataType::kFloat &&
+         bu->dtype() == DataType::kFloat && bg->rank() == 2 && bg->shape() == bu->shape();
+}
+
+// Mul(G, Sigmoid(G)) -> SiluMul(G); with a gate Mul(that, U) as its only reader, U a
+// product of G's shape (SameShapeProducts) -> SiluMul(G, U), the Llama MLP's gating.
+std::optional<Fusion> MatchSilu(const GraphIndex& ix, const ConstantFn& constant, int mul) {
   const NodeProto& n = ix.node(mul);
   if (n.input_size() != 2) return std::nullopt;
   for (int side = 0; side < 2; ++side) {
     const int sig = ix.Producer(n.input(side), "Sigmoid");
-    if (sig >= 0 && ix.node(sig).input(0) == n.input(1 - side))
-      return MakeFusion({mul, sig}, "SiluMul", n.name(), {n.input(1 - side)}, n.output(0), {});
+    if (sig < 0 || ix.node(sig).input(0) != n.input(1 - side)) continue;
+    const std::string& g = n.input(1 - side);
+    const std::vector<int>& readers = ix.Readers(n.output(0));
+    if (readers.size() == 1 && ix.Producer(ix.node(readers[0]).output(0), "Mul") == readers[0]) {
+      const NodeProto& gate = ix.node(readers[0]);
+      const std::string& u = gate.input(gate.input(0) == n.output(0) ? 1 : 0);
+      if (u != n.output(0) && SameShapeProducts(ix, constant, g, u))
+        return MakeFusion({readers[0], mul, sig}, "SiluMul", gate.name(), {g, u}, gate.output(0),
+                          {});
+    }
+    return MakeFusion({mul, sig}, "SiluMul", n.name(), {g}, n.output(0), {});
   }
   return std::nullopt;
 }
@@ -596,7 +618,7 @@ std::vector<Fusion> FindFusions(const GraphProto& graph, const std::vector<bool>
       if (auto f = MatchRmsNorm(ix, constant, i))
         keep(std::move(f));
       else
-        keep(MatchSilu(ix, i));
+        keep(MatchSilu(ix, constant, i));
     } else if (ix.Producer(y, "Add") == i) {
       keep(MatchRotary(ix, constant, i));
     }

@@ -173,3 +173,52 @@ TEST_CASE("MatMuls of one input by constant weights run as one MatMulGroup, pack
     }
   }
 }
+
+namespace {
+
+// A Llama MLP's gating: Mul(SiLU(MatMul(x, wg)), U). With `u_product`, U = MatMul(x, wu)
+// (one shape with the gate: SiluMul takes the Mul); else U is a graph input, which Mul may
+// broadcast in ways SiluMul does not (the gate Mul stays).
+std::shared_ptr<ModelProto> GatedModel(bool u_product) {
+  return std::make_shared<ModelProto>(core::ParseModel(
+      std::string("<ir_version: 10, opset_import: [\"\" : 18]>\n"
+                  "g (float[M, 3] x, float[M, 4] ux) => (float[M, 4] y)\n"
+                  "<float[3, 4] wg = {0.5, -1, 2, 0.25, 1, 0.75, -0.5, 1.5, -2, 0.1, 0.3, 1},\n"
+                  " float[3, 4] wu = {1, 2, -1, 0.5, -0.25, 1, 1, -2, 0.5, 0.5, 3, -1}>\n"
+                  "{\n"
+                  "  gate = MatMul(x, wg)\n"
+                  "  up = MatMul(x, wu)\n"
+                  "  s = Sigmoid(gate)\n"
+                  "  silu = Mul(gate, s)\n") +
+      (u_product ? "  y = Mul(up, silu)\n" : "  y = Mul(silu, ux)\n") + "}\n"));
+}
+
+}  // namespace
+
+TEST_CASE("the SiLU gate of two products of one input runs as one SiluMul") {
+  for (bool u_product : {true, false}) {
+    CAPTURE(u_product);
+    const auto model = GatedModel(u_product);
+    std::vector<float> y[2];
+    for (bool fuse : {false, true}) {
+      RuntimeContext context;
+      RuntimeSessionOptions options;
+      options.fuse_subgraphs = fuse;
+      RuntimeSession session(model, context, options);
+      std::map<std::string, int> ops;
+      for (const auto& node : session.plan(context).nodes()) ++ops[node.proto->op_type()];
+      if (fuse && u_product) {  // MatMulGroup(gate, up) and SiluMul(gate, up)
+        CHECK(ops == std::map<std::string, int>{{"MatMulGroup", 1}, {"SiluMul", 1}});
+      } else if (fuse) {  // the products (up is unread), SiluMul(gate), the gate Mul
+        CHECK(ops == std::map<std::string, int>{{"MatMulGroup", 1}, {"Mul", 1}, {"SiluMul", 1}});
+      }
+      RuntimeValueMap feeds;
+      feeds["x"] = RuntimeValue(Tensor::FromFloat("x", {2, 3}, {0.5f, -1, 2, 3, -2, 0.25f}));
+      feeds["ux"] = RuntimeValue(Tensor::FromFloat("ux", {2, 4}, {1, -1, 0.5f, 2, 0, 3, -2, 1}));
+      y[fuse] = session.Run(context, std::move(feeds)).at("y").tensor().ToFloatVector();
+    }
+    REQUIRE(y[0].size() == 8);
+    for (size_t i = 0; i < y[0].size(); ++i)
+      CHECK(std::abs(y[1][i] - y[0][i]) <= 1e-6f * (1 + std::abs(y[0][i])));
+  }
+}
