@@ -43,6 +43,22 @@ TEST_CASE("Transpose permutes dimensions, by default reversing them") {
         }) == "Transpose node 'n': perm repeats axis 0");
 }
 
+TEST_CASE("Transpose that moves only axes of size 1 is a view on the input's bytes") {
+  // Decode's [1, 1, heads, D] -> [1, heads, 1, D]: the row-major order does not change.
+  const std::vector<float> v = {1, 2, 3, 4, 5, 6};
+  const Tensor x = F({1, 1, 3, 2}, v);
+  Tensor y = Op("Transpose").Ints("perm", {0, 2, 1, 3}).Run1({x});
+  CHECK(y.shape() == Shape{1, 3, 1, 2});
+  CHECK(y.contiguous());
+  CHECK(y.raw_data() == x.raw_data());
+  CHECK(Values<float>(y) == v);
+  // Two axes longer than 1 swap: a copy in the new order.
+  Tensor z = Op("Transpose").Ints("perm", {0, 3, 1, 2}).Run1({x});
+  CHECK(z.shape() == Shape{1, 2, 1, 3});
+  CHECK(z.raw_data() != x.raw_data());
+  CHECK(Values<float>(z) == std::vector<float>{1, 3, 5, 2, 4, 6});
+}
+
 TEST_CASE("Transpose of FLOAT16 and STRING moves elements unchanged") {
   Tensor h = Op("Transpose").Run1({Half({2, 2}, {1, 2, 3, 4})});
   CHECK(h.dtype() == DataType::kFloat16);
