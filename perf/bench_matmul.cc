@@ -8,6 +8,7 @@
 #include <tbb/task_arena.h>
 
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -196,6 +197,50 @@ void BM_GemvPackedShape(benchmark::State& state) {
       benchmark::Counter(4.0 * k * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// One SmolLM2-sized decode GEMV (576 x 576, weights cycled past the L3) after the calling
+// thread worked alone for `gap` us, as a decode step's serial nodes do between products:
+// wall time shows what waking the arena's idle worker costs (CPU time does not).
+void BM_GemvAfterGap(benchmark::State& state) {
+  constexpr int64_t k = 576, n = 576;
+  const auto gap = std::chrono::microseconds(state.range(0));
+  const int64_t copies = (int64_t{256} << 20) / (4 * k * n);
+  std::vector<std::unique_ptr<const math::PackedB>> packs;
+  const std::vector<float> b = RandomVector(k * n), a = RandomVector(k);
+  for (int64_t i = 0; i < copies; ++i)
+    packs.push_back(std::make_unique<const math::PackedB>(false, k, n, b.data(), n));
+  std::vector<float> c(static_cast<size_t>(n));
+  math::GemmArgs g;
+  g.m = 1;
+  g.k = k;
+  g.n = n;
+  g.a = a.data();
+  g.lda = k;
+  g.c = c.data();
+  g.ldc = n;
+  tbb::task_arena arena(2);
+  arena.execute([&] {
+    size_t next = 0;
+    for (auto _ : state) {
+      state.PauseTiming();
+      const auto until = std::chrono::steady_clock::now() + gap;
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      state.ResumeTiming();
+      math::Sgemm(g, packs[next].get());
+      next = (next + 1) % packs.size();
+      benchmark::DoNotOptimize(c.data());
+    }
+  });
+}
+BENCHMARK(BM_GemvAfterGap)
+    ->Arg(0)
+    ->Arg(20)
+    ->Arg(100)
+    ->Arg(300)
+    ->Arg(1000)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
 void BM_ReadLayers(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   const LayerWeights w(static_cast<int>(state.range(1)), static_cast<int>(state.range(2)));
@@ -277,6 +322,13 @@ void PromptShapes(benchmark::internal::Benchmark* b) {
     b->Args({m, k, n});
 }
 BENCHMARK(BM_PrefillOneThread)->Apply(PromptShapes)->Unit(benchmark::kMillisecond);
+// Batched decode (one row per request, issue 15): 2-16 rows times SmolLM2-135M's products.
+void BatchRowShapes(benchmark::internal::Benchmark* b) {
+  for (int64_t m : {2, 4, 8, 16})
+    for (const auto& [k, n] : {std::array<int64_t, 2>{576, 960}, {576, 3072}, {1536, 576}})
+      b->Args({m, k, n});
+}
+BENCHMARK(BM_PrefillOneThread)->Apply(BatchRowShapes)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_PrefillOneThreadAvx2)->Apply(PromptShapes)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PrefillTwoThreads)->Apply(PromptShapes)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Gemv)
