@@ -13,6 +13,10 @@
 // - "per_request" (any other model, or SchedulerOptions::batch_rows = false): the policy
 //   below.
 //
+// KV budget (SchedulerOptions::max_kv_tokens): admission waits until a request's charge fits;
+// under KvAdmission::kGrowAndPreempt a batched request can be preempted between steps and
+// recomputed when readmitted, unseen by its caller (same token stream, same sampler).
+//
 // Per-request policy: FIFO admission with per-step round-robin interleaving. At most
 // `max_in_flight` requests are admitted at a time; the rest wait in submission order. Every
 // admitted request is a GenerateTask coroutine whose step gate (GenerationOptions::step_gate)
