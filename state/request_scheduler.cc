@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "executor/session_cache.h"
 #include "onnx_light.pb.h"
+#include "state/kv_cache_size.h"
 #include "state/row_calls.h"
 
 namespace onnx_light::core::runtime {
@@ -85,7 +86,8 @@ struct RequestRecord : std::enable_shared_from_this<RequestRecord> {
   RequestCallback on_done;
   std::shared_ptr<TaskCompletion> cancel;
   std::weak_ptr<SchedulerCore> scheduler;
-  int64_t kv_tokens = 0;         // its charge against SchedulerOptions::max_kv_tokens
+  int64_t kv_tokens = 0;         // its charge against the KV budget, in tokens
+  int64_t token_cost = 1;        // what one of its tokens costs: 1, or bytes (max_kv_bytes)
   int64_t admission_tokens = 0;  // what it is charged when (re)admitted
   RowHistory history;            // kGrowAndPreempt, batched mode
   Clock::time_point submitted, started, last_token;
@@ -187,6 +189,13 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     OL_CHECK(options_.max_kv_tokens >= 0, ErrorCode::kInvalidArgument,
              "RequestScheduler: max_kv_tokens must be >= 0, got " +
                  std::to_string(options_.max_kv_tokens));
+    OL_CHECK(options_.max_kv_bytes >= 0, ErrorCode::kInvalidArgument,
+             "RequestScheduler: max_kv_bytes must be >= 0, got " +
+                 std::to_string(options_.max_kv_bytes));
+    OL_CHECK(options_.max_kv_tokens == 0 || options_.max_kv_bytes == 0, ErrorCode::kInvalidArgument,
+             "RequestScheduler: set max_kv_tokens or max_kv_bytes, not both (got " +
+                 std::to_string(options_.max_kv_tokens) + " tokens and " +
+                 std::to_string(options_.max_kv_bytes) + " bytes)");
     max_runners_ = options_.max_parallel_steps > 0 ? options_.max_parallel_steps
                                                    : AsyncRunArena().max_concurrency();
   }
@@ -200,16 +209,8 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
 
   void Enqueue(std::shared_ptr<RequestRecord> record) {
     const int64_t worst_case = WorstCaseKvTokens(record->request);
-    const int64_t budget = options_.max_kv_tokens;
-    if (budget > 0 && worst_case > budget) {  // can never fit: refused at once
-      record->Complete(std::make_exception_ptr(Error(
-                           ErrorCode::kResourceExhausted,
-                           "RequestScheduler: request " + std::to_string(record->id) + " needs " +
-                               std::to_string(worst_case) +
-                               " KV tokens (rows x (prompt + max_new_tokens)) but max_kv_tokens "
-                               "is " +
-                               std::to_string(budget))),
-                       Tensor());
+    if (std::exception_ptr refused = Refusal(*record, worst_case)) {
+      record->Complete(refused, Tensor());
       return;
     }
     // Growing charges need batched mode (its caches can be dropped and recomputed).
@@ -218,6 +219,46 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     std::lock_guard<std::mutex> lock(mutex_);
     pending_.push_back(std::move(record));
     AdmitLocked();
+  }
+
+  // Why the request can never run under the budget (null: it can), after setting its token
+  // cost: its worst case alone exceeds the budget, or a budget in bytes has no per-token
+  // size for its model.
+  std::exception_ptr Refusal(RequestRecord& record, int64_t worst_case) const {
+    const bool bytes = options_.max_kv_bytes > 0;
+    const std::string prefix = "RequestScheduler: request " + std::to_string(record.id);
+    const ModelProto* model = ModelOf(record.request);
+    if (bytes && model != nullptr) {  // without a model it fails when it runs
+      const KvTokenBytes per_token = KvBytesPerToken(*model);
+      if (per_token.bytes == 0)
+        return std::make_exception_ptr(
+            Error(ErrorCode::kInvalidArgument,
+                  prefix + ": max_kv_bytes needs the model's KV bytes per token, but " +
+                      per_token.why_not + "; use max_kv_tokens"));
+      record.token_cost = per_token.bytes;
+    }
+    const int64_t need = worst_case * record.token_cost;
+    if (Budget() == 0 || need <= Budget()) return nullptr;
+    const std::string per_token =
+        bytes ? " x " + std::to_string(record.token_cost) + " bytes per token" : "";
+    return std::make_exception_ptr(
+        Error(ErrorCode::kResourceExhausted,
+              prefix + " needs " + std::to_string(need) + (bytes ? " KV bytes" : " KV tokens") +
+                  " (rows x (prompt + max_new_tokens)" + per_token + ") but " +
+                  (bytes ? "max_kv_bytes" : "max_kv_tokens") + " is " + std::to_string(Budget())));
+  }
+
+  // The KV budget in its unit (tokens or bytes); 0: none.
+  int64_t Budget() const { return std::max(options_.max_kv_tokens, options_.max_kv_bytes); }
+  // The charges of the admitted requests in the budget's unit.
+  int64_t ReservedLocked() const {
+    return options_.max_kv_bytes > 0 ? stats_.kv_bytes_reserved : stats_.kv_tokens_reserved;
+  }
+
+  // The request's model (its session's), or null.
+  static const ModelProto* ModelOf(const GenerationRequest& request) {
+    if (request.session != nullptr) return &request.session->model();
+    return request.model.get();
   }
 
   // The request's prompt tensor; null without a valid one (it fails when it runs).
@@ -243,13 +284,12 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
 
   // Whether the request will run in batched mode (StartGeneration decides the same way).
   bool BatchedModel(const GenerationRequest& request) const {
-    if (!options_.batch_rows) return false;
-    if (request.session != nullptr) return HasRowCaches(request.session->model().graph());
-    return request.model != nullptr && HasRowCaches(request.model->graph());
+    const ModelProto* model = ModelOf(request);
+    return options_.batch_rows && model != nullptr && HasRowCaches(model->graph());
   }
 
   bool Preempting() const {
-    return options_.max_kv_tokens > 0 && options_.kv_admission == KvAdmission::kGrowAndPreempt;
+    return Budget() > 0 && options_.kv_admission == KvAdmission::kGrowAndPreempt;
   }
 
   // A queued request that is cancelled completes at once with its prompt; a preempted one
@@ -294,7 +334,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     record->Complete(error, std::move(tokens));
     std::lock_guard<std::mutex> lock(mutex_);
     --in_flight_;
-    stats_.kv_tokens_reserved -= record->kv_tokens;
+    ReleaseLocked(*record);
     if (batched) --batched_running_;
     AdmitLocked();
     MaybeStepLocked();
@@ -338,7 +378,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
   void AdmitLocked() {
     while (in_flight_ < options_.max_in_flight && !pending_.empty()) {
       const int64_t kv = pending_.front()->admission_tokens;
-      if (options_.max_kv_tokens > 0 && stats_.kv_tokens_reserved + kv > options_.max_kv_tokens)
+      if (Budget() > 0 && ReservedLocked() + kv * pending_.front()->token_cost > Budget())
         return;  // the head waits until running requests free their charges
       std::shared_ptr<RequestRecord> record = std::move(pending_.front());
       pending_.pop_front();
@@ -358,10 +398,21 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
   // Raises the request's charge to `kv_tokens`.
   void ChargeLocked(RequestRecord& record, int64_t kv_tokens) {
     if (kv_tokens <= record.kv_tokens) return;
-    stats_.kv_tokens_reserved += kv_tokens - record.kv_tokens;
-    record.kv_tokens = kv_tokens;
+    AddChargeLocked(record, kv_tokens - record.kv_tokens);
+  }
+
+  // Frees the request's charge.
+  void ReleaseLocked(RequestRecord& record) { AddChargeLocked(record, -record.kv_tokens); }
+
+  void AddChargeLocked(RequestRecord& record, int64_t tokens) {
+    record.kv_tokens += tokens;
+    stats_.kv_tokens_reserved += tokens;
     stats_.peak_kv_tokens_reserved =
         std::max(stats_.peak_kv_tokens_reserved, stats_.kv_tokens_reserved);
+    if (options_.max_kv_bytes == 0) return;
+    stats_.kv_bytes_reserved += tokens * record.token_cost;
+    stats_.peak_kv_bytes_reserved =
+        std::max(stats_.peak_kv_bytes_reserved, stats_.kv_bytes_reserved);
   }
 
   // The tokens a call's request caches hold once the call ran.
@@ -378,10 +429,10 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
       PendingCall* newest = nullptr;
       for (PendingCall* p : step) {
         if (p->record->cancel->cancelled()) continue;  // adds nothing: it leaves the step
-        growth += std::max<int64_t>(0, NeedOf(*p) - p->record->kv_tokens);
+        growth += std::max<int64_t>(0, NeedOf(*p) - p->record->kv_tokens) * p->record->token_cost;
         if (newest == nullptr || p->record->id > newest->record->id) newest = p;
       }
-      if (stats_.kv_tokens_reserved + growth <= options_.max_kv_tokens) break;
+      if (ReservedLocked() + growth <= Budget()) break;
       PreemptLocked(newest);
       step.erase(std::find(step.begin(), step.end(), newest));
     }
@@ -394,8 +445,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
   void PreemptLocked(PendingCall* p) {
     RequestRecord& r = *p->record;
     r.admission_tokens = NeedOf(*p);
-    stats_.kv_tokens_reserved -= r.kv_tokens;
-    r.kv_tokens = 0;
+    ReleaseLocked(r);
     *p->call.rows = r.history.initial_rows;  // releases its pages
     r.history.parked = p;
     ++stats_.preemptions;

@@ -13,9 +13,9 @@
 // - "per_request" (any other model, or SchedulerOptions::batch_rows = false): the policy
 //   below.
 //
-// KV budget (SchedulerOptions::max_kv_tokens): admission waits until a request's charge fits;
-// under KvAdmission::kGrowAndPreempt a batched request can be preempted between steps and
-// recomputed when readmitted, unseen by its caller (same token stream, same sampler).
+// KV budget (SchedulerOptions::max_kv_tokens or max_kv_bytes): admission waits until a request's
+// charge fits; under KvAdmission::kGrowAndPreempt a batched request can be preempted between steps
+// and recomputed when readmitted, unseen by its caller (same token stream, same sampler).
 //
 // Per-request policy: FIFO admission with per-step round-robin interleaving. At most
 // `max_in_flight` requests are admitted at a time; the rest wait in submission order. Every
@@ -57,7 +57,7 @@
 
 namespace onnx_light::core::runtime {
 
-// How SchedulerOptions::max_kv_tokens admits requests.
+// How the KV budget (SchedulerOptions::max_kv_tokens or max_kv_bytes) admits requests.
 enum class KvAdmission {
   // Each request reserves its worst case, rows x (prompt + max_new_tokens), when admitted:
   // a running request never has to be preempted, but the budget is mostly unused.
@@ -80,6 +80,10 @@ struct SchedulerOptions {
   // worst case alone, rows x (prompt + max_new_tokens), exceeds the budget fails at once
   // (kResourceExhausted).
   int64_t max_kv_tokens = 0;
+  // The same budget in bytes (0: none; not with max_kv_tokens): each request's tokens cost
+  // its model's KV bytes per token, read from the cache declarations (state/kv_cache_size.h);
+  // a request whose model's declarations give no size fails at once (kInvalidArgument).
+  int64_t max_kv_bytes = 0;
   KvAdmission kv_admission = KvAdmission::kReserveWorstCase;
 };
 
@@ -89,7 +93,8 @@ struct SchedulerStats {
   int64_t batched_requests = 0, per_request_requests = 0;  // requests started in each mode
   int64_t batched_calls = 0;                               // batched mode: model calls made
   int64_t max_batch_size = 0;  // the most rows one batched model call held
-  int64_t kv_tokens_reserved = 0, peak_kv_tokens_reserved = 0;  // against max_kv_tokens
+  int64_t kv_tokens_reserved = 0, peak_kv_tokens_reserved = 0;  // charged KV tokens
+  int64_t kv_bytes_reserved = 0, peak_kv_bytes_reserved = 0;    // the same in bytes (max_kv_bytes)
   int64_t preemptions = 0;  // kGrowAndPreempt: requests preempted (each time counted)
   // The rows of each batched model call, in order (the last kMaxRecordedCalls).
   std::vector<int64_t> batch_sizes;

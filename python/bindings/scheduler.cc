@@ -60,6 +60,8 @@ py::dict SchedulerStatsToPython(const SchedulerStats& s) {
   d["batch_sizes"] = s.batch_sizes;
   d["kv_tokens_reserved"] = s.kv_tokens_reserved;
   d["peak_kv_tokens_reserved"] = s.peak_kv_tokens_reserved;
+  d["kv_bytes_reserved"] = s.kv_bytes_reserved;
+  d["peak_kv_bytes_reserved"] = s.peak_kv_bytes_reserved;
   d["preemptions"] = s.preemptions;
   return d;
 }
@@ -135,14 +137,17 @@ void RegisterScheduler(py::module_& runtime) {
                           "batch_rows=False); otherwise round-robin token steps between them "
                           "on the shared TBB arena (mode 'per_request').")
       .def(py::init([](RuntimeContext& context, int64_t max_in_flight, int64_t max_parallel_steps,
-                       bool batch_rows, int64_t max_kv_tokens, const std::string& kv_admission) {
+                       bool batch_rows, int64_t max_kv_tokens, const std::string& kv_admission,
+                       int64_t max_kv_bytes) {
              return std::make_unique<PyScheduler>(
-                 context, SchedulerOptions{max_in_flight, max_parallel_steps, batch_rows,
-                                           max_kv_tokens, KvAdmissionFromName(kv_admission)});
+                 context,
+                 SchedulerOptions{max_in_flight, max_parallel_steps, batch_rows, max_kv_tokens,
+                                  max_kv_bytes, KvAdmissionFromName(kv_admission)});
            }),
            py::arg("context"), py::arg("max_in_flight") = 4, py::arg("max_parallel_steps") = 0,
            py::arg("batch_rows") = true, py::arg("max_kv_tokens") = 0,
-           py::arg("kv_admission") = "reserve_worst_case", py::keep_alive<1, 2>(),
+           py::arg("kv_admission") = "reserve_worst_case", py::arg("max_kv_bytes") = 0,
+           py::keep_alive<1, 2>(),
            "max_kv_tokens (0: no budget) bounds the cached tokens of the admitted requests. "
            "kv_admission='reserve_worst_case' (default): each request reserves rows x (prompt + "
            "max_new_tokens) when admitted. 'grow_and_preempt' (batched mode): a request is "
@@ -150,7 +155,10 @@ void RegisterScheduler(py::module_& runtime) {
            "step would exceed the budget the newest running request is preempted (caches "
            "released, back to the front of the queue) and, readmitted, recomputes its prompt "
            "and generated tokens and continues with no token repeated or lost. Either way a "
-           "request whose worst case alone exceeds the budget fails with MemoryError.")
+           "request whose worst case alone exceeds the budget fails with MemoryError. "
+           "max_kv_bytes (instead of max_kv_tokens) is the budget in bytes: each token costs "
+           "its model's KV bytes per token, from the cache declarations (a model whose "
+           "declarations give no size is refused with ValueError).")
       .def(
           "submit",
           [](PyScheduler& self, py::handle model_obj, const py::dict& feeds,
@@ -209,6 +217,8 @@ void RegisterScheduler(py::module_& runtime) {
                              [](PyScheduler& self) { return self.get().options().max_in_flight; })
       .def_property_readonly("max_kv_tokens",
                              [](PyScheduler& self) { return self.get().options().max_kv_tokens; })
+      .def_property_readonly("max_kv_bytes",
+                             [](PyScheduler& self) { return self.get().options().max_kv_bytes; })
       .def_property_readonly(
           "kv_admission",
           [](PyScheduler& self) { return KvAdmissionName(self.get().options().kv_admission); })
@@ -222,7 +232,8 @@ void RegisterScheduler(py::module_& runtime) {
           "request started), batched_requests, per_request_requests, batched_calls, "
           "max_batch_size, batch_sizes (rows of each batched model call, the last 4096), "
           "kv_tokens_reserved, peak_kv_tokens_reserved (charged against max_kv_tokens as "
-          "kv_admission says), preemptions (grow_and_preempt: requests preempted).");
+          "kv_admission says), kv_bytes_reserved, peak_kv_bytes_reserved (the same in bytes, "
+          "with max_kv_bytes), preemptions (grow_and_preempt: requests preempted).");
 }
 
 }  // namespace onnx_light::python
