@@ -398,3 +398,32 @@ def test_grow_and_preempt_cancel_while_preempted_and_refusal(paged_model, contex
     with pytest.raises(ValueError, match="kv_admission must be 'reserve_worst_case' or "
                                          "'grow_and_preempt', got 'lazy'"):
         runtime.RequestScheduler(context, kv_admission="lazy")
+
+
+def test_a_kv_budget_in_bytes_uses_the_declared_bytes_per_token(model, paged_model, context):
+    # The contiguous tiny decoder declares past_{key,value}_i [batch, 4, past, 16] FLOAT:
+    # 2 layers x 2 caches x 4 x 16 x 4 bytes = 1024 bytes per token.
+    options = runtime.GenerationOptions(max_new_tokens=8)  # 1 x (3 + 8) = 11 tokens each
+    prompts = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    scheduler = runtime.RequestScheduler(context, max_in_flight=8, max_kv_bytes=25 * 1024)
+    assert scheduler.max_kv_bytes == 25 * 1024 and scheduler.max_kv_tokens == 0
+    handles = [scheduler.submit(model, feeds(p), options) for p in prompts]
+    too_big = scheduler.submit(model, feeds([1] * 20), options)  # 28 x 1024 > 25 x 1024
+    with pytest.raises(MemoryError, match=r"needs 28672 KV bytes \(rows x \(prompt \+ "
+                                          r"max_new_tokens\) x 1024 bytes per token\) but "
+                                          r"max_kv_bytes is 25600"):
+        too_big.result()
+    for handle, p in zip(handles, prompts):
+        np.testing.assert_array_equal(np.from_dlpack(handle.result()), alone(model, context, p, 8))
+    scheduler.wait_idle()
+    assert scheduler.peak_in_flight == 2
+    stats = scheduler.stats()
+    assert stats["peak_kv_bytes_reserved"] == 22 * 1024 and stats["kv_bytes_reserved"] == 0
+    # The paged tiny decoder declares its caches without a layout: no size per token.
+    refused = scheduler.submit(paged_model, paged_feeds([1, 2]), options)
+    with pytest.raises(ValueError, match="max_kv_bytes needs the model's KV bytes per token, but "
+                                         "the declaration of the cache input 'past_0' gives no "
+                                         "size per token"):
+        refused.result()
+    with pytest.raises(ValueError, match="set max_kv_tokens or max_kv_bytes, not both"):
+        runtime.RequestScheduler(context, max_kv_tokens=10, max_kv_bytes=10)
