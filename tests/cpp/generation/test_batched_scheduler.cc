@@ -375,7 +375,7 @@ TEST_CASE(
 
 TEST_CASE(
     "grow_and_preempt: a request cancelled while preempted ends cancelled with the tokens it "
-    "streamed; one that can never fit is refused naming its need and the budget") {
+    "streamed, and one that can never fit is refused naming its need and the budget") {
   const std::shared_ptr<const ModelProto> model = RowsDecoder();
   RuntimeContext context;
   GenerationOptions older_options, newer_options;
