@@ -328,7 +328,8 @@ SchedulerOptions Preempting(int64_t max_kv_tokens) {
 
 TEST_CASE(
     "grow_and_preempt: under a budget that forces preemption, 12 requests (greedy and sampled, "
-    "prompts of 1 to 11 tokens) stream and return exactly the tokens each gives alone") {
+    "prompts of 1 to 11 tokens, some chunked) stream and return exactly the tokens each gives "
+    "alone") {
   const std::shared_ptr<const ModelProto> model = RowsDecoder();
   RuntimeContext context;
   constexpr size_t kRequests = 12;
@@ -344,6 +345,7 @@ TEST_CASE(
       options[i].top_k = 8;
       options[i].seed = 7 + i;
     }
+    if (i % 4 == 1) options[i].prefill_chunk = 3;  // a recompute also covers chunks
     alone[i] = Row(Generate(model, context, Feeds(prompts[i]), options[i]));
   }
   constexpr int64_t kBudget = 40;
