@@ -209,8 +209,11 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
 
   void Enqueue(std::shared_ptr<RequestRecord> record) {
     const int64_t worst_case = WorstCaseKvTokens(record->request);
-    if (std::exception_ptr refused = Refusal(*record, worst_case)) {
-      record->Complete(refused, Tensor());
+    try {  // a request that can never run under the budget fails at once
+      record->token_cost = TokenCost(*record);
+      CheckFitsAlone(*record, worst_case);
+    } catch (const Error&) {
+      record->Complete(std::current_exception(), Tensor());
       return;
     }
     // Growing charges need batched mode (its caches can be dropped and recomputed).
@@ -221,31 +224,31 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     AdmitLocked();
   }
 
-  // Why the request can never run under the budget (null: it can), after setting its token
-  // cost: its worst case alone exceeds the budget, or a budget in bytes has no per-token
-  // size for its model.
-  std::exception_ptr Refusal(RequestRecord& record, int64_t worst_case) const {
-    const bool bytes = options_.max_kv_bytes > 0;
-    const std::string prefix = "RequestScheduler: request " + std::to_string(record.id);
+  // What one of the request's tokens costs against the budget: 1, or under max_kv_bytes its
+  // model's KV bytes per token (throws when its declarations give none).
+  int64_t TokenCost(const RequestRecord& record) const {
     const ModelProto* model = ModelOf(record.request);
-    if (bytes && model != nullptr) {  // without a model it fails when it runs
-      const KvTokenBytes per_token = KvBytesPerToken(*model);
-      if (per_token.bytes == 0)
-        return std::make_exception_ptr(
-            Error(ErrorCode::kInvalidArgument,
-                  prefix + ": max_kv_bytes needs the model's KV bytes per token, but " +
-                      per_token.why_not + "; use max_kv_tokens"));
-      record.token_cost = per_token.bytes;
-    }
+    if (options_.max_kv_bytes == 0 || model == nullptr) return 1;  // no model: fails when run
+    const KvTokenBytes per_token = KvBytesPerToken(*model);
+    OL_CHECK(per_token.bytes > 0, ErrorCode::kInvalidArgument,
+             "RequestScheduler: request " + std::to_string(record.id) +
+                 ": max_kv_bytes needs the model's KV bytes per token, but " + per_token.why_not +
+                 "; use max_kv_tokens");
+    return per_token.bytes;
+  }
+
+  // Refuses a request whose worst case alone exceeds the budget.
+  void CheckFitsAlone(const RequestRecord& record, int64_t worst_case) const {
     const int64_t need = worst_case * record.token_cost;
-    if (Budget() == 0 || need <= Budget()) return nullptr;
+    if (Budget() == 0 || need <= Budget()) return;
+    const bool bytes = options_.max_kv_bytes > 0;
     const std::string per_token =
         bytes ? " x " + std::to_string(record.token_cost) + " bytes per token" : "";
-    return std::make_exception_ptr(
-        Error(ErrorCode::kResourceExhausted,
-              prefix + " needs " + std::to_string(need) + (bytes ? " KV bytes" : " KV tokens") +
-                  " (rows x (prompt + max_new_tokens)" + per_token + ") but " +
-                  (bytes ? "max_kv_bytes" : "max_kv_tokens") + " is " + std::to_string(Budget())));
+    Throw(ErrorCode::kResourceExhausted,
+          "RequestScheduler: request " + std::to_string(record.id) + " needs " +
+              std::to_string(need) + (bytes ? " KV bytes" : " KV tokens") +
+              " (rows x (prompt + max_new_tokens)" + per_token + ") but " +
+              (bytes ? "max_kv_bytes" : "max_kv_tokens") + " is " + std::to_string(Budget()));
   }
 
   // The KV budget in its unit (tokens or bytes); 0: none.
