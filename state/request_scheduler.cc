@@ -217,7 +217,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
       return;
     }
     // Growing charges need batched mode (its caches can be dropped and recomputed).
-    const bool grows = Preempting() && BatchedModel(record->request);
+    const bool grows = Growing() && BatchedModel(record->request);
     record->admission_tokens = grows ? PromptKvTokens(record->request) : worst_case;
     std::lock_guard<std::mutex> lock(mutex_);
     pending_.push_back(std::move(record));
@@ -291,8 +291,10 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     return options_.batch_rows && model != nullptr && HasRowCaches(model->graph());
   }
 
-  bool Preempting() const {
-    return Budget() > 0 && options_.kv_admission == KvAdmission::kGrowAndPreempt;
+  // Whether batched requests are charged as their caches grow (kGrowAndPreempt,
+  // kGrowAndRefuse) rather than their worst case.
+  bool Growing() const {
+    return Budget() > 0 && options_.kv_admission != KvAdmission::kReserveWorstCase;
   }
 
   // A queued request that is cancelled completes at once with its prompt; a preempted one
@@ -423,24 +425,50 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     return p.record->history.Tokens() + p.fed_ids.numel();
   }
 
-  // kGrowAndPreempt: charges each live call of the step the tokens it adds to its caches;
-  // while they do not fit, preempts the newest request of the step. The oldest always fits
-  // alone (worst cases were checked at submission), so the others' charges free enough.
+  // Whether the call runs in its step: neither cancelled nor refused.
+  static bool Live(const PendingCall& p) {
+    return p.call.error == nullptr && !p.record->cancel->cancelled();
+  }
+
+  // Growing charges: charges each live call of the step the tokens it adds to its caches;
+  // while they do not fit, preempts (or refuses) the newest request of the step. The oldest
+  // always fits alone (worst cases were checked at submission), so the others free enough.
   void FitStepLocked(std::vector<PendingCall*>& step) {
     for (;;) {
       int64_t growth = 0;
       PendingCall* newest = nullptr;
       for (PendingCall* p : step) {
-        if (p->record->cancel->cancelled()) continue;  // adds nothing: it leaves the step
+        if (!Live(*p)) continue;  // adds nothing: it leaves the step
         growth += std::max<int64_t>(0, NeedOf(*p) - p->record->kv_tokens) * p->record->token_cost;
         if (newest == nullptr || p->record->id > newest->record->id) newest = p;
       }
       if (ReservedLocked() + growth <= Budget()) break;
-      PreemptLocked(newest);
-      step.erase(std::find(step.begin(), step.end(), newest));
+      if (options_.kv_admission == KvAdmission::kGrowAndRefuse) {
+        RefuseLocked(*newest);  // stays in the step: resumed with its error
+      } else {
+        PreemptLocked(newest);
+        step.erase(std::find(step.begin(), step.end(), newest));
+      }
     }
     for (PendingCall* p : step)
-      if (!p->record->cancel->cancelled()) ChargeLocked(*p->record, NeedOf(*p));
+      if (Live(*p)) ChargeLocked(*p->record, NeedOf(*p));
+  }
+
+  // kGrowAndRefuse: the request fails with its call, naming what its step needed; its charge
+  // is freed at once for the others of the step.
+  void RefuseLocked(PendingCall& p) {
+    RequestRecord& r = *p.record;
+    const bool bytes = options_.max_kv_bytes > 0;
+    const int64_t others = ReservedLocked() - r.kv_tokens * r.token_cost;
+    p.call.error = std::make_exception_ptr(
+        Error(ErrorCode::kResourceExhausted,
+              "RequestScheduler: request " + std::to_string(r.id) +
+                  " cannot grow its KV cache: its next step needs " +
+                  std::to_string(NeedOf(p) * r.token_cost) + (bytes ? " KV bytes" : " KV tokens") +
+                  ", the other requests hold " + std::to_string(others) + " of " +
+                  (bytes ? "max_kv_bytes " : "max_kv_tokens ") + std::to_string(Budget()) +
+                  " (kv_admission grow_and_refuse)"));
+    ReleaseLocked(r);
   }
 
   // Drops the request's caches and charge and queues it first, its call parked: readmitted,
@@ -507,7 +535,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
           step_due_ = false;
           stepping_ = true;
           step.swap(waiting_);
-          if (Preempting()) FitStepLocked(step);
+          if (Growing()) FitStepLocked(step);
         } else if (ready_.empty()) {
           --runners_;
           NotifyIfIdleLocked();
@@ -546,7 +574,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
   void RunBatchedStep(std::vector<PendingCall*> step) {
     std::vector<RowCall*> live;
     for (PendingCall* p : step)
-      if (!p->record->cancel->cancelled()) live.push_back(&p->call);
+      if (Live(*p)) live.push_back(&p->call);
     std::vector<int64_t> sizes;
     try {
       sizes = RunRowCalls(context_, live);
@@ -557,7 +585,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     std::lock_guard<std::mutex> lock(mutex_);
     stepping_ = false;
     RecordCallsLocked(sizes);
-    if (Preempting()) RecordCachedLocked(step);
+    if (Growing()) RecordCachedLocked(step);
     batched_running_ += static_cast<int64_t>(step.size());
     for (PendingCall* p : step) MakeReadyLocked(p->handle);
     MaybeStepLocked();  // a readmitted request may wait alone
@@ -591,7 +619,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
                                            std::vector<RuntimeValueMap>* rows) {
     PendingCall pending{
         RowCall{session, std::move(feeds), rows, logits, {}, {}}, record, {}, {}, {}};
-    if (core->Preempting()) TrackFed(pending);
+    if (core->Growing()) TrackFed(pending);
     co_await Enlisted{core, &pending};
     if (pending.call.error) std::rethrow_exception(pending.call.error);
     co_return std::move(pending.call.outputs);

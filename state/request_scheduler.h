@@ -69,6 +69,10 @@ enum class KvAdmission {
   // tokens generated so far as one call and continues (no token repeated or lost; the
   // sampler continues). Per-request-mode requests still reserve their worst case.
   kGrowAndPreempt,
+  // As kGrowAndPreempt, but the newest running request fails instead (kResourceExhausted,
+  // naming what its step needed and what the others hold): for callers who would rather retry
+  // elsewhere than wait and recompute.
+  kGrowAndRefuse,
 };
 
 struct SchedulerOptions {

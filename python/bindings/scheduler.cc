@@ -70,15 +70,23 @@ py::dict SchedulerStatsToPython(const SchedulerStats& s) {
 core::runtime::KvAdmission KvAdmissionFromName(const std::string& name) {
   if (name == "reserve_worst_case") return core::runtime::KvAdmission::kReserveWorstCase;
   if (name == "grow_and_preempt") return core::runtime::KvAdmission::kGrowAndPreempt;
+  if (name == "grow_and_refuse") return core::runtime::KvAdmission::kGrowAndRefuse;
   throw py::value_error(
-      "RequestScheduler: kv_admission must be 'reserve_worst_case' or "
-      "'grow_and_preempt', got '" +
+      "RequestScheduler: kv_admission must be 'reserve_worst_case', 'grow_and_preempt' or "
+      "'grow_and_refuse', got '" +
       name + "'");
 }
 
 std::string KvAdmissionName(core::runtime::KvAdmission policy) {
-  return policy == core::runtime::KvAdmission::kGrowAndPreempt ? "grow_and_preempt"
-                                                               : "reserve_worst_case";
+  switch (policy) {
+    case core::runtime::KvAdmission::kGrowAndPreempt:
+      return "grow_and_preempt";
+    case core::runtime::KvAdmission::kGrowAndRefuse:
+      return "grow_and_refuse";
+    case core::runtime::KvAdmission::kReserveWorstCase:
+      break;
+  }
+  return "reserve_worst_case";
 }
 
 // Owns the native scheduler; waits for its requests with the GIL released (their callbacks
@@ -154,7 +162,9 @@ void RegisterScheduler(py::module_& runtime) {
            "admitted when its prompt fits and charged its cached tokens step by step; when a "
            "step would exceed the budget the newest running request is preempted (caches "
            "released, back to the front of the queue) and, readmitted, recomputes its prompt "
-           "and generated tokens and continues with no token repeated or lost. Either way a "
+           "and generated tokens and continues with no token repeated or lost. "
+           "'grow_and_refuse': the same, but that request fails with MemoryError instead. "
+           "Either way a "
            "request whose worst case alone exceeds the budget fails with MemoryError. "
            "max_kv_bytes (instead of max_kv_tokens) is the budget in bytes: each token costs "
            "its model's KV bytes per token, from the cache declarations (a model whose "

@@ -395,8 +395,8 @@ def test_grow_and_preempt_cancel_while_preempted_and_refusal(paged_model, contex
     assert newer_streamed == tokens[len(newer):]
     scheduler.wait_idle()
     assert scheduler.stats()["kv_tokens_reserved"] == 0
-    with pytest.raises(ValueError, match="kv_admission must be 'reserve_worst_case' or "
-                                         "'grow_and_preempt', got 'lazy'"):
+    with pytest.raises(ValueError, match="kv_admission must be 'reserve_worst_case', "
+                                         "'grow_and_preempt' or 'grow_and_refuse', got 'lazy'"):
         runtime.RequestScheduler(context, kv_admission="lazy")
 
 
@@ -427,3 +427,26 @@ def test_a_kv_budget_in_bytes_uses_the_declared_bytes_per_token(model, paged_mod
         refused.result()
     with pytest.raises(ValueError, match="set max_kv_tokens or max_kv_bytes, not both"):
         runtime.RequestScheduler(context, max_kv_tokens=10, max_kv_bytes=10)
+
+
+def test_grow_and_refuse_fails_the_request_that_cannot_grow(paged_model, context):
+    older, newer = [3, 9], [8, 1, 5, 2]
+    older_options = runtime.GenerationOptions(max_new_tokens=16)  # 2 + 16 <= 20
+    newer_options = runtime.GenerationOptions(max_new_tokens=14)  # 4 + 14 <= 20
+    scheduler = runtime.RequestScheduler(context, max_in_flight=4, max_kv_tokens=20,
+                                         kv_admission="grow_and_refuse")
+    streamed = []
+    first = scheduler.submit(paged_model, paged_feeds(older), older_options)
+    second = scheduler.submit(paged_model, paged_feeds(newer), newer_options,
+                              on_token=lambda step, tokens: streamed.append(tokens[0]))
+    with pytest.raises(MemoryError, match=r"request 1 cannot grow its KV cache: its next step "
+                                          r"needs \d+ KV tokens, the other requests hold \d+ of "
+                                          r"max_kv_tokens 20 \(kv_admission grow_and_refuse\)"):
+        second.result()
+    assert np.from_dlpack(first.result())[0].tolist() == paged_alone(paged_model, context, older,
+                                                                     older_options)
+    newer_alone = paged_alone(paged_model, context, newer, newer_options)
+    assert 0 < len(streamed) < 14 and streamed == newer_alone[4:4 + len(streamed)]
+    scheduler.wait_idle()
+    stats = scheduler.stats()
+    assert stats["preemptions"] == 0 and stats["kv_tokens_reserved"] == 0

@@ -131,11 +131,13 @@ def add_arguments(parser) -> None:
                         help="requests waiting for a slot; one more is refused with 429")
     parser.add_argument("--max-kv-tokens", type=int, default=0,
                         help="KV budget in cached tokens over the requests generating (0: none)")
-    parser.add_argument("--kv-admission", choices=("reserve_worst_case", "grow_and_preempt"),
+    parser.add_argument("--kv-admission", choices=("reserve_worst_case", "grow_and_preempt",
+                                                     "grow_and_refuse"),
                         default="reserve_worst_case",
                         help="how the KV budget admits requests: reserve each one's worst "
                              "case, or charge its cache as it grows and preempt the newest "
-                             "request when a step does not fit (models with row caches)")
+                             "request when a step does not fit, or fail it (models with row "
+                             "caches)")
     parser.add_argument("--default-max-tokens", type=int, default=256,
                         help="max_tokens of a request that gives none")
     parser.add_argument("--max-body-bytes", type=int, default=Limits.max_body_bytes)

@@ -4,6 +4,7 @@
 // exactly the tokens it gives alone through Generate; a bad request fails alone.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -453,4 +454,45 @@ TEST_CASE("grow_and_preempt: per-request-mode requests still reserve their worst
   scheduler.WaitIdle();
   CHECK(scheduler.stats().peak_kv_tokens_reserved == 16);
   CHECK(scheduler.stats().preemptions == 0);
+}
+
+TEST_CASE(
+    "grow_and_refuse: the newest request that cannot grow fails with its own error, the "
+    "others finish with their alone tokens") {
+  const std::shared_ptr<const ModelProto> model = RowsDecoder();
+  RuntimeContext context;
+  GenerationOptions older_options, newer_options;
+  older_options.max_new_tokens = 16;  // 2 + 16 = 18 <= 20
+  newer_options.max_new_tokens = 14;  // 4 + 14 = 18 <= 20
+  const std::vector<int64_t> older_prompt = {3, 9}, newer_prompt = {8, 1, 5, 2};
+  const std::vector<int64_t> newer_alone =
+      Row(Generate(model, context, Feeds(newer_prompt), newer_options));
+  RequestScheduler scheduler(
+      context,
+      {.max_in_flight = 4, .max_kv_tokens = 20, .kv_admission = KvAdmission::kGrowAndRefuse});
+  Streamed newer_streamed;
+  RequestHandle older =
+      scheduler.Submit({model, nullptr, Feeds(older_prompt), older_options, {}, nullptr, nullptr});
+  GenerationRequest request{model,   nullptr, Feeds(newer_prompt), newer_options, {},
+                            nullptr, nullptr};
+  request.on_token = newer_streamed.Callback();
+  RequestHandle newer = scheduler.Submit(std::move(request));
+  test_util::ExpectError([&] { newer.Get(); }, ErrorCode::kResourceExhausted,
+                         {"RequestScheduler: request 1 cannot grow its KV cache: its next step "
+                          "needs ",
+                          " of max_kv_tokens 20 (kv_admission grow_and_refuse)"});
+  CHECK(Row(older.Get().tokens) ==
+        Row(Generate(model, context, Feeds(older_prompt), older_options)));
+  // What it streamed before failing is its alone run's start.
+  std::vector<int64_t> streamed;
+  {
+    std::lock_guard<std::mutex> lock(newer_streamed.mutex);
+    streamed = newer_streamed.tokens;
+  }
+  REQUIRE(!streamed.empty());
+  REQUIRE(streamed.size() < 14);
+  CHECK(std::equal(streamed.begin(), streamed.end(), newer_alone.begin() + 4));
+  scheduler.WaitIdle();
+  CHECK(scheduler.stats().preemptions == 0);
+  CHECK(scheduler.stats().kv_tokens_reserved == 0);
 }
