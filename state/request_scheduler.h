@@ -15,7 +15,8 @@
 //
 // KV budget (SchedulerOptions::max_kv_tokens or max_kv_bytes): admission waits until a request's
 // charge fits; under KvAdmission::kGrowAndPreempt a batched request can be preempted between steps
-// and recomputed when readmitted, unseen by its caller (same token stream, same sampler).
+// and recomputed when readmitted, unseen by its caller (same token stream, same sampler), or,
+// under kGrowAndRefuse, fail with its own error.
 //
 // Per-request policy: FIFO admission with per-step round-robin interleaving. At most
 // `max_in_flight` requests are admitted at a time; the rest wait in submission order. Every
