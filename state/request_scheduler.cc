@@ -306,12 +306,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
       if (it == pending_.end()) return;  // running or done: the step loop sees the token
       if (record->history.parked != nullptr && !record->cancel->cancelled()) return;
       pending_.erase(it);
-      if (PendingCall* parked = std::exchange(record->history.parked, nullptr)) {
-        ++in_flight_;
-        ++batched_running_;  // until its Finish
-        MakeReadyLocked(parked->handle);
-        return;
-      }
+      if (record->history.parked != nullptr) return EndPreemptedLocked(*record);
     }
     record->CompleteWithPrompt();
     std::lock_guard<std::mutex> lock(mutex_);
@@ -380,8 +375,24 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     if (IdleLocked()) idle_.notify_all();
   }
 
+  // A preempted request cancelled meanwhile (taken out of the queue): its generation resumes
+  // with no charge and no step, and ends at the call it was preempted at.
+  void EndPreemptedLocked(RequestRecord& record) {
+    PendingCall* parked = std::exchange(record.history.parked, nullptr);
+    ++in_flight_;
+    ++batched_running_;  // until its Finish
+    MakeReadyLocked(parked->handle);
+  }
+
   void AdmitLocked() {
     while (in_flight_ < options_.max_in_flight && !pending_.empty()) {
+      // Cancelled through its own token while preempted: it ends without waiting for room.
+      if (pending_.front()->history.parked != nullptr && pending_.front()->cancel->cancelled()) {
+        std::shared_ptr<RequestRecord> record = std::move(pending_.front());
+        pending_.pop_front();
+        EndPreemptedLocked(*record);
+        continue;
+      }
       const int64_t kv = pending_.front()->admission_tokens;
       if (Budget() > 0 && ReservedLocked() + kv * pending_.front()->token_cost > Budget())
         return;  // the head waits until running requests free their charges

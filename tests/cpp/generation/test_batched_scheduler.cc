@@ -396,20 +396,29 @@ TEST_CASE(
   Streamed newer_streamed;
   std::mutex mutex;
   RequestHandle newer;
+  auto newer_token = std::make_shared<TaskCompletion>();
   bool cancelled = false;
+  // Through its handle (taken out of the queue at once), or through its own token (it ends
+  // when the scheduler next admits, here when the older one ends).
+  bool through_handle = true;
+  SUBCASE("cancelled through its handle") { through_handle = true; }
+  SUBCASE("cancelled through its own TaskCompletion") { through_handle = false; }
   GenerationRequest older{model, nullptr, Feeds(older_prompt), older_options, {}, nullptr, nullptr};
   older.on_token = [&](int64_t, const std::vector<int64_t>&) {
     std::lock_guard<std::mutex> lock(mutex);
     if (!cancelled && scheduler.stats().preemptions == 1) {
-      newer.Cancel("preempted and no longer wanted");
+      if (through_handle)
+        newer.Cancel("preempted and no longer wanted");
+      else
+        newer_token->Cancel("preempted and no longer wanted");
       cancelled = true;
     }
     return true;
   };
   RequestHandle older_handle = scheduler.Submit(std::move(older));
   {
-    GenerationRequest request{model,   nullptr, Feeds(newer_prompt), newer_options, {},
-                              nullptr, nullptr};
+    GenerationRequest request{model, nullptr, Feeds(newer_prompt), newer_options,
+                              {},    nullptr, newer_token};
     request.on_token = newer_streamed.Callback();
     std::lock_guard<std::mutex> lock(mutex);
     newer = scheduler.Submit(std::move(request));
