@@ -7,10 +7,12 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <utility>
 
 #include "core/error.h"
 #include "executor/session_cache.h"
 #include "onnx_light.pb.h"
+#include "state/kv_cache_size.h"
 #include "state/row_calls.h"
 
 namespace onnx_light::core::runtime {
@@ -31,17 +33,63 @@ void CancelQuietly(TaskCompletion& completion, const std::string& reason) {
   }
 }
 
+using TokenRows = std::vector<std::vector<int64_t>>;  // per batch row
+
+// Appends each row of the INT64 [rows, n] tensor `t` to its row of `rows`.
+void AppendRows(TokenRows& rows, const Tensor& t) {
+  const Tensor c = t.Contiguous();
+  const int64_t n = c.dim(1);
+  rows.resize(static_cast<size_t>(c.dim(0)));
+  for (size_t b = 0; b < rows.size(); ++b)
+    rows[b].insert(rows[b].end(), c.data<int64_t>() + static_cast<int64_t>(b) * n,
+                   c.data<int64_t>() + static_cast<int64_t>(b + 1) * n);
+}
+
+// `rows` followed by the columns of `t`, as an INT64 [rows, length] tensor.
+Tensor Joined(const std::string& name, TokenRows rows, const Tensor& t) {
+  AppendRows(rows, t);
+  std::vector<int64_t> flat;
+  for (const auto& row : rows) flat.insert(flat.end(), row.begin(), row.end());
+  const auto count = static_cast<int64_t>(rows.size());
+  return Tensor::FromInt64(name, {count, count == 0 ? 0 : static_cast<int64_t>(rows[0].size())},
+                           std::move(flat));
+}
+
 }  // namespace
 
 namespace detail {
 
-struct RequestRecord {
+// A batched request's model call waiting for the next step.
+struct PendingCall {
+  RowCall call;
+  RequestRecord* record = nullptr;
+  std::coroutine_handle<> handle;  // the suspended call, resumed after the step
+  Tensor fed_ids, fed_positions;   // kGrowAndPreempt: the tokens this call adds to the caches
+};
+
+// A batched request's cached tokens under KvAdmission::kGrowAndPreempt: the ids and positions
+// of every call its row caches hold, so that once preempted it recomputes them in one call.
+struct RowHistory {
+  std::string ids_name, positions_name;       // the request's feed names
+  std::vector<RuntimeValueMap> initial_rows;  // its row caches before its first call
+  TokenRows ids, positions;
+  PendingCall* parked = nullptr;  // preempted: the call it stopped at, run when readmitted
+
+  int64_t Tokens() const {
+    return ids.empty() ? 0 : static_cast<int64_t>(ids.size() * ids[0].size());
+  }
+};
+
+struct RequestRecord : std::enable_shared_from_this<RequestRecord> {
   int64_t id = 0;
   GenerationRequest request;
   RequestCallback on_done;
   std::shared_ptr<TaskCompletion> cancel;
   std::weak_ptr<SchedulerCore> scheduler;
-  int64_t kv_tokens = 0;  // its reservation against SchedulerOptions::max_kv_tokens
+  int64_t kv_tokens = 0;         // its charge against the KV budget, in tokens
+  int64_t token_cost = 1;        // what one of its tokens costs: 1, or bytes (max_kv_bytes)
+  int64_t admission_tokens = 0;  // what it is charged when (re)admitted
+  RowHistory history;            // kGrowAndPreempt, batched mode
   Clock::time_point submitted, started, last_token;
   RequestStats stats;
 
@@ -117,16 +165,8 @@ struct Driver {
   std::coroutine_handle<promise_type> handle;
 };
 
-// A batched request's model call waiting for the next step.
-struct PendingCall {
-  RowCall call;
-  const TaskCompletion* cancel = nullptr;
-  std::coroutine_handle<> handle;  // the suspended call, resumed after the step
-};
-
 // Whether the model's caches are row caches: every bound input is declared a sequence.
-bool HasRowCaches(const RuntimeSession& session) {
-  const GraphProto& graph = session.model().graph();
+bool HasRowCaches(const GraphProto& graph) {
   if (graph.persistent_bindings_size() == 0) return false;
   for (const auto& b : graph.persistent_bindings()) {
     const auto declared = std::find_if(graph.input().begin(), graph.input().end(),
@@ -149,6 +189,13 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     OL_CHECK(options_.max_kv_tokens >= 0, ErrorCode::kInvalidArgument,
              "RequestScheduler: max_kv_tokens must be >= 0, got " +
                  std::to_string(options_.max_kv_tokens));
+    OL_CHECK(options_.max_kv_bytes >= 0, ErrorCode::kInvalidArgument,
+             "RequestScheduler: max_kv_bytes must be >= 0, got " +
+                 std::to_string(options_.max_kv_bytes));
+    OL_CHECK(options_.max_kv_tokens == 0 || options_.max_kv_bytes == 0, ErrorCode::kInvalidArgument,
+             "RequestScheduler: set max_kv_tokens or max_kv_bytes, not both (got " +
+                 std::to_string(options_.max_kv_tokens) + " tokens and " +
+                 std::to_string(options_.max_kv_bytes) + " bytes)");
     max_runners_ = options_.max_parallel_steps > 0 ? options_.max_parallel_steps
                                                    : AsyncRunArena().max_concurrency();
   }
@@ -161,41 +208,105 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
   }
 
   void Enqueue(std::shared_ptr<RequestRecord> record) {
-    record->kv_tokens = KvTokens(record->request);
-    const int64_t budget = options_.max_kv_tokens;
-    if (budget > 0 && record->kv_tokens > budget) {  // can never fit: refused at once
-      record->Complete(std::make_exception_ptr(Error(
-                           ErrorCode::kResourceExhausted,
-                           "RequestScheduler: request " + std::to_string(record->id) + " needs " +
-                               std::to_string(record->kv_tokens) +
-                               " KV tokens (rows x (prompt + max_new_tokens)) but max_kv_tokens "
-                               "is " +
-                               std::to_string(budget))),
-                       Tensor());
+    const int64_t worst_case = WorstCaseKvTokens(record->request);
+    try {  // a request that can never run under the budget fails at once
+      record->token_cost = TokenCost(*record);
+      CheckFitsAlone(*record, worst_case);
+    } catch (const Error&) {
+      record->Complete(std::current_exception(), Tensor());
       return;
     }
+    // Growing charges need batched mode (its caches can be dropped and recomputed).
+    const bool grows = Growing() && BatchedModel(record->request);
+    record->admission_tokens = grows ? PromptKvTokens(record->request) : worst_case;
     std::lock_guard<std::mutex> lock(mutex_);
     pending_.push_back(std::move(record));
     AdmitLocked();
   }
 
-  // A request's worst-case cache: rows x (prompt + max_new_tokens); 0 without a valid
-  // prompt (it fails when it runs).
-  static int64_t KvTokens(const GenerationRequest& request) {
-    auto ids = request.feeds.find(request.options.input_ids_name);
-    if (ids == request.feeds.end() || !ids->second.is_tensor() || ids->second.tensor().rank() != 2)
-      return 0;
-    const Tensor& t = ids->second.tensor();
-    return t.dim(0) * (t.dim(1) + std::max<int64_t>(request.options.max_new_tokens, 0));
+  // What one of the request's tokens costs against the budget: 1, or under max_kv_bytes its
+  // model's KV bytes per token (throws when its declarations give none).
+  int64_t TokenCost(const RequestRecord& record) const {
+    const ModelProto* model = ModelOf(record.request);
+    if (options_.max_kv_bytes == 0 || model == nullptr) return 1;  // no model: fails when run
+    const KvTokenBytes per_token = KvBytesPerToken(*model);
+    OL_CHECK(per_token.bytes > 0, ErrorCode::kInvalidArgument,
+             "RequestScheduler: request " + std::to_string(record.id) +
+                 ": max_kv_bytes needs the model's KV bytes per token, but " + per_token.why_not +
+                 "; use max_kv_tokens");
+    return per_token.bytes;
   }
 
-  // A queued request that is cancelled completes at once with its prompt.
+  // Refuses a request whose worst case alone exceeds the budget.
+  void CheckFitsAlone(const RequestRecord& record, int64_t worst_case) const {
+    const int64_t need = worst_case * record.token_cost;
+    if (Budget() == 0 || need <= Budget()) return;
+    const bool bytes = options_.max_kv_bytes > 0;
+    const std::string per_token =
+        bytes ? " x " + std::to_string(record.token_cost) + " bytes per token" : "";
+    Throw(ErrorCode::kResourceExhausted,
+          "RequestScheduler: request " + std::to_string(record.id) + " needs " +
+              std::to_string(need) + (bytes ? " KV bytes" : " KV tokens") +
+              " (rows x (prompt + max_new_tokens)" + per_token + ") but " +
+              (bytes ? "max_kv_bytes" : "max_kv_tokens") + " is " + std::to_string(Budget()));
+  }
+
+  // The KV budget in its unit (tokens or bytes); 0: none.
+  int64_t Budget() const { return std::max(options_.max_kv_tokens, options_.max_kv_bytes); }
+  // The charges of the admitted requests in the budget's unit.
+  int64_t ReservedLocked() const {
+    return options_.max_kv_bytes > 0 ? stats_.kv_bytes_reserved : stats_.kv_tokens_reserved;
+  }
+
+  // The request's model (its session's), or null.
+  static const ModelProto* ModelOf(const GenerationRequest& request) {
+    if (request.session != nullptr) return &request.session->model();
+    return request.model.get();
+  }
+
+  // The request's prompt tensor; null without a valid one (it fails when it runs).
+  static const Tensor* PromptOf(const GenerationRequest& request) {
+    auto ids = request.feeds.find(request.options.input_ids_name);
+    if (ids == request.feeds.end() || !ids->second.is_tensor() || ids->second.tensor().rank() != 2)
+      return nullptr;
+    return &ids->second.tensor();
+  }
+
+  // A request's worst-case cache: rows x (prompt + max_new_tokens).
+  static int64_t WorstCaseKvTokens(const GenerationRequest& request) {
+    const Tensor* t = PromptOf(request);
+    if (t == nullptr) return 0;
+    return t->dim(0) * (t->dim(1) + std::max<int64_t>(request.options.max_new_tokens, 0));
+  }
+
+  // The cache its prompt fills: rows x prompt.
+  static int64_t PromptKvTokens(const GenerationRequest& request) {
+    const Tensor* t = PromptOf(request);
+    return t == nullptr ? 0 : t->numel();
+  }
+
+  // Whether the request will run in batched mode (StartGeneration decides the same way).
+  bool BatchedModel(const GenerationRequest& request) const {
+    const ModelProto* model = ModelOf(request);
+    return options_.batch_rows && model != nullptr && HasRowCaches(model->graph());
+  }
+
+  // Whether batched requests are charged as their caches grow (kGrowAndPreempt,
+  // kGrowAndRefuse) rather than their worst case.
+  bool Growing() const {
+    return Budget() > 0 && options_.kv_admission != KvAdmission::kReserveWorstCase;
+  }
+
+  // A queued request that is cancelled completes at once with its prompt; a preempted one
+  // resumes its generation, which ends at the call it was preempted at with the tokens so far.
   void CancelQueued(const std::shared_ptr<RequestRecord>& record) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = std::find(pending_.begin(), pending_.end(), record);
       if (it == pending_.end()) return;  // running or done: the step loop sees the token
+      if (record->history.parked != nullptr && !record->cancel->cancelled()) return;
       pending_.erase(it);
+      if (record->history.parked != nullptr) return EndPreemptedLocked(*record);
     }
     record->CompleteWithPrompt();
     std::lock_guard<std::mutex> lock(mutex_);
@@ -223,7 +334,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     record->Complete(error, std::move(tokens));
     std::lock_guard<std::mutex> lock(mutex_);
     --in_flight_;
-    stats_.kv_tokens_reserved -= record->kv_tokens;
+    ReleaseLocked(*record);
     if (batched) --batched_running_;
     AdmitLocked();
     MaybeStepLocked();
@@ -264,21 +375,149 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     if (IdleLocked()) idle_.notify_all();
   }
 
+  // A preempted request cancelled meanwhile (taken out of the queue): its generation resumes
+  // with no charge and no step, and ends at the call it was preempted at.
+  void EndPreemptedLocked(RequestRecord& record) {
+    PendingCall* parked = std::exchange(record.history.parked, nullptr);
+    ++in_flight_;
+    ++batched_running_;  // until its Finish
+    MakeReadyLocked(parked->handle);
+  }
+
   void AdmitLocked() {
     while (in_flight_ < options_.max_in_flight && !pending_.empty()) {
-      const int64_t kv = pending_.front()->kv_tokens;
-      if (options_.max_kv_tokens > 0 && stats_.kv_tokens_reserved + kv > options_.max_kv_tokens)
-        return;  // the head waits until running requests free their reservations
-      stats_.kv_tokens_reserved += kv;
-      stats_.peak_kv_tokens_reserved =
-          std::max(stats_.peak_kv_tokens_reserved, stats_.kv_tokens_reserved);
+      // Cancelled through its own token while preempted: it ends without waiting for room.
+      if (pending_.front()->history.parked != nullptr && pending_.front()->cancel->cancelled()) {
+        std::shared_ptr<RequestRecord> record = std::move(pending_.front());
+        pending_.pop_front();
+        EndPreemptedLocked(*record);
+        continue;
+      }
+      const int64_t kv = pending_.front()->admission_tokens;
+      if (Budget() > 0 && ReservedLocked() + kv * pending_.front()->token_cost > Budget())
+        return;  // the head waits until running requests free their charges
       std::shared_ptr<RequestRecord> record = std::move(pending_.front());
       pending_.pop_front();
+      ChargeLocked(*record, kv);
       ++in_flight_;
-      ++starting_;
       peak_in_flight_ = std::max(peak_in_flight_, in_flight_);
+      if (record->history.parked != nullptr) {
+        ReadmitLocked(*record);
+        continue;
+      }
+      ++starting_;
       // Created suspended: the body runs when a runner resumes it.
       MakeReadyLocked(Drive(this, std::move(record)).handle);
+    }
+  }
+
+  // Raises the request's charge to `kv_tokens`.
+  void ChargeLocked(RequestRecord& record, int64_t kv_tokens) {
+    if (kv_tokens <= record.kv_tokens) return;
+    AddChargeLocked(record, kv_tokens - record.kv_tokens);
+  }
+
+  // Frees the request's charge.
+  void ReleaseLocked(RequestRecord& record) { AddChargeLocked(record, -record.kv_tokens); }
+
+  void AddChargeLocked(RequestRecord& record, int64_t tokens) {
+    record.kv_tokens += tokens;
+    stats_.kv_tokens_reserved += tokens;
+    stats_.peak_kv_tokens_reserved =
+        std::max(stats_.peak_kv_tokens_reserved, stats_.kv_tokens_reserved);
+    if (options_.max_kv_bytes == 0) return;
+    stats_.kv_bytes_reserved += tokens * record.token_cost;
+    stats_.peak_kv_bytes_reserved =
+        std::max(stats_.peak_kv_bytes_reserved, stats_.kv_bytes_reserved);
+  }
+
+  // The tokens a call's request caches hold once the call ran.
+  static int64_t NeedOf(const PendingCall& p) {
+    return p.record->history.Tokens() + p.fed_ids.numel();
+  }
+
+  // Whether the call runs in its step: neither cancelled nor refused.
+  static bool Live(const PendingCall& p) {
+    return p.call.error == nullptr && !p.record->cancel->cancelled();
+  }
+
+  // Growing charges: charges each live call of the step the tokens it adds to its caches;
+  // while they do not fit, preempts (or refuses) the newest request of the step. The oldest
+  // always fits alone (worst cases were checked at submission), so the others free enough.
+  void FitStepLocked(std::vector<PendingCall*>& step) {
+    for (;;) {
+      int64_t growth = 0;
+      PendingCall* newest = nullptr;
+      for (PendingCall* p : step) {
+        if (!Live(*p)) continue;  // adds nothing: it leaves the step
+        growth += std::max<int64_t>(0, NeedOf(*p) - p->record->kv_tokens) * p->record->token_cost;
+        if (newest == nullptr || p->record->id > newest->record->id) newest = p;
+      }
+      if (ReservedLocked() + growth <= Budget()) break;
+      if (options_.kv_admission == KvAdmission::kGrowAndRefuse) {
+        RefuseLocked(*newest);  // stays in the step: resumed with its error
+      } else {
+        PreemptLocked(newest);
+        step.erase(std::find(step.begin(), step.end(), newest));
+      }
+    }
+    for (PendingCall* p : step)
+      if (Live(*p)) ChargeLocked(*p->record, NeedOf(*p));
+  }
+
+  // kGrowAndRefuse: the request fails with its call, naming what its step needed; its charge
+  // is freed at once for the others of the step.
+  void RefuseLocked(PendingCall& p) {
+    RequestRecord& r = *p.record;
+    const bool bytes = options_.max_kv_bytes > 0;
+    const int64_t others = ReservedLocked() - r.kv_tokens * r.token_cost;
+    p.call.error = std::make_exception_ptr(
+        Error(ErrorCode::kResourceExhausted,
+              "RequestScheduler: request " + std::to_string(r.id) +
+                  " cannot grow its KV cache: its next step needs " +
+                  std::to_string(NeedOf(p) * r.token_cost) + (bytes ? " KV bytes" : " KV tokens") +
+                  ", the other requests hold " + std::to_string(others) + " of " +
+                  (bytes ? "max_kv_bytes " : "max_kv_tokens ") + std::to_string(Budget()) +
+                  " (kv_admission grow_and_refuse)"));
+    ReleaseLocked(r);
+  }
+
+  // Drops the request's caches and charge and queues it first, its call parked: readmitted,
+  // it recomputes what its caches held plus this call's tokens.
+  void PreemptLocked(PendingCall* p) {
+    RequestRecord& r = *p->record;
+    r.admission_tokens = NeedOf(*p);
+    ReleaseLocked(r);
+    *p->call.rows = r.history.initial_rows;  // releases its pages
+    r.history.parked = p;
+    ++stats_.preemptions;
+    ++r.stats.preemptions;
+    --in_flight_;
+    pending_.push_front(r.shared_from_this());
+  }
+
+  // A readmitted request's parked call feeds everything its caches held plus its own tokens
+  // (the mask already covers them all) and joins the next step.
+  void ReadmitLocked(RequestRecord& r) {
+    PendingCall* p = std::exchange(r.history.parked, nullptr);
+    RowHistory& h = r.history;
+    p->fed_ids = Joined(h.ids_name, std::exchange(h.ids, {}), p->fed_ids);
+    p->call.feeds[h.ids_name] = RuntimeValue(p->fed_ids);
+    if (!h.positions_name.empty()) {
+      p->fed_positions = Joined(h.positions_name, std::exchange(h.positions, {}), p->fed_positions);
+      p->call.feeds[h.positions_name] = RuntimeValue(p->fed_positions);
+    }
+    waiting_.push_back(p);
+    MaybeStepLocked();
+  }
+
+  // kGrowAndPreempt: the tokens of the step's calls that ran are now in their caches.
+  void RecordCachedLocked(const std::vector<PendingCall*>& step) {
+    for (PendingCall* p : step) {
+      if (p->call.error != nullptr || p->call.outputs.empty()) continue;  // failed or skipped
+      AppendRows(p->record->history.ids, p->fed_ids);
+      if (!p->record->history.positions_name.empty())
+        AppendRows(p->record->history.positions, p->fed_positions);
     }
   }
 
@@ -307,6 +546,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
           step_due_ = false;
           stepping_ = true;
           step.swap(waiting_);
+          if (Growing()) FitStepLocked(step);
         } else if (ready_.empty()) {
           --runners_;
           NotifyIfIdleLocked();
@@ -345,7 +585,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
   void RunBatchedStep(std::vector<PendingCall*> step) {
     std::vector<RowCall*> live;
     for (PendingCall* p : step)
-      if (p->cancel == nullptr || !p->cancel->cancelled()) live.push_back(&p->call);
+      if (Live(*p)) live.push_back(&p->call);
     std::vector<int64_t> sizes;
     try {
       sizes = RunRowCalls(context_, live);
@@ -356,8 +596,10 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     std::lock_guard<std::mutex> lock(mutex_);
     stepping_ = false;
     RecordCallsLocked(sizes);
+    if (Growing()) RecordCachedLocked(step);
     batched_running_ += static_cast<int64_t>(step.size());
     for (PendingCall* p : step) MakeReadyLocked(p->handle);
+    MaybeStepLocked();  // a readmitted request may wait alone
   }
 
   void RecordCallsLocked(const std::vector<int64_t>& sizes) {
@@ -382,23 +624,38 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     void await_resume() const noexcept {}
   };
   static Task<RuntimeValueMap> BatchedCall(SchedulerCore* core, const RuntimeSession* session,
-                                           const TaskCompletion* cancel,
+                                           RequestRecord* record,
                                            const std::vector<std::string>* logits,
                                            RuntimeValueMap feeds,
                                            std::vector<RuntimeValueMap>* rows) {
-    PendingCall pending{RowCall{session, std::move(feeds), rows, logits, {}, {}}, cancel, {}};
+    PendingCall pending{
+        RowCall{session, std::move(feeds), rows, logits, {}, {}}, record, {}, {}, {}};
+    if (core->Growing()) TrackFed(pending);
     co_await Enlisted{core, &pending};
     if (pending.call.error) std::rethrow_exception(pending.call.error);
     co_return std::move(pending.call.outputs);
   }
 
+  // kGrowAndPreempt: the tokens the call adds to its caches (shared owners: no copy), and the
+  // caches before the request's first call, which a preemption restores.
+  static void TrackFed(PendingCall& pending) {
+    RowHistory& h = pending.record->history;
+    if (h.initial_rows.empty()) h.initial_rows = *pending.call.rows;
+    pending.fed_ids = pending.call.feeds.at(h.ids_name).tensor();
+    auto positions = pending.call.feeds.find(h.positions_name);
+    if (positions == pending.call.feeds.end())
+      h.positions_name.clear();  // the model takes none
+    else
+      pending.fed_positions = positions->second.tensor();
+  }
+
   // The step runner of a batched request: each model call waits for the next step.
-  StepRunner BatchedRunner(std::shared_ptr<const RuntimeSession> session,
-                           const TaskCompletion* cancel, const std::string& logits_name) {
+  StepRunner BatchedRunner(std::shared_ptr<const RuntimeSession> session, RequestRecord* record,
+                           const std::string& logits_name) {
     auto logits = std::make_shared<const std::vector<std::string>>(1, logits_name);
-    return [this, session = std::move(session), cancel, logits](
+    return [this, session = std::move(session), record, logits](
                RuntimeValueMap feeds, std::vector<RuntimeValueMap>* rows) {
-      return BatchedCall(this, session.get(), cancel, logits.get(), std::move(feeds), rows);
+      return BatchedCall(this, session.get(), record, logits.get(), std::move(feeds), rows);
     };
   }
 
@@ -424,10 +681,12 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     GenerationOptions options = std::move(r->request.options);
     TokenCallback on_token = r->TakeTimedTokenCallback();
     std::shared_ptr<const RuntimeSession> session = SessionOf(r);
-    *batched = core->options_.batch_rows && HasRowCaches(*session);
+    *batched = core->options_.batch_rows && HasRowCaches(session->model().graph());
     r->stats.mode = *batched ? "batched" : "per_request";
+    r->history.ids_name = options.input_ids_name;
+    r->history.positions_name = options.position_ids_name;
     if (*batched)
-      options.step_runner = core->BatchedRunner(session, r->cancel.get(), options.logits_name);
+      options.step_runner = core->BatchedRunner(session, r, options.logits_name);
     else
       options.step_gate = [core](int64_t) { return YieldTurn(core); };
     return GenerateTask(std::move(session), core->context(), std::move(r->request.feeds),

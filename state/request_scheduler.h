@@ -13,6 +13,11 @@
 // - "per_request" (any other model, or SchedulerOptions::batch_rows = false): the policy
 //   below.
 //
+// KV budget (SchedulerOptions::max_kv_tokens or max_kv_bytes): admission waits until a request's
+// charge fits; under KvAdmission::kGrowAndPreempt a batched request can be preempted between steps
+// and recomputed when readmitted, unseen by its caller (same token stream, same sampler), or,
+// under kGrowAndRefuse, fail with its own error.
+//
 // Per-request policy: FIFO admission with per-step round-robin interleaving. At most
 // `max_in_flight` requests are admitted at a time; the rest wait in submission order. Every
 // admitted request is a GenerateTask coroutine whose step gate (GenerationOptions::step_gate)
@@ -53,16 +58,38 @@
 
 namespace onnx_light::core::runtime {
 
+// How the KV budget (SchedulerOptions::max_kv_tokens or max_kv_bytes) admits requests.
+enum class KvAdmission {
+  // Each request reserves its worst case, rows x (prompt + max_new_tokens), when admitted:
+  // a running request never has to be preempted, but the budget is mostly unused.
+  kReserveWorstCase,
+  // Batched mode (row caches): a request is admitted when its prompt fits, and is charged
+  // the tokens its caches actually hold, step by step. When a step's calls would exceed the
+  // budget, the newest running request (highest id) is preempted: its caches are released
+  // and it goes back to the front of the queue; readmitted, it recomputes its prompt and the
+  // tokens generated so far as one call and continues (no token repeated or lost; the
+  // sampler continues). Per-request-mode requests still reserve their worst case.
+  kGrowAndPreempt,
+  // As kGrowAndPreempt, but the newest running request fails instead (kResourceExhausted,
+  // naming what its step needed and what the others hold): for callers who would rather retry
+  // elsewhere than wait and recompute.
+  kGrowAndRefuse,
+};
+
 struct SchedulerOptions {
   int64_t max_in_flight = 4;       // requests admitted at once; the others wait FIFO
   int64_t max_parallel_steps = 0;  // model calls running at once; 0 = the arena's concurrency
   bool batch_rows = true;  // batched mode for models with row caches; false: per_request always
-  // KV budget in cached tokens over all admitted requests (0: none). Each request reserves
-  // its worst case, rows x (prompt + max_new_tokens), when admitted and frees it when done;
-  // the queue head waits (FIFO) until its reservation fits. A request whose reservation
-  // alone exceeds the budget fails at once (kResourceExhausted). Reserving the worst case
-  // means a running request never has to be preempted.
+  // KV budget in cached tokens over all admitted requests (0: none), charged as
+  // `kv_admission` says; the queue head waits (FIFO) until its charge fits. A request whose
+  // worst case alone, rows x (prompt + max_new_tokens), exceeds the budget fails at once
+  // (kResourceExhausted).
   int64_t max_kv_tokens = 0;
+  // The same budget in bytes (0: none; not with max_kv_tokens): each request's tokens cost
+  // its model's KV bytes per token, read from the cache declarations (state/kv_cache_size.h);
+  // a request whose model's declarations give no size fails at once (kInvalidArgument).
+  int64_t max_kv_bytes = 0;
+  KvAdmission kv_admission = KvAdmission::kReserveWorstCase;
 };
 
 // What the scheduler ran so far.
@@ -71,7 +98,9 @@ struct SchedulerStats {
   int64_t batched_requests = 0, per_request_requests = 0;  // requests started in each mode
   int64_t batched_calls = 0;                               // batched mode: model calls made
   int64_t max_batch_size = 0;  // the most rows one batched model call held
-  int64_t kv_tokens_reserved = 0, peak_kv_tokens_reserved = 0;  // against max_kv_tokens
+  int64_t kv_tokens_reserved = 0, peak_kv_tokens_reserved = 0;  // charged KV tokens
+  int64_t kv_bytes_reserved = 0, peak_kv_bytes_reserved = 0;    // the same in bytes (max_kv_bytes)
+  int64_t preemptions = 0;  // kGrowAndPreempt: requests preempted (each time counted)
   // The rows of each batched model call, in order (the last kMaxRecordedCalls).
   std::vector<int64_t> batch_sizes;
   static constexpr size_t kMaxRecordedCalls = 4096;
@@ -99,6 +128,7 @@ struct RequestStats {
                                           // the request started running)
   int64_t total_ns = 0;                   // submission -> completion
   bool cancelled = false;
+  int64_t preemptions = 0;     // times it was preempted (KvAdmission::kGrowAndPreempt)
   std::string mode;            // "batched" or "per_request" once it started running
   GenerationStats generation;  // wall time of each model call
 };

@@ -43,6 +43,7 @@ py::dict StatsToPython(const RequestStats& s) {
   d["token_latency_ns"] = s.token_latency_ns;
   d["total_ns"] = s.total_ns;
   d["cancelled"] = s.cancelled;
+  d["preemptions"] = s.preemptions;
   d["mode"] = s.mode;
   d["step_ns"] = s.generation.step_ns;
   d["used_persistent_state"] = s.generation.used_persistent_state;
@@ -59,7 +60,33 @@ py::dict SchedulerStatsToPython(const SchedulerStats& s) {
   d["batch_sizes"] = s.batch_sizes;
   d["kv_tokens_reserved"] = s.kv_tokens_reserved;
   d["peak_kv_tokens_reserved"] = s.peak_kv_tokens_reserved;
+  d["kv_bytes_reserved"] = s.kv_bytes_reserved;
+  d["peak_kv_bytes_reserved"] = s.peak_kv_bytes_reserved;
+  d["preemptions"] = s.preemptions;
   return d;
+}
+
+// kv_admission from its Python name.
+core::runtime::KvAdmission KvAdmissionFromName(const std::string& name) {
+  if (name == "reserve_worst_case") return core::runtime::KvAdmission::kReserveWorstCase;
+  if (name == "grow_and_preempt") return core::runtime::KvAdmission::kGrowAndPreempt;
+  if (name == "grow_and_refuse") return core::runtime::KvAdmission::kGrowAndRefuse;
+  throw py::value_error(
+      "RequestScheduler: kv_admission must be 'reserve_worst_case', 'grow_and_preempt' or "
+      "'grow_and_refuse', got '" +
+      name + "'");
+}
+
+std::string KvAdmissionName(core::runtime::KvAdmission policy) {
+  switch (policy) {
+    case core::runtime::KvAdmission::kGrowAndPreempt:
+      return "grow_and_preempt";
+    case core::runtime::KvAdmission::kGrowAndRefuse:
+      return "grow_and_refuse";
+    case core::runtime::KvAdmission::kReserveWorstCase:
+      break;
+  }
+  return "reserve_worst_case";
 }
 
 // Owns the native scheduler; waits for its requests with the GIL released (their callbacks
@@ -98,7 +125,8 @@ void RegisterScheduler(py::module_& runtime) {
           "stats", [](const RequestHandle& h) { return StatsToPython(Wait(h).stats); },
           "Blocks until the request completes; returns its stats as a dict: id, tokens, "
           "queue_wait_ns, time_to_first_token_ns, token_latency_ns, total_ns, cancelled, "
-          "mode ('batched' or 'per_request'), step_ns, used_persistent_state. Raises the "
+          "mode ('batched' or 'per_request'), preemptions, step_ns, used_persistent_state. "
+          "Raises the "
           "request's error.")
       .def("cancel", &RequestHandle::Cancel, py::arg("reason") = "cancelled",
            py::call_guard<py::gil_scoped_release>(),
@@ -117,13 +145,30 @@ void RegisterScheduler(py::module_& runtime) {
                           "batch_rows=False); otherwise round-robin token steps between them "
                           "on the shared TBB arena (mode 'per_request').")
       .def(py::init([](RuntimeContext& context, int64_t max_in_flight, int64_t max_parallel_steps,
-                       bool batch_rows, int64_t max_kv_tokens) {
+                       bool batch_rows, int64_t max_kv_tokens, const std::string& kv_admission,
+                       int64_t max_kv_bytes) {
              return std::make_unique<PyScheduler>(
                  context,
-                 SchedulerOptions{max_in_flight, max_parallel_steps, batch_rows, max_kv_tokens});
+                 SchedulerOptions{max_in_flight, max_parallel_steps, batch_rows, max_kv_tokens,
+                                  max_kv_bytes, KvAdmissionFromName(kv_admission)});
            }),
            py::arg("context"), py::arg("max_in_flight") = 4, py::arg("max_parallel_steps") = 0,
-           py::arg("batch_rows") = true, py::arg("max_kv_tokens") = 0, py::keep_alive<1, 2>())
+           py::arg("batch_rows") = true, py::arg("max_kv_tokens") = 0,
+           py::arg("kv_admission") = "reserve_worst_case", py::arg("max_kv_bytes") = 0,
+           py::keep_alive<1, 2>(),
+           "max_kv_tokens (0: no budget) bounds the cached tokens of the admitted requests. "
+           "kv_admission='reserve_worst_case' (default): each request reserves rows x (prompt + "
+           "max_new_tokens) when admitted. 'grow_and_preempt' (batched mode): a request is "
+           "admitted when its prompt fits and charged its cached tokens step by step; when a "
+           "step would exceed the budget the newest running request is preempted (caches "
+           "released, back to the front of the queue) and, readmitted, recomputes its prompt "
+           "and generated tokens and continues with no token repeated or lost. "
+           "'grow_and_refuse': the same, but that request fails with MemoryError instead. "
+           "Either way a "
+           "request whose worst case alone exceeds the budget fails with MemoryError. "
+           "max_kv_bytes (instead of max_kv_tokens) is the budget in bytes: each token costs "
+           "its model's KV bytes per token, from the cache declarations (a model whose "
+           "declarations give no size is refused with ValueError).")
       .def(
           "submit",
           [](PyScheduler& self, py::handle model_obj, const py::dict& feeds,
@@ -180,6 +225,13 @@ void RegisterScheduler(py::module_& runtime) {
            })
       .def_property_readonly("max_in_flight",
                              [](PyScheduler& self) { return self.get().options().max_in_flight; })
+      .def_property_readonly("max_kv_tokens",
+                             [](PyScheduler& self) { return self.get().options().max_kv_tokens; })
+      .def_property_readonly("max_kv_bytes",
+                             [](PyScheduler& self) { return self.get().options().max_kv_bytes; })
+      .def_property_readonly(
+          "kv_admission",
+          [](PyScheduler& self) { return KvAdmissionName(self.get().options().kv_admission); })
       .def_property_readonly("queued", [](PyScheduler& self) { return self.get().queued(); })
       .def_property_readonly("in_flight", [](PyScheduler& self) { return self.get().in_flight(); })
       .def_property_readonly("peak_in_flight",
@@ -189,8 +241,9 @@ void RegisterScheduler(py::module_& runtime) {
           "What ran so far, as a dict: mode ('batched', 'per_request', 'mixed' or '' before any "
           "request started), batched_requests, per_request_requests, batched_calls, "
           "max_batch_size, batch_sizes (rows of each batched model call, the last 4096), "
-          "kv_tokens_reserved, peak_kv_tokens_reserved (against max_kv_tokens: each admitted "
-          "request reserves rows x (prompt + max_new_tokens) cached tokens).");
+          "kv_tokens_reserved, peak_kv_tokens_reserved (charged against max_kv_tokens as "
+          "kv_admission says), kv_bytes_reserved, peak_kv_bytes_reserved (the same in bytes, "
+          "with max_kv_bytes), preemptions (grow_and_preempt: requests preempted).");
 }
 
 }  // namespace onnx_light::python

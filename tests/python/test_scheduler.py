@@ -326,3 +326,127 @@ def test_a_kv_budget_queues_requests_until_they_fit_and_refuses_one_that_never_f
     assert scheduler.peak_in_flight == 2
     stats = scheduler.stats()
     assert stats["peak_kv_tokens_reserved"] == 22 and stats["kv_tokens_reserved"] == 0
+
+
+# kv_admission="grow_and_preempt": admitted on the prompt, charged as the caches grow, the
+# newest running request preempted (and recomputed when readmitted) when a step would not fit.
+def test_grow_and_preempt_gives_every_preempted_request_its_alone_tokens(paged_model, context):
+    prompts = [[(i * 11 + t * 7) % 95 for t in range(1 + i * 5 % 11)] for i in range(12)]
+    options = [runtime.GenerationOptions(max_new_tokens=6 + i % 4 * 3) for i in range(12)]
+    expected = [paged_alone(paged_model, context, p, o) for p, o in zip(prompts, options)]
+    scheduler = runtime.RequestScheduler(context, max_in_flight=16, max_kv_tokens=40,
+                                         kv_admission="grow_and_preempt")
+    assert scheduler.kv_admission == "grow_and_preempt" and scheduler.max_kv_tokens == 40
+    streamed = {i: [] for i in range(12)}
+
+    def on_token(i):
+        return lambda step, tokens: streamed[i].append((step, tokens[0]))
+
+    handles = [scheduler.submit(paged_model, paged_feeds(p), o, on_token=on_token(i))
+               for i, (p, o) in enumerate(zip(prompts, options))]
+    preemptions = 0
+    for i, handle in enumerate(handles):
+        tokens = np.from_dlpack(handle.result())[0].tolist()
+        assert tokens == expected[i], i
+        # Every step once, in order: nothing repeated or lost across preemptions.
+        assert streamed[i] == list(enumerate(tokens[len(prompts[i]):])), i
+        preemptions += handle.stats()["preemptions"]
+    scheduler.wait_idle()
+    stats = scheduler.stats()
+    assert stats["preemptions"] > 0 and stats["preemptions"] == preemptions
+    assert stats["peak_kv_tokens_reserved"] <= 40 and stats["kv_tokens_reserved"] == 0
+
+
+def test_grow_and_preempt_cancel_while_preempted_and_refusal(paged_model, context):
+    older, newer = [3, 9], [8, 1, 5, 2]
+    older_options = runtime.GenerationOptions(max_new_tokens=16)  # 2 + 16 <= 20
+    newer_options = runtime.GenerationOptions(max_new_tokens=14)  # 4 + 14 <= 20
+    newer_alone = paged_alone(paged_model, context, newer, newer_options)
+    scheduler = runtime.RequestScheduler(context, max_in_flight=4, max_kv_tokens=20,
+                                         kv_admission="grow_and_preempt")
+    box, newer_streamed = {}, []
+    lock = threading.Lock()
+
+    # The newer one is preempted once both caches exceed 20 tokens and cannot come back
+    # before the older one ends: the older one's next token cancels it while preempted.
+    def cancel_the_preempted(step, tokens):
+        with lock:
+            if "cancelled" not in box and scheduler.stats()["preemptions"] == 1:
+                box["newer"].cancel("preempted and no longer wanted")
+                box["cancelled"] = step
+
+    first = scheduler.submit(paged_model, paged_feeds(older), older_options,
+                             on_token=cancel_the_preempted)
+    with lock:
+        box["newer"] = scheduler.submit(paged_model, paged_feeds(newer), newer_options,
+                                        on_token=lambda s, t: newer_streamed.append(t[0]))
+    too_big = scheduler.submit(paged_model, paged_feeds([1, 1, 1]),
+                               runtime.GenerationOptions(max_new_tokens=18))
+    with pytest.raises(MemoryError, match=r"request 2 needs 21 KV tokens \(rows x \(prompt \+ "
+                                          r"max_new_tokens\)\) but max_kv_tokens is 20"):
+        too_big.result()
+    assert np.from_dlpack(first.result())[0].tolist() == paged_alone(paged_model, context, older,
+                                                                     older_options)
+    tokens = np.from_dlpack(box["newer"].result())[0].tolist()
+    stats = box["newer"].stats()
+    assert stats["cancelled"] and stats["preemptions"] == 1
+    assert len(newer) < len(tokens) < len(newer_alone)
+    assert tokens == newer_alone[:len(tokens)]
+    assert newer_streamed == tokens[len(newer):]
+    scheduler.wait_idle()
+    assert scheduler.stats()["kv_tokens_reserved"] == 0
+    with pytest.raises(ValueError, match="kv_admission must be 'reserve_worst_case', "
+                                         "'grow_and_preempt' or 'grow_and_refuse', got 'lazy'"):
+        runtime.RequestScheduler(context, kv_admission="lazy")
+
+
+def test_a_kv_budget_in_bytes_uses_the_declared_bytes_per_token(model, paged_model, context):
+    # The contiguous tiny decoder declares past_{key,value}_i [batch, 4, past, 16] FLOAT:
+    # 2 layers x 2 caches x 4 x 16 x 4 bytes = 1024 bytes per token.
+    options = runtime.GenerationOptions(max_new_tokens=8)  # 1 x (3 + 8) = 11 tokens each
+    prompts = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    scheduler = runtime.RequestScheduler(context, max_in_flight=8, max_kv_bytes=25 * 1024)
+    assert scheduler.max_kv_bytes == 25 * 1024 and scheduler.max_kv_tokens == 0
+    handles = [scheduler.submit(model, feeds(p), options) for p in prompts]
+    too_big = scheduler.submit(model, feeds([1] * 20), options)  # 28 x 1024 > 25 x 1024
+    with pytest.raises(MemoryError, match=r"needs 28672 KV bytes \(rows x \(prompt \+ "
+                                          r"max_new_tokens\) x 1024 bytes per token\) but "
+                                          r"max_kv_bytes is 25600"):
+        too_big.result()
+    for handle, p in zip(handles, prompts):
+        np.testing.assert_array_equal(np.from_dlpack(handle.result()), alone(model, context, p, 8))
+    scheduler.wait_idle()
+    assert scheduler.peak_in_flight == 2
+    stats = scheduler.stats()
+    assert stats["peak_kv_bytes_reserved"] == 22 * 1024 and stats["kv_bytes_reserved"] == 0
+    # The paged tiny decoder declares its caches without a layout: no size per token.
+    refused = scheduler.submit(paged_model, paged_feeds([1, 2]), options)
+    with pytest.raises(ValueError, match="max_kv_bytes needs the model's KV bytes per token, but "
+                                         "the declaration of the cache input 'past_0' gives no "
+                                         "size per token"):
+        refused.result()
+    with pytest.raises(ValueError, match="set max_kv_tokens or max_kv_bytes, not both"):
+        runtime.RequestScheduler(context, max_kv_tokens=10, max_kv_bytes=10)
+
+
+def test_grow_and_refuse_fails_the_request_that_cannot_grow(paged_model, context):
+    older, newer = [3, 9], [8, 1, 5, 2]
+    older_options = runtime.GenerationOptions(max_new_tokens=16)  # 2 + 16 <= 20
+    newer_options = runtime.GenerationOptions(max_new_tokens=14)  # 4 + 14 <= 20
+    scheduler = runtime.RequestScheduler(context, max_in_flight=4, max_kv_tokens=20,
+                                         kv_admission="grow_and_refuse")
+    streamed = []
+    first = scheduler.submit(paged_model, paged_feeds(older), older_options)
+    second = scheduler.submit(paged_model, paged_feeds(newer), newer_options,
+                              on_token=lambda step, tokens: streamed.append(tokens[0]))
+    with pytest.raises(MemoryError, match=r"request 1 cannot grow its KV cache: its next step "
+                                          r"needs \d+ KV tokens, the other requests hold \d+ of "
+                                          r"max_kv_tokens 20 \(kv_admission grow_and_refuse\)"):
+        second.result()
+    assert np.from_dlpack(first.result())[0].tolist() == paged_alone(paged_model, context, older,
+                                                                     older_options)
+    newer_alone = paged_alone(paged_model, context, newer, newer_options)
+    assert 0 < len(streamed) < 14 and streamed == newer_alone[4:4 + len(streamed)]
+    scheduler.wait_idle()
+    stats = scheduler.stats()
+    assert stats["preemptions"] == 0 and stats["kv_tokens_reserved"] == 0

@@ -475,6 +475,28 @@ def test_a_full_queue_is_429_until_a_slot_frees(gated):
 
 # ---------------------------------------------------------------------------- the command
 
+def test_the_kv_budget_options_reach_the_scheduler():
+    import argparse
+
+    from onnx_light.serve import _app_from_args, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--demo", "--max-kv-tokens", "300",
+                              "--kv-admission", "grow_and_preempt"])
+    app = _app_from_args(args)
+    assert app.scheduler.max_kv_tokens == 300
+    assert app.scheduler.kv_admission == "grow_and_preempt"
+    with ServerThread(app, port=0) as server:
+        status, _, reply = request(server, "POST", "/v1/completions",
+                                   {"prompt": "abc", "max_tokens": 4, "temperature": 0})
+        assert status == 200
+        assert reply["choices"][0]["text"] == greedy(demo.text_generator(),
+                                                     demo.encode("abc"), 4)[0]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--demo", "--kv-admission", "lazy"])
+
+
 def test_the_command_serves_the_demo_and_stops_on_sigterm():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [os.path.join(REPO, "python"), os.environ.get("PYTHONPATH", "")]))

@@ -129,6 +129,15 @@ def add_arguments(parser) -> None:
                         help="requests generating at once")
     parser.add_argument("--max-queue", type=int, default=64,
                         help="requests waiting for a slot; one more is refused with 429")
+    parser.add_argument("--max-kv-tokens", type=int, default=0,
+                        help="KV budget in cached tokens over the requests generating (0: none)")
+    parser.add_argument("--kv-admission", choices=("reserve_worst_case", "grow_and_preempt",
+                                                     "grow_and_refuse"),
+                        default="reserve_worst_case",
+                        help="how the KV budget admits requests: reserve each one's worst "
+                             "case, or charge its cache as it grows and preempt the newest "
+                             "request when a step does not fit, or fail it (models with row "
+                             "caches)")
     parser.add_argument("--default-max-tokens", type=int, default=256,
                         help="max_tokens of a request that gives none")
     parser.add_argument("--max-body-bytes", type=int, default=Limits.max_body_bytes)
@@ -139,7 +148,8 @@ def add_arguments(parser) -> None:
 def _app_from_args(args) -> OpenAIApp:
     options = dict(model_name=args.model_name, threads=args.threads,
                    max_in_flight=args.max_in_flight, max_queue=args.max_queue,
-                   default_max_tokens=args.default_max_tokens)
+                   default_max_tokens=args.default_max_tokens,
+                   max_kv_tokens=args.max_kv_tokens, kv_admission=args.kv_admission)
     if args.demo:
         if args.model or args.tokenizer:
             raise ValueError("--demo serves the built-in model: give no MODEL nor --tokenizer")
@@ -151,8 +161,9 @@ def _app_from_args(args) -> OpenAIApp:
 
 def run(args) -> int:
     """Serves until interrupted (Ctrl-C, SIGTERM); 1 with a message if it cannot start."""
-    for name in ("max_in_flight", "max_queue", "default_max_tokens", "max_body_bytes"):
-        if getattr(args, name) < (0 if name == "max_queue" else 1):
+    for name in ("max_in_flight", "max_queue", "default_max_tokens", "max_body_bytes",
+                 "max_kv_tokens"):
+        if getattr(args, name) < (0 if name in ("max_queue", "max_kv_tokens") else 1):
             print(f"error: --{name.replace('_', '-')} is too small", file=sys.stderr)
             return 1
     try:

@@ -249,9 +249,13 @@ class OpenAIApp:
     and one runtime.RequestScheduler built on its context."""
 
     def __init__(self, generator, model_name: str, max_in_flight: int = 8,
-                 max_queue: int = 64, default_max_tokens: int = 256):
+                 max_queue: int = 64, default_max_tokens: int = 256, max_kv_tokens: int = 0,
+                 kv_admission: str = "reserve_worst_case"):
         self.generator, self.model_name = generator, model_name
-        self.scheduler = runtime.RequestScheduler(generator.context, max_in_flight=max_in_flight)
+        # max_kv_tokens/kv_admission: the scheduler's KV budget (runtime.RequestScheduler).
+        self.scheduler = runtime.RequestScheduler(generator.context, max_in_flight=max_in_flight,
+                                                  max_kv_tokens=max_kv_tokens,
+                                                  kv_admission=kv_admission)
         self.capacity = max_in_flight + max_queue
         self.default_max_tokens = default_max_tokens
         self.vocab_size = _vocab_size(generator.model)

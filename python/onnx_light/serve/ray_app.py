@@ -123,7 +123,7 @@ def app(model: str | None = None, tokenizer: str | None = None, demo: bool = Fal
         num_replicas: int | str | None = None, **options):
     """A Ray Serve application to serve.run(): the model (or demo=True) in `num_replicas`
     replicas ("auto": Ray's autoscaling). `options` go to OpenAIApp (model_name,
-    max_in_flight, max_queue, default_max_tokens, threads)."""
+    max_in_flight, max_queue, default_max_tokens, max_kv_tokens, kv_admission, threads)."""
     if not demo and not (model and tokenizer):
         raise ValueError("give model and tokenizer, or demo=True")
     deployment = OpenAIDeployment
@@ -140,7 +140,7 @@ def build(args: dict):
     replicas = args.pop("num_replicas", None)
     if replicas is not None and replicas != "auto":
         replicas = int(replicas)
-    for key in ("max_in_flight", "max_queue", "default_max_tokens", "threads"):
+    for key in ("max_in_flight", "max_queue", "default_max_tokens", "max_kv_tokens", "threads"):
         if key in args:
             args[key] = int(args[key])
     return app(model, tokenizer, demo, replicas, **args)

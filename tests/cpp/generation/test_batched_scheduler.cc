@@ -4,6 +4,7 @@
 // exactly the tokens it gives alone through Generate; a bad request fails alone.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -292,4 +293,215 @@ TEST_CASE(
   test_util::ExpectError([&] { RequestScheduler bad(context, {.max_kv_tokens = -1}); },
                          ErrorCode::kInvalidArgument,
                          "RequestScheduler: max_kv_tokens must be >= 0, got -1");
+}
+
+namespace {
+
+// What a request's token callback saw: the step indices and the tokens, in order.
+struct Streamed {
+  std::mutex mutex;
+  std::vector<int64_t> steps, tokens;
+  TokenCallback Callback() {
+    return [this](int64_t step, const std::vector<int64_t>& chosen) {
+      std::lock_guard<std::mutex> lock(mutex);
+      steps.push_back(step);
+      tokens.push_back(chosen[0]);
+      return true;
+    };
+  }
+  // Steps 0, 1, 2, ... (none repeated or skipped) whose tokens follow the prompt in `row`.
+  bool Matches(const std::vector<int64_t>& row, size_t prompt) {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (size_t i = 0; i < steps.size(); ++i)
+      if (steps[i] != static_cast<int64_t>(i)) return false;
+    return std::vector<int64_t>(row.begin() + static_cast<std::ptrdiff_t>(prompt), row.end()) ==
+           tokens;
+  }
+};
+
+SchedulerOptions Preempting(int64_t max_kv_tokens) {
+  return {.max_in_flight = 16,
+          .max_kv_tokens = max_kv_tokens,
+          .kv_admission = KvAdmission::kGrowAndPreempt};
+}
+
+}  // namespace
+
+TEST_CASE(
+    "grow_and_preempt: under a budget that forces preemption, 12 requests (greedy and sampled, "
+    "prompts of 1 to 11 tokens, some chunked) stream and return exactly the tokens each gives "
+    "alone") {
+  const std::shared_ptr<const ModelProto> model = RowsDecoder();
+  RuntimeContext context;
+  constexpr size_t kRequests = 12;
+  std::vector<std::vector<int64_t>> prompts(kRequests);
+  std::vector<GenerationOptions> options(kRequests);
+  std::vector<std::vector<int64_t>> alone(kRequests);
+  for (size_t i = 0; i < kRequests; ++i) {
+    for (size_t t = 0; t < 1 + i * 5 % 11; ++t)
+      prompts[i].push_back(static_cast<int64_t>((i * 11 + t * 7) % 40));
+    options[i].max_new_tokens = 6 + static_cast<int64_t>(i % 4) * 3;  // worst case <= 26
+    if (i % 3 == 2) {
+      options[i].temperature = 0.9f;
+      options[i].top_k = 8;
+      options[i].seed = 7 + i;
+    }
+    if (i % 4 == 1) options[i].prefill_chunk = 3;  // a recompute also covers chunks
+    alone[i] = Row(Generate(model, context, Feeds(prompts[i]), options[i]));
+  }
+  constexpr int64_t kBudget = 40;
+  RequestScheduler scheduler(context, Preempting(kBudget));
+  std::vector<Streamed> streamed(kRequests);
+  std::vector<RequestHandle> handles;
+  for (size_t i = 0; i < kRequests; ++i) {
+    GenerationRequest request{model, nullptr, Feeds(prompts[i]), options[i], {}, nullptr, nullptr};
+    request.on_token = streamed[i].Callback();
+    handles.push_back(scheduler.Submit(std::move(request)));
+  }
+  int64_t preemptions = 0;
+  for (size_t i = 0; i < kRequests; ++i) {
+    CAPTURE(i);
+    const GenerationResult result = handles[i].Get();
+    CHECK(Row(result.tokens) == alone[i]);
+    CHECK(streamed[i].Matches(alone[i], prompts[i].size()));
+    CHECK(result.stats.tokens == options[i].max_new_tokens);
+    preemptions += result.stats.preemptions;
+  }
+  scheduler.WaitIdle();
+  const SchedulerStats stats = scheduler.stats();
+  CHECK(stats.preemptions > 0);
+  CHECK(stats.preemptions == preemptions);
+  CHECK(stats.peak_kv_tokens_reserved <= kBudget);
+  CHECK(stats.kv_tokens_reserved == 0);
+  CHECK(stats.max_batch_size > 1);
+}
+
+TEST_CASE(
+    "grow_and_preempt: a request cancelled while preempted ends cancelled with the tokens it "
+    "streamed, and one that can never fit is refused naming its need and the budget") {
+  const std::shared_ptr<const ModelProto> model = RowsDecoder();
+  RuntimeContext context;
+  GenerationOptions older_options, newer_options;
+  older_options.max_new_tokens = 16;  // 2 + 16 = 18 <= 20
+  newer_options.max_new_tokens = 14;  // 4 + 14 = 18 <= 20
+  const std::vector<int64_t> older_prompt = {3, 9}, newer_prompt = {8, 1, 5, 2};
+  const std::vector<int64_t> older_alone =
+      Row(Generate(model, context, Feeds(older_prompt), older_options));
+  const std::vector<int64_t> newer_alone =
+      Row(Generate(model, context, Feeds(newer_prompt), newer_options));
+  // Both caches grow by one token per step until the newer one is preempted; it cannot come
+  // back before the older one ends (their caches then exceed 20), so the older one's first
+  // token after the preemption cancels it while it is preempted.
+  RequestScheduler scheduler(context, Preempting(20));
+  Streamed newer_streamed;
+  std::mutex mutex;
+  RequestHandle newer;
+  auto newer_token = std::make_shared<TaskCompletion>();
+  bool cancelled = false;
+  // Through its handle (taken out of the queue at once), or through its own token (it ends
+  // when the scheduler next admits, here when the older one ends).
+  bool through_handle = true;
+  SUBCASE("cancelled through its handle") { through_handle = true; }
+  SUBCASE("cancelled through its own TaskCompletion") { through_handle = false; }
+  GenerationRequest older{model, nullptr, Feeds(older_prompt), older_options, {}, nullptr, nullptr};
+  older.on_token = [&](int64_t, const std::vector<int64_t>&) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!cancelled && scheduler.stats().preemptions == 1) {
+      if (through_handle)
+        newer.Cancel("preempted and no longer wanted");
+      else
+        newer_token->Cancel("preempted and no longer wanted");
+      cancelled = true;
+    }
+    return true;
+  };
+  RequestHandle older_handle = scheduler.Submit(std::move(older));
+  {
+    GenerationRequest request{model, nullptr, Feeds(newer_prompt), newer_options,
+                              {},    nullptr, newer_token};
+    request.on_token = newer_streamed.Callback();
+    std::lock_guard<std::mutex> lock(mutex);
+    newer = scheduler.Submit(std::move(request));
+  }
+  GenerationOptions long_options;
+  long_options.max_new_tokens = 18;  // 1 x (3 + 18) = 21 > 20
+  RequestHandle too_big =
+      scheduler.Submit({model, nullptr, Feeds({1, 1, 1}), long_options, {}, nullptr, nullptr});
+  test_util::ExpectError([&] { too_big.Get(); }, ErrorCode::kResourceExhausted,
+                         "RequestScheduler: request 2 needs 21 KV tokens (rows x (prompt + "
+                         "max_new_tokens)) but max_kv_tokens is 20");
+  CHECK(Row(older_handle.Get().tokens) == older_alone);
+  const GenerationResult result = newer.Get();
+  const std::vector<int64_t> row = Row(result.tokens);
+  CHECK(result.stats.cancelled);
+  CHECK(result.stats.preemptions == 1);
+  CHECK(newer.completion()->reason() == "preempted and no longer wanted");
+  REQUIRE(row.size() > newer_prompt.size());
+  REQUIRE(row.size() < newer_alone.size());
+  CHECK(row == std::vector<int64_t>(newer_alone.begin(),
+                                    newer_alone.begin() + static_cast<std::ptrdiff_t>(row.size())));
+  CHECK(newer_streamed.Matches(row, newer_prompt.size()));
+  scheduler.WaitIdle();
+  CHECK(scheduler.stats().preemptions == 1);
+  CHECK(scheduler.stats().kv_tokens_reserved == 0);
+}
+
+TEST_CASE("grow_and_preempt: per-request-mode requests still reserve their worst case") {
+  const std::shared_ptr<const ModelProto> model = RowsDecoder();
+  RuntimeContext context;
+  GenerationOptions options;
+  options.max_new_tokens = 5;  // 1 x (3 + 5) = 8
+  SchedulerOptions per_request = Preempting(20);
+  per_request.batch_rows = false;
+  RequestScheduler scheduler(context, per_request);
+  RequestHandle a =
+      scheduler.Submit({model, nullptr, Feeds({3, 1, 4}), options, {}, nullptr, nullptr});
+  RequestHandle b =
+      scheduler.Submit({model, nullptr, Feeds({2, 7, 1}), options, {}, nullptr, nullptr});
+  CHECK(Row(a.Get().tokens) == Row(Generate(model, context, Feeds({3, 1, 4}), options)));
+  CHECK(Row(b.Get().tokens) == Row(Generate(model, context, Feeds({2, 7, 1}), options)));
+  scheduler.WaitIdle();
+  CHECK(scheduler.stats().peak_kv_tokens_reserved == 16);
+  CHECK(scheduler.stats().preemptions == 0);
+}
+
+TEST_CASE(
+    "grow_and_refuse: the newest request that cannot grow fails with its own error, the "
+    "others finish with their alone tokens") {
+  const std::shared_ptr<const ModelProto> model = RowsDecoder();
+  RuntimeContext context;
+  GenerationOptions older_options, newer_options;
+  older_options.max_new_tokens = 16;  // 2 + 16 = 18 <= 20
+  newer_options.max_new_tokens = 14;  // 4 + 14 = 18 <= 20
+  const std::vector<int64_t> older_prompt = {3, 9}, newer_prompt = {8, 1, 5, 2};
+  const std::vector<int64_t> newer_alone =
+      Row(Generate(model, context, Feeds(newer_prompt), newer_options));
+  RequestScheduler scheduler(
+      context,
+      {.max_in_flight = 4, .max_kv_tokens = 20, .kv_admission = KvAdmission::kGrowAndRefuse});
+  Streamed newer_streamed;
+  RequestHandle older =
+      scheduler.Submit({model, nullptr, Feeds(older_prompt), older_options, {}, nullptr, nullptr});
+  GenerationRequest request{model,   nullptr, Feeds(newer_prompt), newer_options, {},
+                            nullptr, nullptr};
+  request.on_token = newer_streamed.Callback();
+  RequestHandle newer = scheduler.Submit(std::move(request));
+  test_util::ExpectError([&] { newer.Get(); }, ErrorCode::kResourceExhausted,
+                         {"RequestScheduler: request 1 cannot grow its KV cache: its next step "
+                          "needs ",
+                          " of max_kv_tokens 20 (kv_admission grow_and_refuse)"});
+  CHECK(Row(older.Get().tokens) ==
+        Row(Generate(model, context, Feeds(older_prompt), older_options)));
+  // What it streamed before failing is its alone run's start.
+  std::vector<int64_t> streamed;
+  {
+    std::lock_guard<std::mutex> lock(newer_streamed.mutex);
+    streamed = newer_streamed.tokens;
+  }
+  REQUIRE(!streamed.empty());
+  REQUIRE(streamed.size() < 14);
+  CHECK(std::equal(streamed.begin(), streamed.end(), newer_alone.begin() + 4));
+  scheduler.WaitIdle();
+  CHECK(scheduler.stats().preemptions == 0);
+  CHECK(scheduler.stats().kv_tokens_reserved == 0);
 }

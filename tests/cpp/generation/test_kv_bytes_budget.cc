@@ -1,0 +1,133 @@
+// A KV budget in bytes (SchedulerOptions::max_kv_bytes): the bytes per token come from the
+// cache declarations (state/kv_cache_size.h); a model whose declarations give none is
+// refused; with a declared paged layout grow_and_preempt works in bytes as in tokens.
+#include <doctest/doctest.h>
+
+#include <cctype>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../expect_error.h"
+#include "core/error.h"
+#include "executor/runtime_context.h"
+#include "ops/ai_rt/paged_attention.h"
+#include "rows_decoder.h"
+#include "state/generate.h"
+#include "state/kv_cache_size.h"
+#include "state/request_scheduler.h"
+
+using namespace onnx_light;
+using namespace onnx_light::core;
+using namespace onnx_light::core::runtime;
+using onnx_light::onnx_kernels::kernel::PagedAttention;
+using test_util::RowsDecoder;
+
+namespace {
+
+RuntimeValueMap Feeds(const std::vector<int64_t>& prompt) {
+  RuntimeValueMap feeds;
+  feeds["input_ids"] = RuntimeValue(
+      Tensor::FromInt64("input_ids", {1, static_cast<int64_t>(prompt.size())}, prompt));
+  feeds["past"] = PagedAttention::AssembleRows({PagedAttention::EmptyCache()});
+  return feeds;
+}
+
+std::vector<int64_t> Row(const Tensor& t) {
+  return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + t.numel());
+}
+
+void AddField(StructTypeProto* s, const std::string& name, int32_t dtype,
+              const std::vector<std::string>& dims) {
+  auto* t = s->add_field();
+  t->set_name(name);
+  auto* tensor = t->mutable_type()->mutable_tensor_type();
+  tensor->set_elem_type(dtype);
+  auto* shape = tensor->mutable_shape();
+  for (const std::string& d : dims) {
+    if (std::isdigit(static_cast<unsigned char>(d[0])))
+      shape->add_dim()->set_dim_value(std::stoll(d));
+    else
+      shape->add_dim()->set_dim_param(d);
+  }
+}
+
+// The row-caches decoder with its paged cache layout declared: key and value pages
+// [batch, kKvHeads, capacity, kHeadSize] FLOAT, so 2 x 2 x 8 x 4 = 128 bytes per token.
+std::shared_ptr<const ModelProto> DeclaredLayoutDecoder() {
+  auto model = std::make_shared<ModelProto>(*RowsDecoder());
+  const std::string heads = std::to_string(test_util::kKvHeads);
+  const std::string width = std::to_string(test_util::kHeadSize);
+  TypeProto declared;
+  auto* cache = declared.mutable_sequence_type()->mutable_elem_type()->mutable_struct_type();
+  auto* blocks = cache->add_field();
+  blocks->set_name("blocks");
+  auto* block = blocks->mutable_type()->mutable_sequence_type()->mutable_elem_type();
+  StructTypeProto* b = block->mutable_struct_type();
+  AddField(b, "start", TensorProto::INT64, {});
+  AddField(b, "length", TensorProto::INT64, {});
+  AddField(b, "key", TensorProto::FLOAT, {"batch", heads, "capacity", width});
+  AddField(b, "value", TensorProto::FLOAT, {"batch", heads, "capacity", width});
+  GraphProto* g = model->mutable_graph();
+  for (auto& v : *g->mutable_input())
+    if (v.name() == "past") *v.mutable_type() = declared;
+  for (auto& v : *g->mutable_output())
+    if (v.name() == "present") *v.mutable_type() = declared;
+  return model;
+}
+
+}  // namespace
+
+TEST_CASE("KV bytes per token come from the cache declarations, or say why they cannot") {
+  CHECK(KvBytesPerToken(*DeclaredLayoutDecoder()).bytes == 128);
+  const KvTokenBytes layout_less = KvBytesPerToken(*RowsDecoder());
+  CHECK(layout_less.bytes == 0);
+  CHECK(layout_less.why_not.find("'past'") != std::string::npos);
+
+  RuntimeContext context;
+  RequestScheduler scheduler(context, {.max_kv_bytes = 4096});
+  RequestHandle refused =
+      scheduler.Submit({RowsDecoder(), nullptr, Feeds({1, 2}), {}, {}, nullptr, nullptr});
+  test_util::ExpectError([&] { refused.Get(); }, ErrorCode::kInvalidArgument,
+                         "RequestScheduler: request 0: max_kv_bytes needs the model's KV bytes "
+                         "per token, but the declaration of the cache input 'past' gives no "
+                         "size per token");
+  test_util::ExpectError(
+      [&] { RequestScheduler both(context, {.max_kv_tokens = 10, .max_kv_bytes = 10}); },
+      ErrorCode::kInvalidArgument, "set max_kv_tokens or max_kv_bytes, not both");
+}
+
+TEST_CASE(
+    "grow_and_preempt with a budget in bytes: preempted requests give their alone tokens, the "
+    "charges stay within the bytes, one that never fits is refused in bytes") {
+  const std::shared_ptr<const ModelProto> model = DeclaredLayoutDecoder();
+  RuntimeContext context;
+  std::vector<std::vector<int64_t>> prompts = {{4, 1}, {9, 9, 2, 7}, {3}, {5, 6, 7}, {8, 8}};
+  GenerationOptions options;
+  options.max_new_tokens = 10;  // worst case <= 14 tokens = 1792 bytes
+  constexpr int64_t kBudget = 20 * 128;
+  RequestScheduler scheduler(
+      context,
+      {.max_in_flight = 8, .max_kv_bytes = kBudget, .kv_admission = KvAdmission::kGrowAndPreempt});
+  std::vector<RequestHandle> handles;
+  for (const auto& p : prompts)
+    handles.push_back(scheduler.Submit({model, nullptr, Feeds(p), options, {}, nullptr, nullptr}));
+  GenerationOptions long_options;
+  long_options.max_new_tokens = 18;  // (3 + 18) x 128 = 2688 > 2560
+  RequestHandle too_big =
+      scheduler.Submit({model, nullptr, Feeds({1, 1, 1}), long_options, {}, nullptr, nullptr});
+  test_util::ExpectError([&] { too_big.Get(); }, ErrorCode::kResourceExhausted,
+                         "RequestScheduler: request 5 needs 2688 KV bytes (rows x (prompt + "
+                         "max_new_tokens) x 128 bytes per token) but max_kv_bytes is 2560");
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    CAPTURE(i);
+    CHECK(Row(handles[i].Get().tokens) ==
+          Row(Generate(model, context, Feeds(prompts[i]), options)));
+  }
+  scheduler.WaitIdle();
+  const SchedulerStats stats = scheduler.stats();
+  CHECK(stats.preemptions > 0);
+  CHECK(stats.peak_kv_bytes_reserved <= kBudget);
+  CHECK(stats.peak_kv_bytes_reserved == 128 * stats.peak_kv_tokens_reserved);
+  CHECK(stats.kv_bytes_reserved == 0);
+}
