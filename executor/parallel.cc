@@ -5,13 +5,154 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace onnx_light::core::runtime {
+
+namespace {
+
+inline void CpuRelax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+// One team call at a time: its pieces are claimed through `ticket` (call number in the high
+// 32 bits, next piece in the low 32), so a helper late from an earlier call cannot claim a
+// piece of the next one with the earlier call's function.
+struct SpinTeam : std::enable_shared_from_this<SpinTeam> {
+  std::atomic<uint64_t> ticket{0};
+  std::atomic<void (*)(const void*, int64_t, int64_t)> chunk{nullptr};
+  std::atomic<const void*> context{nullptr};
+  std::atomic<int64_t> n{0}, pieces{0};
+  std::atomic<int64_t> done{0};  // pieces finished in the current call
+  std::mutex error_mu;
+  std::exception_ptr error;
+  std::atomic<bool> stopped{false};
+  std::atomic<int> helpers{0};  // queued or spinning
+  int wanted = 0;               // the arena's threads besides the caller
+  Clock::duration idle_spin{};
+
+  // Runs pieces of the current call (number `call`) until none is left to claim.
+  void Work(uint64_t call) {
+    for (;;) {
+      uint64_t t = ticket.load(std::memory_order_acquire);
+      if ((t >> 32) != call) return;
+      const auto f = chunk.load(std::memory_order_relaxed);
+      const void* c = context.load(std::memory_order_relaxed);
+      const int64_t total = n.load(std::memory_order_relaxed);
+      const int64_t count = pieces.load(std::memory_order_relaxed);
+      const auto piece = static_cast<int64_t>(t & 0xffffffffu);
+      if (piece >= count) return;
+      if (!ticket.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel)) continue;
+      RunPiece(f, c, total * piece / count, total * (piece + 1) / count);
+    }
+  }
+
+  void RunPiece(void (*f)(const void*, int64_t, int64_t), const void* c, int64_t b, int64_t e) {
+    try {
+      f(c, b, e);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!error) error = std::current_exception();
+    }
+    done.fetch_add(1, std::memory_order_acq_rel);
+  }
+};
+
+namespace {
+
+thread_local SpinTeam* active_team = nullptr;  // set on the thread that owns the team
+thread_local bool in_team_call = false;        // running a piece of a team call
+
+// A helper: spins for calls, works their pieces, and leaves after idle_spin without one.
+void Help(const std::shared_ptr<SpinTeam>& team) {
+  in_team_call = true;
+  uint64_t last = ~uint64_t{0};  // joins a call already under way
+  Clock::time_point idle_from = Clock::now();
+  for (unsigned spins = 0; !team->stopped.load(std::memory_order_acquire); ++spins) {
+    const uint64_t call = team->ticket.load(std::memory_order_acquire) >> 32;
+    if (call != last) {
+      last = call;
+      team->Work(call);
+      idle_from = Clock::now();
+      continue;
+    }
+    CpuRelax();
+    if (spins % 64 == 0 && Clock::now() - idle_from > team->idle_spin) break;
+  }
+  in_team_call = false;
+  team->helpers.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+// Queues helpers until `wanted` are queued or spinning.
+void Recruit(const std::shared_ptr<SpinTeam>& team) {
+  while (team->helpers.load(std::memory_order_acquire) < team->wanted) {
+    team->helpers.fetch_add(1, std::memory_order_acq_rel);
+    tbb::this_task_arena::enqueue([team] { Help(team); });
+  }
+}
+
+void RunOnTeam(SpinTeam& team, int64_t n, int64_t grain,
+               void (*chunk)(const void*, int64_t, int64_t), const void* context) {
+  const int64_t threads = team.wanted + 1;
+  team.chunk.store(chunk, std::memory_order_relaxed);
+  team.context.store(context, std::memory_order_relaxed);
+  team.n.store(n, std::memory_order_relaxed);
+  team.pieces.store(std::min((n + grain - 1) / grain, 4 * threads), std::memory_order_relaxed);
+  team.done.store(0, std::memory_order_relaxed);
+  team.error = nullptr;
+  const uint64_t call = (team.ticket.load(std::memory_order_relaxed) >> 32) + 1;
+  team.ticket.store(call << 32, std::memory_order_release);
+  in_team_call = true;
+  team.Work(call);
+  in_team_call = false;
+  const int64_t pieces = team.pieces.load(std::memory_order_relaxed);
+  while (team.done.load(std::memory_order_acquire) < pieces) CpuRelax();
+  if (team.error) std::rethrow_exception(team.error);
+}
+
+}  // namespace
+
+SpinTeamScope::SpinTeamScope(std::chrono::microseconds idle_spin) : outer_(active_team) {
+  const int64_t threads = IntraOpThreads();
+  // Inside a team (a nested run, or a piece of a call) the outer team serves.
+  if (idle_spin.count() <= 0 || threads < 2 || in_team_call || active_team != nullptr) return;
+  team_ = std::make_shared<SpinTeam>();
+  team_->wanted = static_cast<int>(threads - 1);
+  team_->idle_spin = idle_spin;
+  Recruit(team_);
+  active_team = team_.get();
+}
+
+SpinTeamScope::~SpinTeamScope() {
+  if (!team_) return;
+  team_->stopped.store(true, std::memory_order_release);
+  active_team = outer_;
+}
 
 int64_t IntraOpThreads() { return std::max<int64_t>(1, tbb::this_task_arena::max_concurrency()); }
 
 void ParallelChunks(int64_t n, int64_t grain, void (*chunk)(const void*, int64_t, int64_t),
                     const void* context) {
+  if (in_team_call) return chunk(context, 0, n);  // the team is busy with the outer call
+  if (active_team != nullptr) {
+    if (active_team->helpers.load(std::memory_order_acquire) < active_team->wanted)
+      Recruit(active_team->shared_from_this());
+    return RunOnTeam(*active_team, n, grain, chunk, context);
+  }
   tbb::parallel_for(
       tbb::blocked_range<int64_t>(0, n, grain),
       [&](const tbb::blocked_range<int64_t>& r) { chunk(context, r.begin(), r.end()); });

@@ -5,9 +5,13 @@
 // call use the same free functions. No TBB header leaks from here (executor/parallel.cc).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 
 namespace onnx_light::core::runtime {
+
+struct SpinTeam;
 
 // Threads the running kernel may use: the concurrency of the arena it runs in (the
 // session's intra-op thread count), at least 1.
@@ -17,6 +21,27 @@ int64_t IntraOpThreads();
 // (n > grain >= 1) across the arena's threads. Use ParallelFor.
 void ParallelChunks(int64_t n, int64_t grain, void (*chunk)(const void*, int64_t, int64_t),
                     const void* context);
+
+// While alive on the thread that runs a plan inline (inside the session's arena), the
+// arena's other threads join that thread's ParallelFor calls as a team that spins between
+// them, instead of going to sleep after each product and being woken for the next: on a VM
+// waking an idle worker costs tens to hundreds of microseconds (perf/bench_matmul
+// BM_GemvAfterGap), a decode step runs ~120 products with serial nodes between them.
+// A helper that waits longer than `idle_spin` for the next call goes back to the arena
+// (it comes back at the next call); all of them go when the scope ends. ParallelFor calls
+// made inside a team call run on their own thread. No-op with one thread, idle_spin 0, or
+// inside another team's scope (the outer team serves).
+class SpinTeamScope {
+ public:
+  explicit SpinTeamScope(std::chrono::microseconds idle_spin);
+  ~SpinTeamScope();
+  SpinTeamScope(const SpinTeamScope&) = delete;
+  SpinTeamScope& operator=(const SpinTeamScope&) = delete;
+
+ private:
+  std::shared_ptr<SpinTeam> team_;
+  SpinTeam* outer_ = nullptr;
+};
 
 // Calls fn(begin, end) over [0, n) in chunks of at least `grain` (clamped to 1), on the
 // calling thread when n <= grain, else split across the arena's threads.

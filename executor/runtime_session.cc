@@ -12,6 +12,7 @@
 #include "core/onnx_arity.h"
 #include "executor/flow_executor.h"
 #include "executor/node_profile.h"
+#include "executor/parallel.h"
 #include "onnx_light.pb.h"
 
 namespace onnx_light::core::runtime {
@@ -89,6 +90,10 @@ RuntimeSession::RuntimeSession(std::shared_ptr<const ModelProto> model,
            "RuntimeSessionOptions.dequantize_matmul_accuracy_level must be 0 (float) or 4 (int8 "
            "activations), got " +
                std::to_string(options_.dequantize_matmul_accuracy_level));
+  OL_CHECK(options_.spin_wait_us >= 0 && options_.spin_wait_us <= 1'000'000,
+           ErrorCode::kInvalidArgument,
+           "RuntimeSessionOptions.spin_wait_us must be between 0 and 1000000, got " +
+               std::to_string(options_.spin_wait_us));
   impl_ = std::make_unique<Impl>(options_.intra_op_threads);
   if (options_.profile) impl_->profile = std::make_unique<NodeProfile>();
 }
@@ -214,6 +219,7 @@ void RuntimeSession::Execute(RuntimeContext& context, RunFrame& frame,
     impl_->arena.execute([&] {
       ScopedMaxTensorBytes scope(limit);
       ScopedRunBudget run_budget(budget.get());
+      SpinTeamScope team(std::chrono::microseconds(options_.spin_wait_us));
       ExecuteInline(plan, frame, child, run_options);
     });
     return;

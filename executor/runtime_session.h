@@ -66,6 +66,13 @@ struct RuntimeSessionOptions {
   size_t max_run_bytes = 0;
   // Time every node of every run and keep the totals per node (RuntimeSession::profile()).
   bool profile = false;
+  // Inline runs with several threads: how long (microseconds) the arena's other threads spin
+  // for the run's next parallel kernel before going back to sleep (executor/parallel.h,
+  // SpinTeamScope). Spinning saves the wake-up between a decode step's products on a machine
+  // whose cores are the run's own (SmolLM2 decode 5-10% faster with 1000); where other
+  // work shares the cores it costs more than it saves (30% slower measured on a busy VM
+  // host), hence off (0) by default. perf/README.md has the figures.
+  int spin_wait_us = 0;
 
   bool operator==(const RuntimeSessionOptions&) const = default;
 };

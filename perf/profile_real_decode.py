@@ -2,7 +2,7 @@
 per-op and per-node kernel tables from the runtime's events, inline executor.
 
     PYTHONPATH=python .venv/bin/python perf/profile_real_decode.py [--shape smollm2]
-        [--prompt 128] [--steps 16] [--threads 2] [--executor inline|flow]
+        [--prompt 128] [--steps 16] [--threads 2] [--executor inline|flow] [--spin-wait-us N]
 """
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--executor", default="inline")
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--spin-wait-us", type=int, default=0,
+                        help="RuntimeSessionOptions.spin_wait_us (helpers spin between kernels)")
     parser.add_argument("--no-events", action="store_true",
                         help="time the steps with events off (no tables): the events' own cost")
     args = parser.parse_args()
@@ -49,6 +51,7 @@ def main() -> None:
     context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)),
                                      events_enabled=not args.no_events)
     options = runtime.RuntimeSessionOptions(intra_op_threads=args.threads,
+                                            spin_wait_us=args.spin_wait_us,
                                             executor=args.executor,
                                             persistent_tensor_initial_capacity=args.prompt + 64)
     state = runtime.PersistentValueState(model, initial=export_hf.empty_cache(arch, 1, args.shape),

@@ -153,6 +153,13 @@ size_t CapacityFromPython(py::handle obj) {
   return SizeFromPython(obj, "persistent_tensor_initial_capacity");
 }
 
+// 0 .. one second: a longer spin would hold a core through any pause of a run.
+int SpinWaitFromPython(int us) {
+  if (us < 0 || us > 1'000'000)
+    throw py::value_error("spin_wait_us must be between 0 and 1000000, got " + std::to_string(us));
+  return us;
+}
+
 const char* ExecutorName(RuntimeSessionOptions::ExecutorMode mode) {
   switch (mode) {
     case RuntimeSessionOptions::ExecutorMode::kInline:
@@ -372,8 +379,8 @@ void RegisterSession(py::module_& runtime) {
   py::class_<RuntimeSessionOptions>(runtime, "RuntimeSessionOptions")
       .def(py::init([](int intra_op_threads, py::object capacity, const std::string& executor,
                        bool fold_constants, bool fuse_subgraphs, py::object max_tensor_bytes,
-                       bool profile, int dequantize_matmul_accuracy_level,
-                       py::object max_run_bytes) {
+                       bool profile, int dequantize_matmul_accuracy_level, py::object max_run_bytes,
+                       int spin_wait_us) {
              if (intra_op_threads < 0)
                throw py::value_error("intra_op_threads must be >= 0, got " +
                                      std::to_string(intra_op_threads));
@@ -389,6 +396,7 @@ void RegisterSession(py::module_& runtime) {
                o.max_run_bytes = SizeFromPython(max_run_bytes, "max_run_bytes");
              o.profile = profile;
              o.dequantize_matmul_accuracy_level = dequantize_matmul_accuracy_level;
+             o.spin_wait_us = SpinWaitFromPython(spin_wait_us);
              return o;
            }),
            py::kw_only(), py::arg("intra_op_threads") = 0,
@@ -396,6 +404,7 @@ void RegisterSession(py::module_& runtime) {
            py::arg("fold_constants") = true, py::arg("fuse_subgraphs") = true,
            py::arg("max_tensor_bytes") = py::none(), py::arg("profile") = false,
            py::arg("dequantize_matmul_accuracy_level") = 0, py::arg("max_run_bytes") = py::none(),
+           py::arg("spin_wait_us") = RuntimeSessionOptions{}.spin_wait_us,
            "max_tensor_bytes: the largest tensor one allocation of a run may request (None: "
            "half the physical memory; 0: unlimited); a larger one raises MemoryError naming "
            "the node and the size. max_run_bytes: the most bytes one run may hold allocated "
@@ -404,7 +413,14 @@ void RegisterSession(py::module_& runtime) {
            "every node of every run; the session's (or state's) profile() gives the totals, "
            "onnx_light.profiling.profile_table a table. "
            "dequantize_matmul_accuracy_level: 0 computes MatMul(A, DequantizeLinear(W)) "
-           "exactly in float; 4 quantizes A to int8 per 32 values, as onnxruntime does.")
+           "exactly in float; 4 quantizes A to int8 per 32 values, as onnxruntime does. "
+           "spin_wait_us: in an inline run with several threads, how long the other threads "
+           "spin for the next parallel kernel before sleeping (0: sleep at once, for machines "
+           "with more busy threads than cores).")
+      .def_property(
+          "spin_wait_us", [](const RuntimeSessionOptions& o) { return o.spin_wait_us; },
+          [](RuntimeSessionOptions& o, int v) { o.spin_wait_us = SpinWaitFromPython(v); },
+          "Microseconds an inline run's helper threads spin between parallel kernels.")
       .def_readwrite("profile", &RuntimeSessionOptions::profile,
                      "Time every node of every run (RuntimeSession.profile()).")
       .def_readwrite("dequantize_matmul_accuracy_level",

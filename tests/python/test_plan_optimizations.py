@@ -119,6 +119,30 @@ def test_folding_and_fusion_change_no_token_and_no_logit_beyond_1e_5(case):
             assert np.abs(a - b).max() <= 1e-5, options
 
 
+def test_spinning_helper_threads_change_no_bit_of_any_logit(case):
+    """spin_wait_us (executor/parallel.h SpinTeamScope): the same kernels split the same work
+    whichever threads take its pieces, so two threads spinning between kernels give exactly
+    the logits of two threads that sleep."""
+    arch, size, path = case
+    prompt = prompt_for(arch, size)
+    executor = {"executor": "inline"}
+    reference, _ = onnx_light_steps(path, arch, size, prompt, intra_op_threads=2, **executor)
+    for options in ({"intra_op_threads": 2, "spin_wait_us": 1000},
+                    {"intra_op_threads": 2, "spin_wait_us": 1}):
+        logits, _ = onnx_light_steps(path, arch, size, prompt, **options, **executor)
+        for a, b in zip(logits, reference):
+            np.testing.assert_array_equal(a, b, err_msg=str(options))
+
+
+def test_spin_wait_is_off_by_default_and_bounded():
+    assert runtime.RuntimeSessionOptions().spin_wait_us == 0
+    options = runtime.RuntimeSessionOptions(spin_wait_us=500)
+    assert options.spin_wait_us == 500
+    for bad in (-1, 1_000_001):
+        with pytest.raises(ValueError, match="spin_wait_us must be between 0 and 1000000"):
+            runtime.RuntimeSessionOptions(spin_wait_us=bad)
+
+
 def test_last_position_logits_equal_the_last_row_of_the_whole_logits(case):
     """state.run(..., last_position_only=True): the LM head multiplies the prompt's last row
     alone; the logits equal the last row of the whole prompt's logits (different products:
