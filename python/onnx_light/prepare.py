@@ -628,7 +628,8 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
                     f"confirmation (not interactive): pass --bind auto to accept them or "
                     f"--bind past=present ... to name them")
             if not confirm(candidates):
-                raise PrepareError("pairs not confirmed; nothing written")
+                raise PrepareError("pairs not confirmed; nothing written (pass --bind auto to "
+                               "accept them or --bind past=present ... to name them)")
         pairs = [(c.past, c.present) for c in candidates]
         conventions = {c.past: c.convention for c in candidates}
     _check_pairs(graph, pairs)
@@ -810,8 +811,17 @@ def add_arguments(parser) -> None:
                              "the original on onnxruntime")
 
 
+def _interactive() -> bool:
+    """Whether a user can answer: stdin is a terminal. A closed stdin (sys.stdin None, or a
+    closed file) is not, so prepare refuses at once instead of failing or waiting."""
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (ValueError, OSError):
+        return False
+
+
 def run(args) -> int:
-    confirm = _ask if args.bind is None and sys.stdin.isatty() else None
+    confirm = _ask if args.bind is None and _interactive() else None
     try:
         report = prepare_decoder(args.input, args.output, bind=args.bind, confirm=confirm,
                                  check_onnx=not args.no_onnx_check, paged=args.paged)

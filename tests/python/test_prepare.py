@@ -382,12 +382,13 @@ def test_genai_builder_model_binds_without_rewrites_and_generates():
             os.remove(out)
 
 
-def _cli(*args, stdin=subprocess.DEVNULL):
+def _cli(*args, stdin=subprocess.DEVNULL, preexec_fn=None):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python")]
                                         + env.get("PYTHONPATH", "").split(os.pathsep))
     return subprocess.run([sys.executable, "-m", "onnx_light", "prepare", *map(str, args)],
-                          capture_output=True, text=True, env=env, stdin=stdin, timeout=300)
+                          capture_output=True, text=True, env=env, stdin=stdin, timeout=300,
+                          preexec_fn=preexec_fn)
 
 
 def test_cli_prints_pairs_and_rewrites(raw_dir):
@@ -410,6 +411,19 @@ def test_cli_refuses_with_a_one_line_message(raw_dir):
     assert result.returncode != 0
     assert "unknown name 'nope'" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(raw_dir / "cli.onnx")
+
+
+def test_cli_with_stdin_closed_refuses_at_once_asking_for_bind(raw_dir):
+    """No terminal to ask on (file descriptor 0 closed, so Python has no sys.stdin): prepare
+    neither waits nor fails with a traceback; it refuses in one line that names --bind."""
+    result = _cli(raw_dir / "model.onnx", "-o", raw_dir / "cli.onnx",
+                  preexec_fn=lambda: os.close(0))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"onnx_light prepare: error: found {len(PAIRS)} past/present pairs but cannot ask for "
+        "confirmation (not interactive): pass --bind auto to accept them or --bind "
+        "past=present ... to name them"]
     assert not os.path.exists(raw_dir / "cli.onnx")
 
 
@@ -541,3 +555,34 @@ def test_undefined_inputs_see_enclosing_scopes():
               helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
         [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1])])
     assert prepare._undefined_inputs(graph) == {("Add node 'add'", "missing")}
+
+
+def _named_io(inputs, outputs):
+    """A graph with only the given input and output names (find_pairs reads names only)."""
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, None)  # noqa: E731
+    return helper.make_model(helper.make_graph([], "names", [value("input_ids")]
+                                               + [value(n) for n in inputs],
+                                               [value("logits")] + [value(n) for n in outputs]))
+
+
+@pytest.mark.parametrize("inputs, outputs, label", [
+    # Optimum (`optimum-cli export onnx`), torch.onnx dynamo and the onnxruntime-genai builder
+    # all name the caches past_key_values.N.key/value -> present.N.key/value.
+    (["past_key_values.0.key", "past_key_values.0.value", "past_key_values.1.key"],
+     ["present.0.key", "present.0.value", "present.1.key"], "past_key_values.* -> present.*"),
+    (["past_key_values.0.key"], ["present_key_values.0.key"],
+     "past_key_values.* -> present_key_values.*"),
+    (["past_key_values_0_key"], ["present_0_key"], "past_key_values_* -> present_*"),
+    (["past.0.key"], ["present.0.key"], "past.* -> present.*"),
+    (["past_0"], ["present_0"], "past_* -> present_*"),
+])
+def test_find_pairs_knows_each_exporters_naming(inputs, outputs, label):
+    pairs = prepare.find_pairs(_named_io(inputs, outputs))
+    assert [(c.past, c.present) for c in pairs] == list(zip(inputs, outputs))
+    assert all(label in c.convention for c in pairs)
+
+
+def test_find_pairs_refuses_a_cache_input_no_output_matches():
+    with pytest.raises(prepare.PrepareError, match=r"input 'past_key_values.0.key' looks like "
+                                                   r"a cache but no graph output matches it"):
+        prepare.find_pairs(_named_io(["past_key_values.0.key"], ["kv_out.0.key"]))
