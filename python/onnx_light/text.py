@@ -312,6 +312,21 @@ class TextGenerator:
                              "found beside the model or the tokenizer")
         return render_chat(self.settings.chat_template, messages, self.settings.special_tokens)
 
+    def check_context(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        """Refuses, naming the limit, a prompt or a generation that would run past the model's
+        positions (context_length / max_position_embeddings beside the model): otherwise it
+        would fail deep in the graph, or read past a position table."""
+        limit = self.settings.context_length
+        if limit is None:
+            return  # runtime.generate still refuses a position past a table it can see
+        if prompt_tokens >= limit:
+            raise ValueError(f"the prompt has {prompt_tokens} tokens; the model's context "
+                             f"length is {limit} positions, which leaves no room to generate")
+        if prompt_tokens + max_new_tokens > limit:
+            raise ValueError(f"the prompt's {prompt_tokens} tokens plus max_new_tokens "
+                             f"{max_new_tokens} exceed the model's context length of {limit} "
+                             f"positions: ask for at most {limit - prompt_tokens} new tokens")
+
     def feeds(self, ids: list) -> dict:
         """input_ids [1, len(ids)] and empty caches: the feeds of one generation."""
         return {"input_ids": np.asarray([ids], np.int64),
@@ -322,8 +337,10 @@ class TextGenerator:
                stop: tuple = (), chat: bool = False):
         """Yields the text of each new token as it is published (the suffix the new token adds
         to the decoded text, so multi-token characters come out whole). Stops at EOS, at a
-        stop string (not yielded) or after max_new_tokens; sets self.last_stats."""
+        stop string (not yielded) or after max_new_tokens; sets self.last_stats. Refuses
+        (check_context) a generation that would run past the model's context length."""
         ids = self.prompt_ids(prompt, chat)
+        self.check_context(len(ids), max_new_tokens)
         options = generation_options(self.settings, max_new_tokens, temperature, top_k, top_p,
                                      seed)
         eos = self.settings.eos_token_ids
