@@ -58,6 +58,22 @@ def _types(feeds):
     return [(k, kinds[v.dtype.type]) for k, v in feeds.items()]
 
 
+def test_an_unsupported_contrib_op_names_itself_and_its_node():
+    """A com.microsoft operator onnx-light has no kernel for (QuickGelu: the builder writes it
+    for other architectures) fails at its first run naming the operator and the node, not
+    deep inside a kernel; onnxruntime runs the same file."""
+    node = helper.make_node("QuickGelu", ["x"], ["y"], domain=MS, alpha=1.702,
+                            name="/model/layers.0/mlp/act_fn/QuickGelu")
+    model = _model(node, [("x", F32)], ["y"])
+    x = np.linspace(-2, 2, 8).astype(np.float32)
+    ort.InferenceSession(model.SerializeToString(),
+                         providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    with pytest.raises(NotImplementedError,
+                       match=r"no kernel for com.microsoft::QuickGelu \(opset 1\) needed by node "
+                             r"'/model/layers.0/mlp/act_fn/QuickGelu'"):
+        _run_ours(model, {"x": x})
+
+
 # ---- layer norms -------------------------------------------------------------------------
 
 
