@@ -262,13 +262,45 @@ def test_shape_and_size_reads_are_answered_from_other_inputs(tmp_path):
         assert after.run(["size"], feeds)[0] == batch * 2 * past * 4
 
 
-def test_a_second_consumer_is_refused_naming_input_and_node(tmp_path):
+def test_a_second_consumer_reads_one_identity_of_the_cache(tmp_path):
+    """A second node reading the cache (a ReduceSum beside the Concat), plus a Shape read:
+    both readers read one Identity of it, so the cache has one use; onnxruntime gives the
+    same outputs on the original and the prepared file, and onnx-light's bound state gives
+    the sum of the previous call's present."""
     path = _tiny(tmp_path / "m.onnx",
-                 [helper.make_node("ReduceSum", [PAST], ["total_sum"], name="sum_past")],
-                 [helper.make_tensor_value_info("total_sum", TensorProto.FLOAT, [])])
+                 [helper.make_node("ReduceSum", [PAST], ["total_sum"], name="sum_past",
+                                   keepdims=0),
+                  helper.make_node("Shape", [PAST], ["shape"], name="shape_all")],
+                 [helper.make_tensor_value_info("total_sum", TensorProto.FLOAT, []),
+                  helper.make_tensor_value_info("shape", TensorProto.INT64, [4])])
+    report = prepare.prepare_decoder(path, tmp_path / "p.onnx", bind="auto")
+    assert [(r.op_type, r.input_name) for r in report.rewrites] == [("Shape", PAST),
+                                                                     ("Identity", PAST)]
+    assert report.rewrites[1].answer == ("one Identity read by its 2 readers "
+                                         "(Concat 'concat', ReduceSum 'sum_past')")
+    prepared = onnx.load(str(tmp_path / "p.onnx"))
+    assert _uses(prepared, PAST) == 1
+    for _ in _same_on_onnxruntime(path, tmp_path / "p.onnx"):
+        pass
+    model = ol_onnx.load_model(str(tmp_path / "p.onnx"))
+    state = runtime.PersistentValueState(model, {PAST: np.zeros((1, 2, 0, 4), np.float32)})
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+    previous = 0.0
+    for total, ids in ((3, [[1, 2, 3]]), (4, [[5]]), (5, [[7]])):
+        out = state.run(context, {"input_ids": np.array(ids, np.int64),
+                                  "attention_mask": np.ones((1, total), np.int64)})
+        assert float(np.from_dlpack(out["total_sum"])) == previous
+        previous = float(np.from_dlpack(out[PRESENT]).sum())
+    state.close()
+
+
+def test_a_graph_output_beside_another_use_is_refused_naming_input_and_output(tmp_path):
+    path = _tiny(tmp_path / "m.onnx", [], [helper.make_tensor_value_info(
+        PAST, TensorProto.FLOAT, ["batch", 2, "past", 4])])
     with pytest.raises(prepare.PrepareError,
-                       match=r"input 'past_key_values.0.key' has a second use.*"
-                             r"ReduceSum node 'sum_past'"):
+                       match=r"input 'past_key_values.0.key' has a second use that prepare "
+                             r"cannot rewrite: graph output 'past_key_values.0.key' \(its "
+                             r"first use is Concat node 'concat' \(input 0\)\)"):
         prepare.prepare_decoder(path, tmp_path / "p.onnx", bind="auto")
     assert not os.path.exists(tmp_path / "p.onnx")
 
