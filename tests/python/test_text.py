@@ -106,7 +106,8 @@ def test_chat_applies_the_tokenizer_config_template(files, tmp_path):
     assert ids == gen.tokenizer.encode("<s>" + PROMPT, add_special_tokens=False).ids
     assert ids[0] == gen.tokenizer.token_to_id("<s>")
     no_template = TextGenerator(str(files / "model.onnx"), str(files))
-    with pytest.raises(ValueError, match="no tokenizer_config.json with a chat_template"):
+    with pytest.raises(ValueError, match="no chat template .tokenizer_config.json's "
+                                         "chat_template or chat_template.jinja. was found"):
         no_template.prompt_ids(PROMPT, chat=True)
 
 
@@ -244,3 +245,30 @@ def test_a_prompt_or_generation_past_the_context_length_is_refused_naming_it(fil
                 "--max-new-tokens", 1)
     assert done.returncode == 1 and done.stdout.strip() == ""
     assert f"the model's context length is {limit} positions" in done.stderr
+
+
+def test_chat_template_saved_by_transformers_as_chat_template_jinja(files, tmp_path):
+    """transformers' save_pretrained writes the template to chat_template.jinja (not to
+    tokenizer_config.json): --chat finds it there, and a list of named templates in
+    tokenizer_config.json gives the one named "default"."""
+    import transformers
+    from tokenizers import Tokenizer
+
+    folder = _linked(files, tmp_path)
+    saved = tmp_path / "saved"
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_file(str(files / "tokenizer.json")), bos_token="<s>",
+        eos_token="</s>")
+    tokenizer.chat_template = "{% for m in messages %}{{ bos_token }}{{ m['content'] }}{% endfor %}"
+    tokenizer.save_pretrained(str(saved))
+    assert (saved / "chat_template.jinja").is_file()
+    gen = TextGenerator(str(folder / "model.onnx"), str(saved))
+    assert gen.prompt_ids(PROMPT, chat=True) == \
+        gen.tokenizer.encode("<s>" + PROMPT, add_special_tokens=False).ids
+    (saved / "chat_template.jinja").unlink()
+    config = json.loads((saved / "tokenizer_config.json").read_text())
+    config["chat_template"] = [{"name": "tool_use", "template": "tools"},
+                               {"name": "default", "template": "{{ messages[0]['content'] }}!"}]
+    (saved / "tokenizer_config.json").write_text(json.dumps(config))
+    gen = TextGenerator(str(folder / "model.onnx"), str(saved))
+    assert gen.apply_chat_template([{"role": "user", "content": PROMPT}]) == PROMPT + "!"
