@@ -209,6 +209,15 @@ def test_generate_refuses_to_run_past_the_rotary_tables():
     assert "the rotary table 'cos_cache' of GroupQueryAttention node" in message
     assert "/model/layers.0/attn/GroupQueryAttention" in message
     assert len(tokens) == 7  # the calls that fed positions up to 249, 250, ..., 255
+    # A prompt longer than the table is refused before any call.
+    tokens.clear()
+    with pytest.raises(ValueError, match="position 299 is past the model's limit of 256 "
+                                         "positions .the rotary table 'cos_cache'"):
+        runtime.generate(model, context, {"input_ids": np.arange(300, dtype=np.int64)[None] % 120,
+                                          **cache},
+                         runtime.GenerationOptions(max_new_tokens=2),
+                         on_token=lambda step, ids: tokens.append(ids) or True)
+    assert tokens == []
 
 
 def test_fp16_gqa_build_generates_onnxruntime_greedy_tokens_with_bound_float16_caches():
