@@ -434,6 +434,18 @@ def test_cli_prints_pairs_and_rewrites(raw_dir):
     os.remove(out)
 
 
+def test_cli_binds_explicit_pairs_without_asking(raw_dir):
+    out = raw_dir / "cli-explicit.onnx"
+    first_layer = [p for p in PAIRS if p[0].startswith("past_key_values.0.")]
+    result = _cli(raw_dir / "model.onnx", "-o", out, "--bind",
+                  *[f"{a}={b}" for a, b in first_layer])
+    assert result.returncode == 0, result.stderr
+    assert f"bound {len(first_layer)} past/present pairs (named explicitly):" in result.stdout
+    assert [(b.input_name, b.output_name)
+            for b in ol_onnx.load_model(str(out)).graph.persistent_bindings] == first_layer
+    os.remove(out)
+
+
 def test_cli_refuses_with_a_one_line_message(raw_dir):
     result = _cli(raw_dir / "model.onnx", "-o", raw_dir / "cli.onnx")  # stdin not a TTY
     assert result.returncode != 0
