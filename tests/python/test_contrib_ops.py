@@ -499,3 +499,17 @@ def test_group_query_attention_refuses_seqlens_past_the_cache():
     feeds["seqlens_k"] = np.array([7], np.int32)  # past 7 > the 3 rows of past_key
     with pytest.raises(ValueError, match="gqa.*seqlens_k"):
         _run_ours(model, feeds)
+
+
+def test_group_query_attention_refuses_the_qk_output_naming_the_node():
+    """The attention scores as an output (qk_output attribute, fourth output 'output_qk'):
+    not implemented, refused naming the node rather than leaving the output unwritten."""
+    rng = np.random.default_rng(5)
+    model, feeds = _gqa(rng, seq=1, past=3, qk_output=1)
+    with pytest.raises(NotImplementedError, match="gqa.*qk_output is not supported"):
+        _run_ours(model, feeds)
+    model, feeds = _gqa(rng, seq=1, past=3)
+    model.graph.node[0].output.append("output_qk")
+    model.graph.output.append(helper.make_tensor_value_info("output_qk", F32, None))
+    with pytest.raises(NotImplementedError, match="gqa.*output 'output_qk' is not supported"):
+        _run_ours(model, feeds)
