@@ -2,10 +2,11 @@
 tiny Llama with a KV cache, as the exporter writes it (Shape reads of some caches included),
 becomes an onnx-light model with persistent_bindings whose bound inputs have one use each:
 it then generates under runtime.generate the greedy tokens of onnxruntime on the ORIGINAL file,
-with the same logits within 1e-4, without copying the external data. Explicit pairs, Size
-reads and every refusal (unknown name, a second consumer, an underivable dimension, no
-confirmation, an output elsewhere than its data) are checked through the function and the
-command line."""
+with the same logits within 1e-4, without copying the external data. Explicit pairs, each
+exporter's naming, Size reads, a second consumer (read through one Identity) and every
+refusal (unknown name, a capture or graph output beside another use, an underivable
+dimension, no confirmation, stdin closed, an output elsewhere than its data) are checked
+through the function and the command line."""
 from __future__ import annotations
 
 import os
