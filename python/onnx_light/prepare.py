@@ -14,7 +14,9 @@
    symbol (or ``input_ids`` dim 0 for axis 0), the cache length (axis -2) as
    ``attention_mask`` dim 1 - ``input_ids`` dim 1. A ``Shape`` read only by ``Gather``s of
    constant indices needs only the dimensions they pick: each Gather is answered and the
-   Shape dropped. Any other second use is refused, naming the input and the node;
+   Shape dropped. Several node inputs reading a bound input read one Identity of it
+   instead. A capture in a subgraph or a graph output beside another use is refused, naming
+   the input and the node;
 3. adds the bindings, writes OUT next to IN's external data (the weights are neither read
    nor copied: OUT refers to the same data file, so it must be in IN's directory), then
    checks OUT with the onnx checker (when the ``onnx`` package is installed) and by building
@@ -48,7 +50,7 @@ class Candidate:
 @dataclasses.dataclass(frozen=True)
 class Rewrite:
     """One read of a bound input replaced by values computed from other inputs."""
-    op_type: str     # "Shape" or "Size"
+    op_type: str     # "Shape", "Size" or "Identity" (shared by several readers)
     node_name: str
     input_name: str  # the bound input it read
     answer: str      # what now produces its output
@@ -292,15 +294,30 @@ def _gather_reads(graph, nodes, shape_node, length: int) -> Optional[list]:
     return reads
 
 
+def _one_reader(protos, name: str, uses: list, out: str, new_nodes: list) -> Rewrite:
+    """Several node inputs read bound input `name`: one Identity reads it and they read its
+    output instead, so the input has one use and every reader sees the same value. (An
+    attention that no longer consumes the bound cache itself builds its present afresh
+    rather than appending in place: slower, never different.)"""
+    new_nodes.append(protos.node("Identity", [name], [out], out))
+    for node, position in uses:
+        node.input[position] = out
+    readers = ", ".join(f"{n.op_type} '{n.name}'" for n, _ in uses)
+    return Rewrite("Identity", out, name, f"one Identity read by its {len(uses)} readers "
+                                          f"({readers})")
+
+
 def make_single_use(model, inputs: Iterable[str], known_dims: Optional[dict] = None,
                     ids_name: str = "input_ids", mask_name: str = "attention_mask") -> list:
     """Rewrites every ``Shape``/``Size`` of each input in `inputs` into values computed from
-    other graph inputs, so each keeps exactly one use; returns the `Rewrite`s. Works in place
+    other graph inputs, and several node inputs reading it into readers of one ``Identity``
+    of it, so each keeps exactly one use; returns the `Rewrite`s. Works in place
     on an ``onnx`` or ``onnx_light.onnx`` ModelProto; the outputs are unchanged for the feeds
     the conventions describe (batch shared with `ids_name`, cache length =
     `mask_name` dim 1 - `ids_name` dim 1). `known_dims` {axis: size} answers dimensions
     that are symbolic in the declaration. Raises PrepareError, naming the input and the
-    node, for any other extra use or a dimension it cannot derive."""
+    node, for a capture in a subgraph or a graph output beside another use, or a dimension it
+    cannot derive."""
     known_dims = dict(known_dims or {})
     protos = _Protos(model)
     graph = model.graph
@@ -311,6 +328,8 @@ def make_single_use(model, inputs: Iterable[str], known_dims: Optional[dict] = N
     # Reads to rewrite, per bound input, and every other use.
     reads = {name: [] for name in bound}
     others = {name: [] for name in bound}
+    consumers = {name: [] for name in bound}  # (node, input position) of the value uses
+    unrewritable = {name: [] for name in bound}  # captures and graph outputs
     for node in nodes:
         for position, x in enumerate(node.input):
             if x not in bound_set:
@@ -320,31 +339,39 @@ def make_single_use(model, inputs: Iterable[str], known_dims: Optional[dict] = N
                 reads[x].append(node)
             else:
                 others[x].append(f"{node.op_type} node '{node.name}' (input {position})")
+                consumers[x].append((node, position))
         for a in node.attribute:
             for g in _subgraphs(a):
                 for name in bound:
                     for _ in range(_references(g, name)):  # each reference is a use
-                        others[name].append(
-                            f"{node.op_type} node '{node.name}' (captured in its subgraph "
-                            f"'{a.name}')")
+                        use = (f"{node.op_type} node '{node.name}' (captured in its subgraph "
+                               f"'{a.name}')")
+                        others[name].append(use)
+                        unrewritable[name].append(use)
     for o in graph.output:
         if o.name in bound_set:
             others[o.name].append(f"graph output '{o.name}'")
+            unrewritable[o.name].append(f"graph output '{o.name}'")
     for name in bound:
         if name not in declared:
             raise PrepareError(f"'{name}' is not a graph input")
-        if len(others[name]) > 1:
+        if len(others[name]) > 1 and unrewritable[name]:
+            # A capture or a graph output cannot read a copy instead (a subgraph may shadow
+            # the name; an output keeps its name), so it cannot share the one use.
+            first = others[name][0]
+            second = next((u for u in unrewritable[name] if u != first), others[name][1])
             raise PrepareError(
-                f"input '{name}' has a second use that prepare cannot rewrite: "
-                f"{others[name][1]} (its first use is {others[name][0]}); only Shape and "
-                f"Size reads are rewritten")
+                f"input '{name}' has a second use that prepare cannot rewrite: {second} (its "
+                f"first use is {first}); Shape/Size reads and node inputs are rewritten, "
+                f"captures in subgraphs and graph outputs are not")
         if not others[name]:
             where = ", ".join(f"{n.op_type} '{n.name}'" for n in reads[name]) or "none"
             raise PrepareError(
                 f"input '{name}' has no use besides Shape/Size reads ({where}): a bound "
                 f"input needs exactly one value use")
     targets = [(name, node) for name in bound for node in reads[name]]
-    if not targets:
+    shared = [name for name in bound if len(consumers[name]) > 1]
+    if not targets and not shared:
         return []
 
     taken: set = set()
@@ -498,6 +525,9 @@ def make_single_use(model, inputs: Iterable[str], known_dims: Optional[dict] = N
         replacement[id(node)] = new
         rewrites.append(Rewrite(node.op_type, node_name, name, answer))
 
+    for name in shared:
+        rewrites.append(_one_reader(protos, name, consumers[name], fresh(f"{name}_readers"),
+                                    new_nodes))
     rebuilt = list(new_nodes)
     for node in nodes:
         rebuilt.extend(replacement.get(id(node), [node]))
@@ -628,7 +658,8 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
                     f"confirmation (not interactive): pass --bind auto to accept them or "
                     f"--bind past=present ... to name them")
             if not confirm(candidates):
-                raise PrepareError("pairs not confirmed; nothing written")
+                raise PrepareError("pairs not confirmed; nothing written (pass --bind auto to "
+                               "accept them or --bind past=present ... to name them)")
         pairs = [(c.past, c.present) for c in candidates]
         conventions = {c.past: c.convention for c in candidates}
     _check_pairs(graph, pairs)
@@ -810,8 +841,17 @@ def add_arguments(parser) -> None:
                              "the original on onnxruntime")
 
 
+def _interactive() -> bool:
+    """Whether a user can answer: stdin is a terminal. A closed stdin (sys.stdin None, or a
+    closed file) is not, so prepare refuses at once instead of failing or waiting."""
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (ValueError, OSError):
+        return False
+
+
 def run(args) -> int:
-    confirm = _ask if args.bind is None and sys.stdin.isatty() else None
+    confirm = _ask if args.bind is None and _interactive() else None
     try:
         report = prepare_decoder(args.input, args.output, bind=args.bind, confirm=confirm,
                                  check_onnx=not args.no_onnx_check, paged=args.paged)

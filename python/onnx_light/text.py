@@ -15,7 +15,8 @@ writes them); generation never guesses bindings. The caches start empty: each bo
 gets zeros of its declared shape with a symbolic first dimension (the batch) 1 and the other
 symbolic dimensions (the past length) 0. EOS and BOS come from ``genai_config.json``,
 ``generation_config.json`` or ``config.json`` beside the model or the tokenizer (first found),
-the chat template from ``tokenizer_config.json`` (``chat=True``; needs jinja2).
+the chat template from ``tokenizer_config.json`` or ``chat_template.jinja`` (``chat=True``;
+needs jinja2).
 """
 from __future__ import annotations
 
@@ -119,8 +120,9 @@ def _context_length(dirs) -> int | None:
 
 def read_settings(*dirs: str) -> ModelSettings:
     """EOS/BOS from the first of genai_config.json, generation_config.json, config.json found
-    in `dirs` (in order); the chat template and special token strings from the first
-    tokenizer_config.json; the context length as _context_length finds it."""
+    in `dirs` (in order); the special token strings from the first tokenizer_config.json and
+    the chat template from it or, as transformers' save_pretrained now writes it, from
+    chat_template.jinja; the context length as _context_length finds it."""
     settings = ModelSettings(context_length=_context_length(dirs), head_size=_head_size(dirs))
     found = False
     for d in dirs:
@@ -139,10 +141,23 @@ def read_settings(*dirs: str) -> ModelSettings:
         if settings.chat_template is None and os.path.isfile(path):
             with open(path) as f:
                 config = json.load(f)
-            settings.chat_template = config.get("chat_template")
+            settings.chat_template = _named_template(config.get("chat_template"))
             settings.special_tokens = {k: _token_text(config[k]) for k in
                                        ("bos_token", "eos_token") if config.get(k)}
+        jinja = os.path.join(d, "chat_template.jinja")
+        if settings.chat_template is None and os.path.isfile(jinja):
+            with open(jinja) as f:
+                settings.chat_template = f.read()
     return settings
+
+
+def _named_template(value) -> str | None:
+    """tokenizer_config.json's chat_template: a string, or a list of {"name", "template"}
+    (the one named "default")."""
+    if isinstance(value, list):
+        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        return named.get("default")
+    return value
 
 
 def empty_caches(model, head_size: int | None = None) -> dict:
@@ -308,9 +323,25 @@ class TextGenerator:
 
     def apply_chat_template(self, messages: list) -> str:
         if not self.settings.chat_template:
-            raise ValueError("chat=True but no tokenizer_config.json with a chat_template was "
-                             "found beside the model or the tokenizer")
+            raise ValueError("chat=True but no chat template (tokenizer_config.json's "
+                             "chat_template or chat_template.jinja) was found beside the model "
+                             "or the tokenizer")
         return render_chat(self.settings.chat_template, messages, self.settings.special_tokens)
+
+    def check_context(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        """Refuses, naming the limit, a prompt or a generation that would run past the model's
+        positions (context_length / max_position_embeddings beside the model): otherwise it
+        would fail deep in the graph, or read past a position table."""
+        limit = self.settings.context_length
+        if limit is None:
+            return  # runtime.generate still refuses a position past a table it can see
+        if prompt_tokens >= limit:
+            raise ValueError(f"the prompt has {prompt_tokens} tokens; the model's context "
+                             f"length is {limit} positions, which leaves no room to generate")
+        if prompt_tokens + max_new_tokens > limit:
+            raise ValueError(f"the prompt's {prompt_tokens} tokens plus max_new_tokens "
+                             f"{max_new_tokens} exceed the model's context length of {limit} "
+                             f"positions: ask for at most {limit - prompt_tokens} new tokens")
 
     def feeds(self, ids: list) -> dict:
         """input_ids [1, len(ids)] and empty caches: the feeds of one generation."""
@@ -322,8 +353,10 @@ class TextGenerator:
                stop: tuple = (), chat: bool = False):
         """Yields the text of each new token as it is published (the suffix the new token adds
         to the decoded text, so multi-token characters come out whole). Stops at EOS, at a
-        stop string (not yielded) or after max_new_tokens; sets self.last_stats."""
+        stop string (not yielded) or after max_new_tokens; sets self.last_stats. Refuses
+        (check_context) a generation that would run past the model's context length."""
         ids = self.prompt_ids(prompt, chat)
+        self.check_context(len(ids), max_new_tokens)
         options = generation_options(self.settings, max_new_tokens, temperature, top_k, top_p,
                                      seed)
         eos = self.settings.eos_token_ids

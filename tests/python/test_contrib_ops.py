@@ -58,6 +58,22 @@ def _types(feeds):
     return [(k, kinds[v.dtype.type]) for k, v in feeds.items()]
 
 
+def test_an_unsupported_contrib_op_names_itself_and_its_node():
+    """A com.microsoft operator onnx-light has no kernel for (QuickGelu: the builder writes it
+    for other architectures) fails at its first run naming the operator and the node, not
+    deep inside a kernel; onnxruntime runs the same file."""
+    node = helper.make_node("QuickGelu", ["x"], ["y"], domain=MS, alpha=1.702,
+                            name="/model/layers.0/mlp/act_fn/QuickGelu")
+    model = _model(node, [("x", F32)], ["y"])
+    x = np.linspace(-2, 2, 8).astype(np.float32)
+    ort.InferenceSession(model.SerializeToString(),
+                         providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    with pytest.raises(NotImplementedError,
+                       match=r"no kernel for com.microsoft::QuickGelu \(opset 1\) needed by node "
+                             r"'/model/layers.0/mlp/act_fn/QuickGelu'"):
+        _run_ours(model, {"x": x})
+
+
 # ---- layer norms -------------------------------------------------------------------------
 
 
@@ -482,4 +498,18 @@ def test_group_query_attention_refuses_seqlens_past_the_cache():
     model, feeds = _gqa(rng, seq=1, past=3)
     feeds["seqlens_k"] = np.array([7], np.int32)  # past 7 > the 3 rows of past_key
     with pytest.raises(ValueError, match="gqa.*seqlens_k"):
+        _run_ours(model, feeds)
+
+
+def test_group_query_attention_refuses_the_qk_output_naming_the_node():
+    """The attention scores as an output (qk_output attribute, fourth output 'output_qk'):
+    not implemented, refused naming the node rather than leaving the output unwritten."""
+    rng = np.random.default_rng(5)
+    model, feeds = _gqa(rng, seq=1, past=3, qk_output=1)
+    with pytest.raises(NotImplementedError, match="gqa.*qk_output is not supported"):
+        _run_ours(model, feeds)
+    model, feeds = _gqa(rng, seq=1, past=3)
+    model.graph.node[0].output.append("output_qk")
+    model.graph.output.append(helper.make_tensor_value_info("output_qk", F32, None))
+    with pytest.raises(NotImplementedError, match="gqa.*output 'output_qk' is not supported"):
         _run_ours(model, feeds)

@@ -23,7 +23,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from models import genai_builder
+from models import genai_builder, genai_compare
 from onnx_light import onnx as ol_onnx
 from onnx_light.onnx_py._onnxpykernels import runtime
 
@@ -38,6 +38,10 @@ _INT4 = _COMMON | {("", "Reshape"), ("com.microsoft", "MatMulNBits"),
 EXPECTED_OPS = {("llama", "fp32"): _FP32, ("llama", "int4"): _INT4,
                 ("qwen2", "fp32"): _FP32 | {("", "Add")}, ("qwen2", "int4"): _INT4 | {("", "Add")}}
 CASES = [(arch, precision) for arch in ("llama", "qwen2") for precision in ("fp32", "int4")]
+# The tiny builds and 2-layer builds with every width of the real shapes (SmolLM2-135M:
+# hidden 576, 9/3 heads, vocab 49152; Qwen2.5-0.5B: hidden 896, 14/2 heads, vocab 151936).
+PREPARED_CASES = [(arch, precision, size) for arch, precision in CASES
+                  for size in ("tiny", genai_builder.REAL_SIZES[arch][1])]
 DECODE_STEPS = 3
 
 
@@ -74,16 +78,7 @@ def _steps(run, path, tokens, cache=None):
 
 
 def _ort_runner(path, accuracy_level=None):
-    if accuracy_level is None:
-        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    else:
-        model = onnx.load(path)
-        for node in model.graph.node:
-            for a in node.attribute:
-                if node.op_type == "MatMulNBits" and a.name == "accuracy_level":
-                    a.i = accuracy_level
-        session = ort.InferenceSession(model.SerializeToString(),
-                                       providers=["CPUExecutionProvider"])
+    session = genai_compare.ort_session(path, accuracy_level)
     names = [o.name for o in session.get_outputs()]
     return lambda feeds: dict(zip(names, session.run(names, feeds)))
 
@@ -108,6 +103,23 @@ def built(request):
 def test_builder_emits_exactly_the_recorded_op_list(built):
     arch, precision, path = built
     assert _ops(path) == EXPECTED_OPS[(arch, precision)]
+
+
+@pytest.mark.parametrize("arch, precision, size", PREPARED_CASES,
+                         ids=[f"{s}-{a}-{p}" for a, p, s in PREPARED_CASES])
+def test_prepared_build_gives_onnxruntimes_greedy_tokens_and_logits(arch, precision, size):
+    """`prepare --bind auto` on the builder's file, then runtime.generate: onnxruntime's
+    greedy tokens on the original file, and at every step (onnxruntime's tokens fed) the
+    last-position logits within 1e-4 (fp32) or, from onnxruntime's level-0 float run,
+    within twice onnxruntime's own int8-activation error plus 1e-4 (int4):
+    models/genai_compare.py, which perf/check_genai_real_shapes.py runs on the 30- and
+    24-layer shapes. The 2-layer builds cost ~15 s (SmolLM2 width) and ~30 s (Qwen2.5
+    width) each the first time, then come from build/models/genai."""
+    path = genai_builder.ensure(arch, precision, size)
+    assert _ops(path) == EXPECTED_OPS[(arch, precision)]
+    result = genai_compare.compare(path)
+    assert result.ours == result.theirs, result.format()
+    assert result.within, result.format()
 
 
 def _max_diff(a, b, name):
@@ -197,6 +209,15 @@ def test_generate_refuses_to_run_past_the_rotary_tables():
     assert "the rotary table 'cos_cache' of GroupQueryAttention node" in message
     assert "/model/layers.0/attn/GroupQueryAttention" in message
     assert len(tokens) == 7  # the calls that fed positions up to 249, 250, ..., 255
+    # A prompt longer than the table is refused before any call.
+    tokens.clear()
+    with pytest.raises(ValueError, match="position 299 is past the model's limit of 256 "
+                                         "positions .the rotary table 'cos_cache'"):
+        runtime.generate(model, context, {"input_ids": np.arange(300, dtype=np.int64)[None] % 120,
+                                          **cache},
+                         runtime.GenerationOptions(max_new_tokens=2),
+                         on_token=lambda step, ids: tokens.append(ids) or True)
+    assert tokens == []
 
 
 def test_fp16_gqa_build_generates_onnxruntime_greedy_tokens_with_bound_float16_caches():

@@ -2,10 +2,11 @@
 tiny Llama with a KV cache, as the exporter writes it (Shape reads of some caches included),
 becomes an onnx-light model with persistent_bindings whose bound inputs have one use each:
 it then generates under runtime.generate the greedy tokens of onnxruntime on the ORIGINAL file,
-with the same logits within 1e-4, without copying the external data. Explicit pairs, Size
-reads and every refusal (unknown name, a second consumer, an underivable dimension, no
-confirmation, an output elsewhere than its data) are checked through the function and the
-command line."""
+with the same logits within 1e-4, without copying the external data. Explicit pairs, each
+exporter's naming, Size reads, a second consumer (read through one Identity) and every
+refusal (unknown name, a capture or graph output beside another use, an underivable
+dimension, no confirmation, stdin closed, an output elsewhere than its data) are checked
+through the function and the command line."""
 from __future__ import annotations
 
 import os
@@ -262,13 +263,45 @@ def test_shape_and_size_reads_are_answered_from_other_inputs(tmp_path):
         assert after.run(["size"], feeds)[0] == batch * 2 * past * 4
 
 
-def test_a_second_consumer_is_refused_naming_input_and_node(tmp_path):
+def test_a_second_consumer_reads_one_identity_of_the_cache(tmp_path):
+    """A second node reading the cache (a ReduceSum beside the Concat), plus a Shape read:
+    both readers read one Identity of it, so the cache has one use; onnxruntime gives the
+    same outputs on the original and the prepared file, and onnx-light's bound state gives
+    the sum of the previous call's present."""
     path = _tiny(tmp_path / "m.onnx",
-                 [helper.make_node("ReduceSum", [PAST], ["total_sum"], name="sum_past")],
-                 [helper.make_tensor_value_info("total_sum", TensorProto.FLOAT, [])])
+                 [helper.make_node("ReduceSum", [PAST], ["total_sum"], name="sum_past",
+                                   keepdims=0),
+                  helper.make_node("Shape", [PAST], ["shape"], name="shape_all")],
+                 [helper.make_tensor_value_info("total_sum", TensorProto.FLOAT, []),
+                  helper.make_tensor_value_info("shape", TensorProto.INT64, [4])])
+    report = prepare.prepare_decoder(path, tmp_path / "p.onnx", bind="auto")
+    assert [(r.op_type, r.input_name) for r in report.rewrites] == [("Shape", PAST),
+                                                                     ("Identity", PAST)]
+    assert report.rewrites[1].answer == ("one Identity read by its 2 readers "
+                                         "(Concat 'concat', ReduceSum 'sum_past')")
+    prepared = onnx.load(str(tmp_path / "p.onnx"))
+    assert _uses(prepared, PAST) == 1
+    for _ in _same_on_onnxruntime(path, tmp_path / "p.onnx"):
+        pass
+    model = ol_onnx.load_model(str(tmp_path / "p.onnx"))
+    state = runtime.PersistentValueState(model, {PAST: np.zeros((1, 2, 0, 4), np.float32)})
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+    previous = 0.0
+    for total, ids in ((3, [[1, 2, 3]]), (4, [[5]]), (5, [[7]])):
+        out = state.run(context, {"input_ids": np.array(ids, np.int64),
+                                  "attention_mask": np.ones((1, total), np.int64)})
+        assert float(np.from_dlpack(out["total_sum"])) == previous
+        previous = float(np.from_dlpack(out[PRESENT]).sum())
+    state.close()
+
+
+def test_a_graph_output_beside_another_use_is_refused_naming_input_and_output(tmp_path):
+    path = _tiny(tmp_path / "m.onnx", [], [helper.make_tensor_value_info(
+        PAST, TensorProto.FLOAT, ["batch", 2, "past", 4])])
     with pytest.raises(prepare.PrepareError,
-                       match=r"input 'past_key_values.0.key' has a second use.*"
-                             r"ReduceSum node 'sum_past'"):
+                       match=r"input 'past_key_values.0.key' has a second use that prepare "
+                             r"cannot rewrite: graph output 'past_key_values.0.key' \(its "
+                             r"first use is Concat node 'concat' \(input 0\)\)"):
         prepare.prepare_decoder(path, tmp_path / "p.onnx", bind="auto")
     assert not os.path.exists(tmp_path / "p.onnx")
 
@@ -382,12 +415,13 @@ def test_genai_builder_model_binds_without_rewrites_and_generates():
             os.remove(out)
 
 
-def _cli(*args, stdin=subprocess.DEVNULL):
+def _cli(*args, stdin=subprocess.DEVNULL, preexec_fn=None):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python")]
                                         + env.get("PYTHONPATH", "").split(os.pathsep))
     return subprocess.run([sys.executable, "-m", "onnx_light", "prepare", *map(str, args)],
-                          capture_output=True, text=True, env=env, stdin=stdin, timeout=300)
+                          capture_output=True, text=True, env=env, stdin=stdin, timeout=300,
+                          preexec_fn=preexec_fn)
 
 
 def test_cli_prints_pairs_and_rewrites(raw_dir):
@@ -401,6 +435,18 @@ def test_cli_prints_pairs_and_rewrites(raw_dir):
     os.remove(out)
 
 
+def test_cli_binds_explicit_pairs_without_asking(raw_dir):
+    out = raw_dir / "cli-explicit.onnx"
+    first_layer = [p for p in PAIRS if p[0].startswith("past_key_values.0.")]
+    result = _cli(raw_dir / "model.onnx", "-o", out, "--bind",
+                  *[f"{a}={b}" for a, b in first_layer])
+    assert result.returncode == 0, result.stderr
+    assert f"bound {len(first_layer)} past/present pairs (named explicitly):" in result.stdout
+    assert [(b.input_name, b.output_name)
+            for b in ol_onnx.load_model(str(out)).graph.persistent_bindings] == first_layer
+    os.remove(out)
+
+
 def test_cli_refuses_with_a_one_line_message(raw_dir):
     result = _cli(raw_dir / "model.onnx", "-o", raw_dir / "cli.onnx")  # stdin not a TTY
     assert result.returncode != 0
@@ -410,6 +456,19 @@ def test_cli_refuses_with_a_one_line_message(raw_dir):
     assert result.returncode != 0
     assert "unknown name 'nope'" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(raw_dir / "cli.onnx")
+
+
+def test_cli_with_stdin_closed_refuses_at_once_asking_for_bind(raw_dir):
+    """No terminal to ask on (file descriptor 0 closed, so Python has no sys.stdin): prepare
+    neither waits nor fails with a traceback; it refuses in one line that names --bind."""
+    result = _cli(raw_dir / "model.onnx", "-o", raw_dir / "cli.onnx",
+                  preexec_fn=lambda: os.close(0))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"onnx_light prepare: error: found {len(PAIRS)} past/present pairs but cannot ask for "
+        "confirmation (not interactive): pass --bind auto to accept them or --bind "
+        "past=present ... to name them"]
     assert not os.path.exists(raw_dir / "cli.onnx")
 
 
@@ -541,3 +600,34 @@ def test_undefined_inputs_see_enclosing_scopes():
               helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
         [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1])])
     assert prepare._undefined_inputs(graph) == {("Add node 'add'", "missing")}
+
+
+def _named_io(inputs, outputs):
+    """A graph with only the given input and output names (find_pairs reads names only)."""
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, None)  # noqa: E731
+    return helper.make_model(helper.make_graph([], "names", [value("input_ids")]
+                                               + [value(n) for n in inputs],
+                                               [value("logits")] + [value(n) for n in outputs]))
+
+
+@pytest.mark.parametrize("inputs, outputs, label", [
+    # Optimum (`optimum-cli export onnx`), torch.onnx dynamo and the onnxruntime-genai builder
+    # all name the caches past_key_values.N.key/value -> present.N.key/value.
+    (["past_key_values.0.key", "past_key_values.0.value", "past_key_values.1.key"],
+     ["present.0.key", "present.0.value", "present.1.key"], "past_key_values.* -> present.*"),
+    (["past_key_values.0.key"], ["present_key_values.0.key"],
+     "past_key_values.* -> present_key_values.*"),
+    (["past_key_values_0_key"], ["present_0_key"], "past_key_values_* -> present_*"),
+    (["past.0.key"], ["present.0.key"], "past.* -> present.*"),
+    (["past_0"], ["present_0"], "past_* -> present_*"),
+])
+def test_find_pairs_knows_each_exporters_naming(inputs, outputs, label):
+    pairs = prepare.find_pairs(_named_io(inputs, outputs))
+    assert [(c.past, c.present) for c in pairs] == list(zip(inputs, outputs))
+    assert all(label in c.convention for c in pairs)
+
+
+def test_find_pairs_refuses_a_cache_input_no_output_matches():
+    with pytest.raises(prepare.PrepareError, match=r"input 'past_key_values.0.key' looks like "
+                                                   r"a cache but no graph output matches it"):
+        prepare.find_pairs(_named_io(["past_key_values.0.key"], ["kv_out.0.key"]))

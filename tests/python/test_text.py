@@ -106,7 +106,8 @@ def test_chat_applies_the_tokenizer_config_template(files, tmp_path):
     assert ids == gen.tokenizer.encode("<s>" + PROMPT, add_special_tokens=False).ids
     assert ids[0] == gen.tokenizer.token_to_id("<s>")
     no_template = TextGenerator(str(files / "model.onnx"), str(files))
-    with pytest.raises(ValueError, match="no tokenizer_config.json with a chat_template"):
+    with pytest.raises(ValueError, match="no chat template .tokenizer_config.json's "
+                                         "chat_template or chat_template.jinja. was found"):
         no_template.prompt_ids(PROMPT, chat=True)
 
 
@@ -170,3 +171,104 @@ def test_an_empty_cache_gets_its_symbolic_head_width_from_the_model_folder(tmp_p
     (config / "config.json").write_text(json.dumps({"hidden_size": 576,
                                                     "num_attention_heads": 9}))
     assert read_settings(str(config)).head_size == 64
+
+
+def _linked(files, tmp_path):
+    """tmp_path with the model, its data and the tokenizer linked: a folder to add JSON to."""
+    for name in os.listdir(files):
+        os.symlink(os.path.realpath(files / name), tmp_path / name)
+    return tmp_path
+
+
+def _cli(*args):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.join(REPO, "python"), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "onnx_light", "generate", *map(str, args)],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_sampling_options_and_chat_reach_generation_from_the_command_line(files, tmp_path):
+    """--temperature/--top-k/--top-p/--seed give the text of runtime.generate's tokens with
+    the same options and seed (the same text twice), and --chat the template's prompt."""
+    folder = _linked(files, tmp_path)
+    template = "{% for m in messages %}<s>{{ m['content'] }} and{% endfor %}"
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    gen = TextGenerator(str(folder / "model.onnx"), str(folder))
+    sampling = dict(temperature=0.9, top_k=20, top_p=0.9, seed=5)
+    for chat in (False, True):
+        ids = gen.prompt_ids(PROMPT, chat=chat)
+        model = ol_onnx.load_model(str(folder / "model.onnx"))
+        out = runtime.generate(model, gen.context,
+                               {"input_ids": np.asarray([ids], np.int64), **empty_caches(model)},
+                               runtime.GenerationOptions(max_new_tokens=8, **sampling))
+        want = gen.tokenizer.decode(np.from_dlpack(out)[0, len(ids):].tolist())
+        assert "".join(gen.stream(PROMPT, max_new_tokens=8, chat=chat, **sampling)) == want
+        done = _cli(folder / "model.onnx", "--tokenizer", folder, "--prompt", PROMPT,
+                    "--max-new-tokens", 8, "--temperature", 0.9, "--top-k", 20, "--top-p", 0.9,
+                    "--seed", 5, *(["--chat"] if chat else []))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == want + "\n", chat
+
+
+def test_bos_eos_and_context_length_come_from_genai_config_then_config(files, tmp_path):
+    from onnx_light.text import read_settings
+
+    folder = _linked(files, tmp_path)
+    (folder / "config.json").write_text(json.dumps(
+        {"bos_token_id": 1, "eos_token_id": 2, "max_position_embeddings": 32}))
+    settings = read_settings(str(folder))
+    assert (settings.bos_token_id, settings.eos_token_ids, settings.context_length) == \
+        (1, [2], 32)
+    gen = TextGenerator(str(folder / "model.onnx"), str(folder))
+    ids = gen.prompt_ids(PROMPT)
+    assert ids[0] == 1 and ids[1:] == gen.tokenizer.encode(PROMPT).ids
+    # genai_config.json comes first (the onnxruntime-genai builder writes it beside the model).
+    (folder / "genai_config.json").write_text(json.dumps(
+        {"model": {"bos_token_id": 1, "eos_token_id": [2, 7], "context_length": 64}}))
+    settings = read_settings(str(folder))
+    assert (settings.bos_token_id, settings.eos_token_ids, settings.context_length) == \
+        (1, [2, 7], 64)
+
+
+def test_a_prompt_or_generation_past_the_context_length_is_refused_naming_it(files, tmp_path):
+    folder = _linked(files, tmp_path)
+    prompt_tokens = len(TextGenerator(str(folder / "model.onnx"), str(folder)).prompt_ids(PROMPT))
+    limit = prompt_tokens + 3
+    (folder / "config.json").write_text(json.dumps({"max_position_embeddings": limit}))
+    gen = TextGenerator(str(folder / "model.onnx"), str(folder))
+    assert len(list(gen.stream(PROMPT, max_new_tokens=3))) >= 1
+    assert gen.last_stats.new_tokens == 3
+    with pytest.raises(ValueError, match=rf"plus max_new_tokens 8 exceed the model's context "
+                                         rf"length of {limit} positions: ask for at most 3"):
+        list(gen.stream(PROMPT, max_new_tokens=8))
+    done = _cli(folder / "model.onnx", "--tokenizer", folder, "--prompt", PROMPT + " " + PROMPT,
+                "--max-new-tokens", 1)
+    assert done.returncode == 1 and done.stdout.strip() == ""
+    assert f"the model's context length is {limit} positions" in done.stderr
+
+
+def test_chat_template_saved_by_transformers_as_chat_template_jinja(files, tmp_path):
+    """transformers' save_pretrained writes the template to chat_template.jinja (not to
+    tokenizer_config.json): --chat finds it there, and a list of named templates in
+    tokenizer_config.json gives the one named "default"."""
+    import transformers
+    from tokenizers import Tokenizer
+
+    folder = _linked(files, tmp_path)
+    saved = tmp_path / "saved"
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_file(str(files / "tokenizer.json")), bos_token="<s>",
+        eos_token="</s>")
+    tokenizer.chat_template = "{% for m in messages %}{{ bos_token }}{{ m['content'] }}{% endfor %}"
+    tokenizer.save_pretrained(str(saved))
+    assert (saved / "chat_template.jinja").is_file()
+    gen = TextGenerator(str(folder / "model.onnx"), str(saved))
+    assert gen.prompt_ids(PROMPT, chat=True) == \
+        gen.tokenizer.encode("<s>" + PROMPT, add_special_tokens=False).ids
+    (saved / "chat_template.jinja").unlink()
+    config = json.loads((saved / "tokenizer_config.json").read_text())
+    config["chat_template"] = [{"name": "tool_use", "template": "tools"},
+                               {"name": "default", "template": "{{ messages[0]['content'] }}!"}]
+    (saved / "tokenizer_config.json").write_text(json.dumps(config))
+    gen = TextGenerator(str(folder / "model.onnx"), str(saved))
+    assert gen.apply_chat_template([{"role": "user", "content": PROMPT}]) == PROMPT + "!"

@@ -21,15 +21,17 @@ _TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
              num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,
              rms_norm_eps=1e-6, tie_word_embeddings=True)
 # "tiny" for the tests; the real shapes (SmolLM2-135M, Qwen2.5-0.5B: export_hf's configs)
-# for perf/bench_genai_decode.py.
+# for perf/ (bench_genai_decode.py, check_genai_real_shapes.py), and their 2-layer versions
+# with every real width ("smollm2_2l", "qwen05_2l") for the tests.
 CONFIGS = {("llama", "tiny"): dict(_TINY), ("qwen2", "tiny"): dict(_TINY)}
+REAL_SIZES = {"llama": ("smollm2", "smollm2_2l"), "qwen2": ("qwen05", "qwen05_2l")}
 
 
 def _real_configs():
     from models import export_hf
 
-    return {("llama", "smollm2"): export_hf.CONFIGS[("llama", "smollm2")],
-            ("qwen2", "qwen05"): export_hf.CONFIGS[("qwen2", "qwen05")]}
+    return {(arch, size): export_hf.CONFIGS[(arch, size)]
+            for arch, sizes in REAL_SIZES.items() for size in sizes}
 
 
 def _config(arch: str, size: str) -> dict:
