@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "core/runtime_value.h"
+#include "core/tensor.h"
 #include "onnx_light.pb.h"
+#include "ops/ai_rt/paged_attention.h"
 
 namespace test_util {
 
@@ -117,6 +120,23 @@ inline std::shared_ptr<ModelProto> RowsDecoder() {
   bind->set_input_name("past");
   bind->set_output_name("present");
   return model;
+}
+
+// A one-row request for RowsDecoder: the prompt's ids and an empty row cache.
+inline onnx_light::core::runtime::RuntimeValueMap RowsFeeds(const std::vector<int64_t>& prompt) {
+  using onnx_light::core::runtime::RuntimeValue;
+  using onnx_light::core::runtime::Tensor;
+  using onnx_light::onnx_kernels::kernel::PagedAttention;
+  onnx_light::core::runtime::RuntimeValueMap feeds;
+  feeds["input_ids"] = RuntimeValue(
+      Tensor::FromInt64("input_ids", {1, static_cast<int64_t>(prompt.size())}, prompt));
+  feeds["past"] = PagedAttention::AssembleRows({PagedAttention::EmptyCache()});
+  return feeds;
+}
+
+// The tokens of a [1, n] INT64 result.
+inline std::vector<int64_t> TokenRow(const onnx_light::core::runtime::Tensor& t) {
+  return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + t.numel());
 }
 
 }  // namespace test_util

@@ -24,20 +24,10 @@ using namespace onnx_light::core;
 using namespace onnx_light::core::runtime;
 using onnx_light::onnx_kernels::kernel::PagedAttention;
 using test_util::RowsDecoder;
+using test_util::RowsFeeds;
+using test_util::TokenRow;
 
 namespace {
-
-RuntimeValueMap Feeds(const std::vector<int64_t>& prompt) {
-  RuntimeValueMap feeds;
-  feeds["input_ids"] = RuntimeValue(
-      Tensor::FromInt64("input_ids", {1, static_cast<int64_t>(prompt.size())}, prompt));
-  feeds["past"] = PagedAttention::AssembleRows({PagedAttention::EmptyCache()});
-  return feeds;
-}
-
-std::vector<int64_t> Row(const Tensor& t) {
-  return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + t.numel());
-}
 
 struct Case {
   std::vector<int64_t> prompt;
@@ -70,11 +60,11 @@ std::vector<Case> Cases(const std::shared_ptr<const ModelProto>& model) {
   RuntimeContext context;
   for (size_t i = 0; i < cases.size(); ++i) {
     Case& c = cases[i];
-    std::vector<int64_t> alone = Row(Generate(model, context, Feeds(c.prompt), c.options));
+    std::vector<int64_t> alone = TokenRow(Generate(model, context, RowsFeeds(c.prompt), c.options));
     // Stop tokens: requests 1, 6 and 11 stop at their own third new token.
     if (i % 5 == 1) {
       c.options.stop_token_ids = {alone[c.prompt.size() + 2]};
-      alone = Row(Generate(model, context, Feeds(c.prompt), c.options));
+      alone = TokenRow(Generate(model, context, RowsFeeds(c.prompt), c.options));
       CHECK(alone.size() <= c.prompt.size() + 3);
     }
     if (c.cancel_at >= 0) alone.resize(c.prompt.size() + static_cast<size_t>(c.cancel_at) + 1);
@@ -95,7 +85,8 @@ TEST_CASE(
   std::mutex mutex;
   // Cancels from its own callback; request 0's callback of step 2 submits the late ones.
   auto request_of = [&](Case& c) {
-    GenerationRequest request{model, nullptr, Feeds(c.prompt), c.options, {}, nullptr, c.cancel};
+    GenerationRequest request{model,   nullptr, RowsFeeds(c.prompt), c.options, {},
+                              nullptr, c.cancel};
     request.on_token = [&c](int64_t step, const std::vector<int64_t>&) {
       if (step == c.cancel_at) c.cancel->Cancel("enough");
       return true;
@@ -122,7 +113,7 @@ TEST_CASE(
   for (size_t i = 0; i < cases.size(); ++i) {
     CAPTURE(i);
     const GenerationResult result = cases[i].handle.Get();
-    CHECK(Row(result.tokens) == cases[i].expected);
+    CHECK(TokenRow(result.tokens) == cases[i].expected);
     CHECK(result.stats.mode == "batched");
     CHECK(result.stats.cancelled == (cases[i].cancel_at >= 0));
   }
@@ -156,31 +147,33 @@ TEST_CASE(
     "requests that shared its call finish with exact tokens") {
   const std::shared_ptr<const ModelProto> model = RowsDecoder();
   const std::vector<int64_t> good_prompt = {4, 9, 2}, bad_prompt = {4, 99, 2};  // vocab 40
-  const std::string expected_error = AloneError(model, Feeds(bad_prompt));
+  const std::string expected_error = AloneError(model, RowsFeeds(bad_prompt));
   REQUIRE(expected_error.find("99") != std::string::npos);
   RuntimeContext context;
   GenerationOptions options;
   options.max_new_tokens = 8;
   const std::vector<int64_t> alone_good =
-      Row(Generate(model, context, Feeds(good_prompt), options));
-  const std::vector<int64_t> alone_long = Row(Generate(model, context, Feeds({7, 7}), options));
+      TokenRow(Generate(model, context, RowsFeeds(good_prompt), options));
+  const std::vector<int64_t> alone_long =
+      TokenRow(Generate(model, context, RowsFeeds({7, 7}), options));
   RequestScheduler scheduler(context, {.max_in_flight = 8});
   RequestHandle bad, good;
   std::mutex mutex;
   // Both join from the first request's callback: their prompts (length 3) share one call.
-  GenerationRequest first{model, nullptr, Feeds({7, 7}), options, {}, nullptr, nullptr};
+  GenerationRequest first{model, nullptr, RowsFeeds({7, 7}), options, {}, nullptr, nullptr};
   first.on_token = [&](int64_t step, const std::vector<int64_t>&) {
     if (step != 1) return true;
     std::lock_guard<std::mutex> lock(mutex);
-    bad = scheduler.Submit({model, nullptr, Feeds(bad_prompt), options, {}, nullptr, nullptr});
-    good = scheduler.Submit({model, nullptr, Feeds(good_prompt), options, {}, nullptr, nullptr});
+    bad = scheduler.Submit({model, nullptr, RowsFeeds(bad_prompt), options, {}, nullptr, nullptr});
+    good =
+        scheduler.Submit({model, nullptr, RowsFeeds(good_prompt), options, {}, nullptr, nullptr});
     return true;
   };
   RequestHandle long_one = scheduler.Submit(std::move(first));
   scheduler.WaitIdle();
   std::lock_guard<std::mutex> lock(mutex);
-  CHECK(Row(long_one.Get().tokens) == alone_long);
-  CHECK(Row(good.Get().tokens) == alone_good);
+  CHECK(TokenRow(long_one.Get().tokens) == alone_long);
+  CHECK(TokenRow(good.Get().tokens) == alone_good);
   try {
     bad.Get();
     FAIL("expected the bad request's error");
@@ -195,14 +188,15 @@ TEST_CASE("The scheduler keeps per-request steps when asked, with the same token
   RuntimeContext context;
   GenerationOptions options;
   options.max_new_tokens = 6;
-  const std::vector<int64_t> alone = Row(Generate(model, context, Feeds({3, 1, 4}), options));
+  const std::vector<int64_t> alone =
+      TokenRow(Generate(model, context, RowsFeeds({3, 1, 4}), options));
   RequestScheduler scheduler(context, {.max_in_flight = 2, .batch_rows = false});
   RequestHandle a =
-      scheduler.Submit({model, nullptr, Feeds({3, 1, 4}), options, {}, nullptr, nullptr});
+      scheduler.Submit({model, nullptr, RowsFeeds({3, 1, 4}), options, {}, nullptr, nullptr});
   RequestHandle b =
-      scheduler.Submit({model, nullptr, Feeds({3, 1, 4}), options, {}, nullptr, nullptr});
-  CHECK(Row(a.Get().tokens) == alone);
-  CHECK(Row(b.Get().tokens) == alone);
+      scheduler.Submit({model, nullptr, RowsFeeds({3, 1, 4}), options, {}, nullptr, nullptr});
+  CHECK(TokenRow(a.Get().tokens) == alone);
+  CHECK(TokenRow(b.Get().tokens) == alone);
   CHECK(a.Get().stats.mode == "per_request");
   scheduler.WaitIdle();
   CHECK(scheduler.stats().mode == "per_request");
@@ -215,7 +209,7 @@ TEST_CASE("prefill_chunk must not be negative") {
   options.prefill_chunk = -2;
   test_util::ExpectError(
       [&] {
-        Generate(RowsDecoder(), context, Feeds({1, 2}), options);
+        Generate(RowsDecoder(), context, RowsFeeds({1, 2}), options);
       },
       ErrorCode::kInvalidArgument, "prefill_chunk must be >= 0, got -2");
 }
@@ -230,20 +224,21 @@ TEST_CASE(
   chunked.max_new_tokens = 5;
   chunked.prefill_chunk = 4;
   RuntimeContext context;
-  const std::vector<int64_t> alone_first = Row(Generate(model, context, Feeds({7, 1}), decode));
+  const std::vector<int64_t> alone_first =
+      TokenRow(Generate(model, context, RowsFeeds({7, 1}), decode));
   const std::vector<int64_t> alone_chunked =
-      Row(Generate(model, context, Feeds(long_prompt), chunked));
+      TokenRow(Generate(model, context, RowsFeeds(long_prompt), chunked));
   // One runner: the steps' requests resume in joining order, so the counts below are exact.
   RequestScheduler scheduler(context, {.max_in_flight = 4, .max_parallel_steps = 1});
   std::mutex mutex;
   RequestHandle joining;
   int64_t first_tokens = 0, first_tokens_at_join = -1;
-  GenerationRequest first{model, nullptr, Feeds({7, 1}), decode, {}, nullptr, nullptr};
+  GenerationRequest first{model, nullptr, RowsFeeds({7, 1}), decode, {}, nullptr, nullptr};
   first.on_token = [&](int64_t step, const std::vector<int64_t>&) {
     std::lock_guard<std::mutex> lock(mutex);
     ++first_tokens;
     if (step != 1) return true;
-    GenerationRequest late{model, nullptr, Feeds(long_prompt), chunked, {}, nullptr, nullptr};
+    GenerationRequest late{model, nullptr, RowsFeeds(long_prompt), chunked, {}, nullptr, nullptr};
     late.on_token = [&](int64_t late_step, const std::vector<int64_t>&) {
       std::lock_guard<std::mutex> inner(mutex);
       if (late_step == 0) first_tokens_at_join = first_tokens;
@@ -255,8 +250,8 @@ TEST_CASE(
   RequestHandle first_handle = scheduler.Submit(std::move(first));
   scheduler.WaitIdle();
   std::lock_guard<std::mutex> lock(mutex);
-  CHECK(Row(first_handle.Get().tokens) == alone_first);
-  CHECK(Row(joining.Get().tokens) == alone_chunked);
+  CHECK(TokenRow(first_handle.Get().tokens) == alone_first);
+  CHECK(TokenRow(joining.Get().tokens) == alone_chunked);
   // Joined after the first request's 2nd token; its three chunk calls ran in the next three
   // steps, each beside one decode row of the first request.
   CHECK(first_tokens_at_join == 5);
@@ -274,18 +269,19 @@ TEST_CASE(
   RequestScheduler scheduler(context, {.max_in_flight = 8, .max_kv_tokens = 30});
   std::vector<RequestHandle> handles;
   for (const auto& p : prompts)
-    handles.push_back(scheduler.Submit({model, nullptr, Feeds(p), options, {}, nullptr, nullptr}));
+    handles.push_back(
+        scheduler.Submit({model, nullptr, RowsFeeds(p), options, {}, nullptr, nullptr}));
   GenerationOptions long_options;
   long_options.max_new_tokens = 28;  // 1 x (3 + 28) = 31 > 30
   RequestHandle too_big =
-      scheduler.Submit({model, nullptr, Feeds({1, 1, 1}), long_options, {}, nullptr, nullptr});
+      scheduler.Submit({model, nullptr, RowsFeeds({1, 1, 1}), long_options, {}, nullptr, nullptr});
   CHECK(too_big.done());
   test_util::ExpectError([&] { too_big.Get(); }, ErrorCode::kResourceExhausted,
                          "RequestScheduler: request 4 needs 31 KV tokens (rows x (prompt + "
                          "max_new_tokens)) but max_kv_tokens is 30");
   for (size_t i = 0; i < prompts.size(); ++i)
-    CHECK(Row(handles[i].Get().tokens) ==
-          Row(Generate(model, context, Feeds(prompts[i]), options)));
+    CHECK(TokenRow(handles[i].Get().tokens) ==
+          TokenRow(Generate(model, context, RowsFeeds(prompts[i]), options)));
   scheduler.WaitIdle();
   CHECK(scheduler.peak_in_flight() == 2);  // 3 x 11 > 30
   CHECK(scheduler.stats().peak_kv_tokens_reserved == 22);
@@ -347,14 +343,15 @@ TEST_CASE(
       options[i].seed = 7 + i;
     }
     if (i % 4 == 1) options[i].prefill_chunk = 3;  // a recompute also covers chunks
-    alone[i] = Row(Generate(model, context, Feeds(prompts[i]), options[i]));
+    alone[i] = TokenRow(Generate(model, context, RowsFeeds(prompts[i]), options[i]));
   }
   constexpr int64_t kBudget = 40;
   RequestScheduler scheduler(context, Preempting(kBudget));
   std::vector<Streamed> streamed(kRequests);
   std::vector<RequestHandle> handles;
   for (size_t i = 0; i < kRequests; ++i) {
-    GenerationRequest request{model, nullptr, Feeds(prompts[i]), options[i], {}, nullptr, nullptr};
+    GenerationRequest request{model,   nullptr, RowsFeeds(prompts[i]), options[i], {},
+                              nullptr, nullptr};
     request.on_token = streamed[i].Callback();
     handles.push_back(scheduler.Submit(std::move(request)));
   }
@@ -362,7 +359,7 @@ TEST_CASE(
   for (size_t i = 0; i < kRequests; ++i) {
     CAPTURE(i);
     const GenerationResult result = handles[i].Get();
-    CHECK(Row(result.tokens) == alone[i]);
+    CHECK(TokenRow(result.tokens) == alone[i]);
     CHECK(streamed[i].Matches(alone[i], prompts[i].size()));
     CHECK(result.stats.tokens == options[i].max_new_tokens);
     preemptions += result.stats.preemptions;
@@ -386,9 +383,9 @@ TEST_CASE(
   newer_options.max_new_tokens = 14;  // 4 + 14 = 18 <= 20
   const std::vector<int64_t> older_prompt = {3, 9}, newer_prompt = {8, 1, 5, 2};
   const std::vector<int64_t> older_alone =
-      Row(Generate(model, context, Feeds(older_prompt), older_options));
+      TokenRow(Generate(model, context, RowsFeeds(older_prompt), older_options));
   const std::vector<int64_t> newer_alone =
-      Row(Generate(model, context, Feeds(newer_prompt), newer_options));
+      TokenRow(Generate(model, context, RowsFeeds(newer_prompt), newer_options));
   // Both caches grow by one token per step until the newer one is preempted; it cannot come
   // back before the older one ends (their caches then exceed 20), so the older one's first
   // token after the preemption cancels it while it is preempted.
@@ -403,7 +400,8 @@ TEST_CASE(
   bool through_handle = true;
   SUBCASE("cancelled through its handle") { through_handle = true; }
   SUBCASE("cancelled through its own TaskCompletion") { through_handle = false; }
-  GenerationRequest older{model, nullptr, Feeds(older_prompt), older_options, {}, nullptr, nullptr};
+  GenerationRequest older{model,   nullptr, RowsFeeds(older_prompt), older_options, {},
+                          nullptr, nullptr};
   older.on_token = [&](int64_t, const std::vector<int64_t>&) {
     std::lock_guard<std::mutex> lock(mutex);
     if (!cancelled && scheduler.stats().preemptions == 1) {
@@ -417,8 +415,8 @@ TEST_CASE(
   };
   RequestHandle older_handle = scheduler.Submit(std::move(older));
   {
-    GenerationRequest request{model, nullptr, Feeds(newer_prompt), newer_options,
-                              {},    nullptr, newer_token};
+    GenerationRequest request{model,   nullptr,    RowsFeeds(newer_prompt), newer_options, {},
+                              nullptr, newer_token};
     request.on_token = newer_streamed.Callback();
     std::lock_guard<std::mutex> lock(mutex);
     newer = scheduler.Submit(std::move(request));
@@ -426,13 +424,13 @@ TEST_CASE(
   GenerationOptions long_options;
   long_options.max_new_tokens = 18;  // 1 x (3 + 18) = 21 > 20
   RequestHandle too_big =
-      scheduler.Submit({model, nullptr, Feeds({1, 1, 1}), long_options, {}, nullptr, nullptr});
+      scheduler.Submit({model, nullptr, RowsFeeds({1, 1, 1}), long_options, {}, nullptr, nullptr});
   test_util::ExpectError([&] { too_big.Get(); }, ErrorCode::kResourceExhausted,
                          "RequestScheduler: request 2 needs 21 KV tokens (rows x (prompt + "
                          "max_new_tokens)) but max_kv_tokens is 20");
-  CHECK(Row(older_handle.Get().tokens) == older_alone);
+  CHECK(TokenRow(older_handle.Get().tokens) == older_alone);
   const GenerationResult result = newer.Get();
-  const std::vector<int64_t> row = Row(result.tokens);
+  const std::vector<int64_t> row = TokenRow(result.tokens);
   CHECK(result.stats.cancelled);
   CHECK(result.stats.preemptions == 1);
   CHECK(newer.completion()->reason() == "preempted and no longer wanted");
@@ -455,11 +453,13 @@ TEST_CASE("grow_and_preempt: per-request-mode requests still reserve their worst
   per_request.batch_rows = false;
   RequestScheduler scheduler(context, per_request);
   RequestHandle a =
-      scheduler.Submit({model, nullptr, Feeds({3, 1, 4}), options, {}, nullptr, nullptr});
+      scheduler.Submit({model, nullptr, RowsFeeds({3, 1, 4}), options, {}, nullptr, nullptr});
   RequestHandle b =
-      scheduler.Submit({model, nullptr, Feeds({2, 7, 1}), options, {}, nullptr, nullptr});
-  CHECK(Row(a.Get().tokens) == Row(Generate(model, context, Feeds({3, 1, 4}), options)));
-  CHECK(Row(b.Get().tokens) == Row(Generate(model, context, Feeds({2, 7, 1}), options)));
+      scheduler.Submit({model, nullptr, RowsFeeds({2, 7, 1}), options, {}, nullptr, nullptr});
+  CHECK(TokenRow(a.Get().tokens) ==
+        TokenRow(Generate(model, context, RowsFeeds({3, 1, 4}), options)));
+  CHECK(TokenRow(b.Get().tokens) ==
+        TokenRow(Generate(model, context, RowsFeeds({2, 7, 1}), options)));
   scheduler.WaitIdle();
   CHECK(scheduler.stats().peak_kv_tokens_reserved == 16);
   CHECK(scheduler.stats().preemptions == 0);
@@ -475,14 +475,14 @@ TEST_CASE(
   newer_options.max_new_tokens = 14;  // 4 + 14 = 18 <= 20
   const std::vector<int64_t> older_prompt = {3, 9}, newer_prompt = {8, 1, 5, 2};
   const std::vector<int64_t> newer_alone =
-      Row(Generate(model, context, Feeds(newer_prompt), newer_options));
+      TokenRow(Generate(model, context, RowsFeeds(newer_prompt), newer_options));
   RequestScheduler scheduler(
       context,
       {.max_in_flight = 4, .max_kv_tokens = 20, .kv_admission = KvAdmission::kGrowAndRefuse});
   Streamed newer_streamed;
-  RequestHandle older =
-      scheduler.Submit({model, nullptr, Feeds(older_prompt), older_options, {}, nullptr, nullptr});
-  GenerationRequest request{model,   nullptr, Feeds(newer_prompt), newer_options, {},
+  RequestHandle older = scheduler.Submit(
+      {model, nullptr, RowsFeeds(older_prompt), older_options, {}, nullptr, nullptr});
+  GenerationRequest request{model,   nullptr, RowsFeeds(newer_prompt), newer_options, {},
                             nullptr, nullptr};
   request.on_token = newer_streamed.Callback();
   RequestHandle newer = scheduler.Submit(std::move(request));
@@ -490,8 +490,8 @@ TEST_CASE(
                          {"RequestScheduler: request 1 cannot grow its KV cache: its next step "
                           "needs ",
                           " of max_kv_tokens 20 (kv_admission grow_and_refuse)"});
-  CHECK(Row(older.Get().tokens) ==
-        Row(Generate(model, context, Feeds(older_prompt), older_options)));
+  CHECK(TokenRow(older.Get().tokens) ==
+        TokenRow(Generate(model, context, RowsFeeds(older_prompt), older_options)));
   // What it streamed before failing is its alone run's start.
   std::vector<int64_t> streamed;
   {

@@ -22,20 +22,10 @@ using namespace onnx_light::core;
 using namespace onnx_light::core::runtime;
 using onnx_light::onnx_kernels::kernel::PagedAttention;
 using test_util::RowsDecoder;
+using test_util::RowsFeeds;
+using test_util::TokenRow;
 
 namespace {
-
-RuntimeValueMap Feeds(const std::vector<int64_t>& prompt) {
-  RuntimeValueMap feeds;
-  feeds["input_ids"] = RuntimeValue(
-      Tensor::FromInt64("input_ids", {1, static_cast<int64_t>(prompt.size())}, prompt));
-  feeds["past"] = PagedAttention::AssembleRows({PagedAttention::EmptyCache()});
-  return feeds;
-}
-
-std::vector<int64_t> Row(const Tensor& t) {
-  return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + t.numel());
-}
 
 void AddField(StructTypeProto* s, const std::string& name, int32_t dtype,
               const std::vector<std::string>& dims) {
@@ -87,7 +77,7 @@ TEST_CASE("KV bytes per token come from the cache declarations, or say why they 
   RuntimeContext context;
   RequestScheduler scheduler(context, {.max_kv_bytes = 4096});
   RequestHandle refused =
-      scheduler.Submit({RowsDecoder(), nullptr, Feeds({1, 2}), {}, {}, nullptr, nullptr});
+      scheduler.Submit({RowsDecoder(), nullptr, RowsFeeds({1, 2}), {}, {}, nullptr, nullptr});
   test_util::ExpectError([&] { refused.Get(); }, ErrorCode::kInvalidArgument,
                          "RequestScheduler: request 0: max_kv_bytes needs the model's KV bytes "
                          "per token, but the declaration of the cache input 'past' gives no "
@@ -111,18 +101,19 @@ TEST_CASE(
       {.max_in_flight = 8, .max_kv_bytes = kBudget, .kv_admission = KvAdmission::kGrowAndPreempt});
   std::vector<RequestHandle> handles;
   for (const auto& p : prompts)
-    handles.push_back(scheduler.Submit({model, nullptr, Feeds(p), options, {}, nullptr, nullptr}));
+    handles.push_back(
+        scheduler.Submit({model, nullptr, RowsFeeds(p), options, {}, nullptr, nullptr}));
   GenerationOptions long_options;
   long_options.max_new_tokens = 18;  // (3 + 18) x 128 = 2688 > 2560
   RequestHandle too_big =
-      scheduler.Submit({model, nullptr, Feeds({1, 1, 1}), long_options, {}, nullptr, nullptr});
+      scheduler.Submit({model, nullptr, RowsFeeds({1, 1, 1}), long_options, {}, nullptr, nullptr});
   test_util::ExpectError([&] { too_big.Get(); }, ErrorCode::kResourceExhausted,
                          "RequestScheduler: request 5 needs 2688 KV bytes (rows x (prompt + "
                          "max_new_tokens) x 128 bytes per token) but max_kv_bytes is 2560");
   for (size_t i = 0; i < prompts.size(); ++i) {
     CAPTURE(i);
-    CHECK(Row(handles[i].Get().tokens) ==
-          Row(Generate(model, context, Feeds(prompts[i]), options)));
+    CHECK(TokenRow(handles[i].Get().tokens) ==
+          TokenRow(Generate(model, context, RowsFeeds(prompts[i]), options)));
   }
   scheduler.WaitIdle();
   const SchedulerStats stats = scheduler.stats();
