@@ -29,6 +29,31 @@ std::vector<float> RandomVector(int64_t n) {
   return v;
 }
 
+// The arguments of one row a (K floats) times a K x N weight into c: a decode GEMV.
+math::GemmArgs RowTimesWeight(int64_t k, int64_t n, const float* a, float* c) {
+  math::GemmArgs g;
+  g.m = 1;
+  g.k = k;
+  g.n = n;
+  g.a = a;
+  g.lda = k;
+  g.c = c;
+  g.ldc = n;
+  return g;
+}
+
+// `bytes` worth (at least one) of packed copies of one random K x N weight: cycled through,
+// a decode GEMV meets its weight in memory, not in the caches.
+std::vector<std::unique_ptr<const math::PackedB>> PackedCopies(int64_t k, int64_t n,
+                                                               int64_t bytes) {
+  const int64_t copies = std::max<int64_t>(1, bytes / (4 * k * n));
+  const std::vector<float> b = RandomVector(k * n);
+  std::vector<std::unique_ptr<const math::PackedB>> packs;
+  for (int64_t i = 0; i < copies; ++i)
+    packs.push_back(std::make_unique<const math::PackedB>(false, k, n, b.data(), n));
+  return packs;
+}
+
 void Sgemm(benchmark::State& state, math::GemmPath path) {
   const int64_t n = state.range(0);
   const std::vector<float> a = RandomVector(n * n), b = RandomVector(n * n);
@@ -144,17 +169,9 @@ void BM_GemvLayers(benchmark::State& state) {
   tbb::task_arena arena(threads);
   for (auto _ : state) {
     arena.execute([&] {
-      for (size_t i = 0; i < w.packs.size(); ++i) {
-        math::GemmArgs g;
-        g.m = 1;
-        g.k = w.shapes[i][0];
-        g.n = w.shapes[i][1];
-        g.a = a.data();
-        g.lda = g.k;
-        g.c = c.data();
-        g.ldc = g.n;
-        math::Sgemm(g, w.packs[i].get());
-      }
+      for (size_t i = 0; i < w.packs.size(); ++i)
+        math::Sgemm(RowTimesWeight(w.shapes[i][0], w.shapes[i][1], a.data(), c.data()),
+                    w.packs[i].get());
     });
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
@@ -169,26 +186,14 @@ void BM_GemvLayers(benchmark::State& state) {
 void BM_GemvPackedShape(benchmark::State& state) {
   const int64_t k = state.range(0), n = state.range(1);
   const int threads = static_cast<int>(state.range(2));
-  const int64_t copies = std::max<int64_t>(1, (int64_t{256} << 20) / (4 * k * n));
-  std::vector<std::unique_ptr<const math::PackedB>> packs;
-  const std::vector<float> b = RandomVector(k * n), a = RandomVector(k);
-  for (int64_t i = 0; i < copies; ++i)
-    packs.push_back(std::make_unique<const math::PackedB>(false, k, n, b.data(), n));
+  const auto packs = PackedCopies(k, n, int64_t{256} << 20);
+  const std::vector<float> a = RandomVector(k);
   std::vector<float> c(static_cast<size_t>(n));
+  const math::GemmArgs g = RowTimesWeight(k, n, a.data(), c.data());
   tbb::task_arena arena(threads);
   size_t next = 0;
   for (auto _ : state) {
-    arena.execute([&] {
-      math::GemmArgs g;
-      g.m = 1;
-      g.k = k;
-      g.n = n;
-      g.a = a.data();
-      g.lda = k;
-      g.c = c.data();
-      g.ldc = n;
-      math::Sgemm(g, packs[next].get());
-    });
+    arena.execute([&] { math::Sgemm(g, packs[next].get()); });
     next = (next + 1) % packs.size();
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
@@ -203,20 +208,10 @@ void BM_GemvPackedShape(benchmark::State& state) {
 void BM_GemvAfterGap(benchmark::State& state) {
   constexpr int64_t k = 576, n = 576;
   const auto gap = std::chrono::microseconds(state.range(0));
-  const int64_t copies = (int64_t{256} << 20) / (4 * k * n);
-  std::vector<std::unique_ptr<const math::PackedB>> packs;
-  const std::vector<float> b = RandomVector(k * n), a = RandomVector(k);
-  for (int64_t i = 0; i < copies; ++i)
-    packs.push_back(std::make_unique<const math::PackedB>(false, k, n, b.data(), n));
+  const auto packs = PackedCopies(k, n, int64_t{256} << 20);
+  const std::vector<float> a = RandomVector(k);
   std::vector<float> c(static_cast<size_t>(n));
-  math::GemmArgs g;
-  g.m = 1;
-  g.k = k;
-  g.n = n;
-  g.a = a.data();
-  g.lda = k;
-  g.c = c.data();
-  g.ldc = n;
+  const math::GemmArgs g = RowTimesWeight(k, n, a.data(), c.data());
   tbb::task_arena arena(2);
   arena.execute([&] {
     size_t next = 0;
