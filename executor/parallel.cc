@@ -2,6 +2,7 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_group.h>
 #include <tbb/task_arena.h>
 
 #include <algorithm>
@@ -32,7 +33,7 @@ using Clock = std::chrono::steady_clock;
 // One team call at a time: its pieces are claimed through `ticket` (call number in the high
 // 32 bits, next piece in the low 32), so a helper late from an earlier call cannot claim a
 // piece of the next one with the earlier call's function.
-struct SpinTeam : std::enable_shared_from_this<SpinTeam> {
+struct SpinTeam {
   std::atomic<uint64_t> ticket{0};
   std::atomic<void (*)(const void*, int64_t, int64_t)> chunk{nullptr};
   std::atomic<const void*> context{nullptr};
@@ -44,6 +45,9 @@ struct SpinTeam : std::enable_shared_from_this<SpinTeam> {
   std::atomic<int> helpers{0};  // queued or spinning
   int wanted = 0;               // the arena's threads besides the caller
   Clock::duration idle_spin{};
+  // The helpers, spawned from the owner's thread: the scope's end waits for them, and one
+  // no thread has taken yet runs there and leaves at once (nothing outlives the scope).
+  tbb::task_group helpers_group;
 
   // Runs pieces of the current call (number `call`) until none is left to claim.
   void Work(uint64_t call) {
@@ -78,7 +82,7 @@ thread_local SpinTeam* active_team = nullptr;  // set on the thread that owns th
 thread_local bool in_team_call = false;        // running a piece of a team call
 
 // A helper: spins for calls, works their pieces, and leaves after idle_spin without one.
-void Help(const std::shared_ptr<SpinTeam>& team) {
+void Help(SpinTeam* team) {
   in_team_call = true;
   uint64_t last = ~uint64_t{0};  // joins a call already under way
   Clock::time_point idle_from = Clock::now();
@@ -97,11 +101,11 @@ void Help(const std::shared_ptr<SpinTeam>& team) {
   team->helpers.fetch_sub(1, std::memory_order_acq_rel);
 }
 
-// Queues helpers until `wanted` are queued or spinning.
-void Recruit(const std::shared_ptr<SpinTeam>& team) {
+// Spawns helpers until `wanted` are queued or spinning (on the owner's thread only).
+void Recruit(SpinTeam* team) {
   while (team->helpers.load(std::memory_order_acquire) < team->wanted) {
     team->helpers.fetch_add(1, std::memory_order_acq_rel);
-    tbb::this_task_arena::enqueue([team] { Help(team); });
+    team->helpers_group.run([team] { Help(team); });
   }
 }
 
@@ -130,10 +134,10 @@ SpinTeamScope::SpinTeamScope(std::chrono::microseconds idle_spin) : outer_(activ
   const int64_t threads = IntraOpThreads();
   // Inside a team (a nested run, or a piece of a call) the outer team serves.
   if (idle_spin.count() <= 0 || threads < 2 || in_team_call || active_team != nullptr) return;
-  team_ = std::make_shared<SpinTeam>();
+  team_ = std::make_unique<SpinTeam>();
   team_->wanted = static_cast<int>(threads - 1);
   team_->idle_spin = idle_spin;
-  Recruit(team_);
+  Recruit(team_.get());
   active_team = team_.get();
 }
 
@@ -141,6 +145,7 @@ SpinTeamScope::~SpinTeamScope() {
   if (!team_) return;
   team_->stopped.store(true, std::memory_order_release);
   active_team = outer_;
+  team_->helpers_group.wait();
 }
 
 int64_t IntraOpThreads() { return std::max<int64_t>(1, tbb::this_task_arena::max_concurrency()); }
@@ -150,7 +155,7 @@ void ParallelChunks(int64_t n, int64_t grain, void (*chunk)(const void*, int64_t
   if (in_team_call) return chunk(context, 0, n);  // the team is busy with the outer call
   if (active_team != nullptr) {
     if (active_team->helpers.load(std::memory_order_acquire) < active_team->wanted)
-      Recruit(active_team->shared_from_this());
+      Recruit(active_team);
     return RunOnTeam(*active_team, n, grain, chunk, context);
   }
   tbb::parallel_for(

@@ -39,7 +39,7 @@ class SpinTeamScope {
   SpinTeamScope& operator=(const SpinTeamScope&) = delete;
 
  private:
-  std::shared_ptr<SpinTeam> team_;
+  std::unique_ptr<SpinTeam> team_;
   SpinTeam* outer_ = nullptr;
 };
 
