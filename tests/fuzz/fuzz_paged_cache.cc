@@ -42,13 +42,13 @@ std::shared_ptr<const ModelProto> StateModel() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Values built outside a run (feeds, caches) obey the same limit as the runs.
-  const ScopedMaxTensorBytes limit(kMaxTensorBytes);
+  const ScopedMaxTensorBytes limit(kStateMaxTensorBytes);
   static const std::shared_ptr<const ModelProto> model = StateModel();
   static const ValueValidator validator(*model);
   static const auto session = [] {
     RuntimeSessionOptions options;
     options.intra_op_threads = 1;
-    options.max_tensor_bytes = kMaxTensorBytes;
+    options.max_tensor_bytes = kStateMaxTensorBytes;
     return std::make_shared<const RuntimeSession>(model, options);
   }();
   auto cache = std::make_shared<PagedCacheProto>();
