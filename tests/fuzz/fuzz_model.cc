@@ -10,6 +10,7 @@
 #include "executor/runtime_context.h"
 #include "executor/runtime_session.h"
 #include "fuzz_util.h"
+#include "shared_context.h"
 
 using namespace fuzz;
 
@@ -37,6 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     options.max_tensor_bytes = kMaxTensorBytes;
     RuntimeSession session(std::shared_ptr<const ModelProto>(model), options);
     RuntimeContext context(KernelContext(23));
+    context.set_allocator(UncachedAllocator());
     (void)session.plan(context);
     (void)session.Run(context, ZeroFeeds(model->graph()));
   });

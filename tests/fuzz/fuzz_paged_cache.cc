@@ -9,6 +9,7 @@
 #include "executor/runtime_context.h"
 #include "executor/runtime_session.h"
 #include "fuzz_util.h"
+#include "shared_context.h"
 #include "state/persistent_value_state.h"
 #include "state/value_validation.h"
 
@@ -81,7 +82,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     RuntimeValueMap initial;
     initial["cache"] = value;
     PersistentValueState state(session, std::move(initial));
-    RuntimeContext context;
+    RuntimeContext& context = SharedContext();
     state.Run(context, {});
     state.Run(context, {});
     if (!state.Values().at("cache").ContentEquals(value)) {

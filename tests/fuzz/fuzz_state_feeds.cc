@@ -11,6 +11,7 @@
 #include "executor/runtime_context.h"
 #include "executor/runtime_session.h"
 #include "fuzz_util.h"
+#include "shared_context.h"
 #include "state/persistent_value_state.h"
 
 using namespace fuzz;
@@ -106,7 +107,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!state)
     Expect([&] { state = std::make_unique<PersistentValueState>(session, RuntimeValueMap{}); });
   if (!state) return 0;
-  RuntimeContext context;
+  RuntimeContext& context = SharedContext();
   for (int step = 0; step < 3 && r.left() > 0; ++step) {
     RuntimeValueMap feeds;
     feeds["x"] = ReadValue(r, 6);
