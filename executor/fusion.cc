@@ -35,6 +35,13 @@ class GraphIndex {
     if (n.op_type() != op || !(n.domain().empty() || n.domain() == "ai.onnx")) return -1;
     return n.input_size() >= MinInputs(n.op_type()) ? it->second : -1;
   }
+  // Whether node `i` is the producer Producer(.., op) would give for its first output. A
+  // reader found through Readers may have no outputs at all (a malformed node the kernels
+  // refuse later): it is no `op` here, and its output(0) is never read.
+  bool Is(int i, const char* op) const {
+    const NodeProto& n = graph_.node(i);
+    return n.output_size() > 0 && Producer(n.output(0), op) == i;
+  }
   const std::vector<int>& Readers(const std::string& name) const {
     static const std::vector<int> none;
     auto it = readers_.find(name);
@@ -372,7 +379,7 @@ std::optional<Fusion> MatchRmsNorm(const GraphIndex& ix, const ConstantFn& const
   if (!ok) {
     // A scale Mul reading this one will match the whole norm from there.
     const std::vector<int>& readers = ix.Readers(last.output(0));
-    if (readers.size() == 1 && ix.Producer(ix.node(readers[0]).output(0), "Mul") == readers[0]) {
+    if (readers.size() == 1 && ix.Is(readers[0], "Mul")) {
       const std::string other = Other(ix.node(readers[0]), last.output(0));
       const Tensor* w = other.empty() ? nullptr : constant(other);
       if (w != nullptr && w->rank() == 1 && w->numel() > 1) return std::nullopt;
@@ -462,7 +469,7 @@ std::optional<Fusion> MatchSilu(const GraphIndex& ix, const ConstantFn& constant
     if (sig < 0 || ix.node(sig).input(0) != n.input(1 - side)) continue;
     const std::string& g = n.input(1 - side);
     const std::vector<int>& readers = ix.Readers(n.output(0));
-    if (readers.size() == 1 && ix.Producer(ix.node(readers[0]).output(0), "Mul") == readers[0]) {
+    if (readers.size() == 1 && ix.Is(readers[0], "Mul")) {
       const NodeProto& gate = ix.node(readers[0]);
       const std::string& u = gate.input(gate.input(0) == n.output(0) ? 1 : 0);
       if (u != n.output(0) && SameShapeProducts(ix, constant, g, u))
@@ -484,8 +491,7 @@ std::optional<Fusion> MatchMatMulGroup(const GraphIndex& ix, const ConstantFn& c
   int64_t k = -1;
   for (int reader : ix.Readers(a)) {
     const NodeProto& mm = ix.node(reader);
-    if (ix.Producer(mm.output(0), "MatMul") != reader || mm.input_size() != 2 || mm.input(0) != a ||
-        mm.input(1) == a)
+    if (!ix.Is(reader, "MatMul") || mm.input_size() != 2 || mm.input(0) != a || mm.input(1) == a)
       continue;
     const Tensor* b = constant(mm.input(1));
     if (b == nullptr || b->dtype() != DataType::kFloat || b->rank() != 2 || !b->contiguous() ||

@@ -45,6 +45,13 @@ struct RuntimeSession::CachedPlan {
     return shareable && context.custom_kernels().empty() && &context.allocator() == allocator &&
            context.kernel_ctx().opsets() == opsets;
   }
+  // Drops the users whose configuration only this list keeps alive (their contexts are
+  // gone). users[0] built the plan and stays with it: its registry made the kernels.
+  void ForgetGoneUsers() {
+    for (size_t u = contexts.size(); u-- > 1;)
+      if (contexts[u].keepalive.use_count() == 1)
+        contexts.erase(contexts.begin() + static_cast<long>(u));
+  }
   // True when no context of this plan is alive (only the session holds their configuration)
   // and no run uses it: no one can reach the plan again.
   bool Unreachable() const {
@@ -115,6 +122,10 @@ RuntimeSession::CachedPlan& RuntimeSession::Cached(RuntimeContext& context) cons
     if (c->Serves(id)) return *c;
   for (auto& c : impl_->plans)
     if (c->EquivalentTo(context)) {
+      // A context per call (a server's request) joins here every time: forget the gone ones
+      // first, or the list, its scan in Serves and the configurations it keeps alive grow
+      // with every call the session ever served.
+      c->ForgetGoneUsers();
       c->contexts.push_back({id, context.config_keepalive()});
       return *c;
     }
@@ -122,11 +133,7 @@ RuntimeSession::CachedPlan& RuntimeSession::Cached(RuntimeContext& context) cons
   // that are gone (their plans stay while another of their contexts lives).
   std::erase_if(impl_->plans,
                 [](const std::unique_ptr<CachedPlan>& c) { return c->Unreachable(); });
-  for (auto& c : impl_->plans) {
-    auto& users = c->contexts;  // users[0] built the plan: kept with it
-    for (size_t u = users.size(); u-- > 1;)
-      if (users[u].keepalive.use_count() == 1) users.erase(users.begin() + static_cast<long>(u));
-  }
+  for (auto& c : impl_->plans) c->ForgetGoneUsers();
   auto cached = std::make_unique<CachedPlan>();
   cached->contexts.push_back({id, context.config_keepalive()});
   cached->opsets = context.kernel_ctx().opsets();

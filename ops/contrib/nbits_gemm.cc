@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "ops/math/common.h"
 #include "ops/math/gemm.h"
@@ -418,16 +419,33 @@ void NBitsGemvTiles(const PackedNBits& w, const float* a_pad, const float* a_sum
 
 bool Int8Eligible(const PackedNBits& w) { return w.bits() == 4 && w.block() % kGroup == 0; }
 
+namespace {
+
+// The int8 scale of a[begin, end): max |a| / 127, or NaN when a value is NaN or infinite.
+float GroupScale(const float* a, int64_t begin, int64_t end) {
+  float amax = 0.0f;
+  for (int64_t i = begin; i < end; ++i) {
+    if (!std::isfinite(a[i])) return std::numeric_limits<float>::quiet_NaN();
+    amax = std::max(amax, std::abs(a[i]));
+  }
+  return amax / 127.0f;
+}
+
+}  // namespace
+
 void QuantizeActivations(const float* a, int64_t k, int64_t k_pad, int8_t* q, float* scales) {
   for (int64_t g = 0; g < k_pad / kGroup; ++g) {
     const int64_t begin = g * kGroup, end = std::min(k, begin + kGroup);
-    float amax = 0.0f;
-    for (int64_t i = begin; i < end; ++i) amax = std::max(amax, std::abs(a[i]));
-    const float scale = amax / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+    // A NaN or infinite activation has no int8 code (casting NaN to int8 is undefined: a
+    // libFuzzer finding, tests/fuzz/regressions/model/matmulnbits-nan-activation): its group
+    // gets codes 0 and a NaN scale, so the group's products are NaN, as in float.
+    const float scale = GroupScale(a, begin, end);
+    const float inv = std::isfinite(scale) && scale != 0.0f ? 1.0f / scale : 0.0f;
     scales[g] = scale;
     for (int64_t i = begin; i < begin + kGroup; ++i)
-      q[i] = i < end ? static_cast<int8_t>(std::clamp(std::nearbyint(a[i] * inv), -127.0f, 127.0f))
-                     : int8_t{0};
+      q[i] = i < end && inv != 0.0f
+                 ? static_cast<int8_t>(std::clamp(std::nearbyint(a[i] * inv), -127.0f, 127.0f))
+                 : int8_t{0};
   }
 }
 

@@ -9,6 +9,7 @@
 #include "executor/runtime_context.h"
 #include "executor/runtime_session.h"
 #include "fuzz_util.h"
+#include "shared_context.h"
 #include "state/persistent_value_state.h"
 #include "state/value_validation.h"
 
@@ -42,13 +43,13 @@ std::shared_ptr<const ModelProto> StateModel() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Values built outside a run (feeds, caches) obey the same limit as the runs.
-  const ScopedMaxTensorBytes limit(kMaxTensorBytes);
+  const ScopedMaxTensorBytes limit(kStateMaxTensorBytes);
   static const std::shared_ptr<const ModelProto> model = StateModel();
   static const ValueValidator validator(*model);
   static const auto session = [] {
     RuntimeSessionOptions options;
     options.intra_op_threads = 1;
-    options.max_tensor_bytes = kMaxTensorBytes;
+    options.max_tensor_bytes = kStateMaxTensorBytes;
     return std::make_shared<const RuntimeSession>(model, options);
   }();
   auto cache = std::make_shared<PagedCacheProto>();
@@ -81,7 +82,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     RuntimeValueMap initial;
     initial["cache"] = value;
     PersistentValueState state(session, std::move(initial));
-    RuntimeContext context;
+    RuntimeContext& context = SharedContext();
     state.Run(context, {});
     state.Run(context, {});
     if (!state.Values().at("cache").ContentEquals(value)) {

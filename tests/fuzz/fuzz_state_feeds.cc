@@ -11,6 +11,7 @@
 #include "executor/runtime_context.h"
 #include "executor/runtime_session.h"
 #include "fuzz_util.h"
+#include "shared_context.h"
 #include "state/persistent_value_state.h"
 
 using namespace fuzz;
@@ -76,7 +77,7 @@ std::shared_ptr<const ModelProto> StructModel(bool paged) {
 std::shared_ptr<const RuntimeSession> Session(const std::shared_ptr<const ModelProto>& model) {
   RuntimeSessionOptions options;
   options.intra_op_threads = 1;
-  options.max_tensor_bytes = kMaxTensorBytes;
+  options.max_tensor_bytes = kStateMaxTensorBytes;
   return std::make_shared<RuntimeSession>(model, options);
 }
 
@@ -95,7 +96,7 @@ const std::shared_ptr<const RuntimeSession>& Model(int i) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Values built outside a run (feeds, caches) obey the same limit as the runs.
-  const ScopedMaxTensorBytes limit(kMaxTensorBytes);
+  const ScopedMaxTensorBytes limit(kStateMaxTensorBytes);
   Reader r(data, size);
   const auto& session = Model(r.U8());
   const uint8_t ops = r.U8();
@@ -106,7 +107,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!state)
     Expect([&] { state = std::make_unique<PersistentValueState>(session, RuntimeValueMap{}); });
   if (!state) return 0;
-  RuntimeContext context;
+  RuntimeContext& context = SharedContext();
   for (int step = 0; step < 3 && r.left() > 0; ++step) {
     RuntimeValueMap feeds;
     feeds["x"] = ReadValue(r, 6);

@@ -222,3 +222,33 @@ TEST_CASE("the SiLU gate of two products of one input runs as one SiluMul") {
       CHECK(std::abs(y[1][i] - y[0][i]) <= 1e-6f * (1 + std::abs(y[0][i])));
   }
 }
+
+// `x -> Sigmoid -> Mul` (SiLU), `Mul(x, x)` (an RMS norm's last Mul) and `MatMul(x, w)` (a
+// MatMulGroup candidate), each with a reader that has no outputs: the matchers read the
+// readers' first output, which such a node lacks (libFuzzer finding, read past a protobuf
+// repeated field; inputs in tests/fuzz/regressions/model/fusion-*-reader-without-outputs).
+// The plan now passes over it and the session computes the declared output.
+TEST_CASE("a reader with no outputs does not make the fusion matchers read past its outputs") {
+  const std::vector<std::string> bodies = {
+      "s = Sigmoid(x)\n y = Mul(x, s)\n",
+      "y = Mul(x, x)\n",
+      "y = MatMul(x, w)\n",
+  };
+  for (const auto& body : bodies) {
+    CAPTURE(body);
+    auto model = std::make_shared<ModelProto>(
+        core::ParseModel("<ir_version: 10, opset_import: [\"\" : 18]>\n"
+                         "g (float[2, 2] x) => (float[2, 2] y) <float[2, 2] w = {1, 0, 0, 1}> {\n" +
+                         body + "}\n"));
+    NodeProto* sink = model->mutable_graph()->add_node();  // reads y (or x), has no output
+    sink->set_op_type("Identity");
+    sink->set_name("sink");
+    sink->add_input(body.find("MatMul") != std::string::npos ? "x" : "y");
+    RuntimeContext context;
+    RuntimeSession session(model, context, RuntimeSessionOptions());
+    RuntimeValueMap feeds;
+    feeds.emplace("x", RuntimeValue(Tensor::FromFloat("x", {2, 2}, {1, 2, 3, 4})));
+    const auto out = session.Run(context, std::move(feeds));
+    CHECK(out.at("y").tensor().numel() == 4);
+  }
+}

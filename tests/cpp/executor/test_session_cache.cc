@@ -134,6 +134,26 @@ TEST_CASE(
   CHECK(session->plan_count() == 3);
 }
 
+TEST_CASE("a session forgets the contexts of earlier calls when a new context joins its plan") {
+  // A server's context per request: each joins the shared plan; the gone ones must not stay
+  // in the plan's user list (it grew by one configuration per call, kept alive for good).
+  auto session = std::make_shared<RuntimeSession>(AddModel());
+  RuntimeContext builder;
+  const GraphPlan& plan = session->plan(builder);
+  std::weak_ptr<const void> first_call;
+  {
+    RuntimeContext per_call;
+    first_call = per_call.config_keepalive();
+    CHECK(&session->plan(per_call) == &plan);
+  }
+  CHECK_FALSE(first_call.expired());  // forgotten when the next context joins
+  RuntimeContext next_call;
+  CHECK(session->Run(next_call, Feeds(1, 2)).at("y").tensor().ToFloatVector() ==
+        std::vector<float>{2, 3});
+  CHECK(first_call.expired());
+  CHECK(session->plan_count() == 1);
+}
+
 TEST_CASE("a plan no context can reach any more is dropped when another plan is built") {
   auto session = std::make_shared<RuntimeSession>(AddModel());
   RuntimeContext keep;

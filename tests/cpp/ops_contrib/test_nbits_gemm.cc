@@ -270,3 +270,23 @@ TEST_CASE("int8 activations round to nearest with one scale per 32 values, zero 
   CHECK(scales[1] == 0.0f);
   for (int i = 32; i < 64; ++i) CHECK(q[static_cast<size_t>(i)] == 0);
 }
+
+// A NaN or infinite activation has no int8 code: casting it was undefined behaviour (UBSan,
+// libFuzzer finding: tests/fuzz/regressions/model/matmulnbits-nan-activation). Its group gets
+// codes 0 and a NaN scale, so the products of that group are NaN as in float; the other
+// groups are unchanged.
+TEST_CASE("int8 activations of a group with a NaN or an infinity get a NaN scale and codes 0") {
+  for (const float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    std::vector<float> a(64, 0.0f);
+    a[1] = bad;
+    a[2] = 0.5f;
+    a[33] = 1.27f;
+    std::vector<int8_t> q(64, 1);
+    std::vector<float> scales(2);
+    contrib::QuantizeActivations(a.data(), 64, 64, q.data(), scales.data());
+    CHECK(std::isnan(scales[0]));
+    for (int i = 0; i < 32; ++i) CHECK(q[static_cast<size_t>(i)] == 0);
+    CHECK(scales[1] == doctest::Approx(0.01f));
+    CHECK(q[33] == 127);
+  }
+}
