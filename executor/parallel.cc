@@ -8,12 +8,16 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#endif
+#if defined(__linux__)
+#include <sys/resource.h>
 #endif
 
 namespace onnx_light::core::runtime {
@@ -27,6 +31,41 @@ inline void CpuRelax() {
 }
 
 using Clock = std::chrono::steady_clock;
+
+// When a helper last found its core wanted by someone else (process-wide, as nanoseconds of
+// Clock). A helper switched out while it holds a piece stalls the owner for a whole time
+// slice, and one spinning on a core other work needs takes that core from it: on a busy
+// machine spinning made a decode step about 30% slower (perf/README.md). So after such a
+// sign no team spins for kSpinBackoff; kernels use the arena's sleeping workers meanwhile.
+std::atomic<int64_t> contended_at_ns{std::numeric_limits<int64_t>::min() / 2};
+constexpr auto kSpinBackoff = std::chrono::milliseconds(200);
+// A spin loop that did not run for this long was switched out (by the OS or the hypervisor).
+constexpr auto kSpinStall = std::chrono::microseconds(50);
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+void NoteContended() { contended_at_ns.store(NowNs(), std::memory_order_relaxed); }
+
+std::atomic<SpinContention> contention_mode{SpinContention::kDetect};
+
+bool ContendedRecently() {
+  const SpinContention mode = contention_mode.load(std::memory_order_relaxed);
+  if (mode != SpinContention::kDetect) return mode == SpinContention::kForceContended;
+  return NowNs() - contended_at_ns.load(std::memory_order_relaxed) <
+         std::chrono::duration_cast<std::chrono::nanoseconds>(kSpinBackoff).count();
+}
+
+// Times this thread was switched out while it could still run (another thread took its core).
+long InvoluntarySwitches() {
+#if defined(__linux__)
+  rusage usage{};
+  if (getrusage(RUSAGE_THREAD, &usage) == 0) return usage.ru_nivcsw;
+#endif
+  return 0;
+}
 
 }  // namespace
 
@@ -81,21 +120,34 @@ namespace {
 thread_local SpinTeam* active_team = nullptr;  // set on the thread that owns the team
 thread_local bool in_team_call = false;        // running a piece of a team call
 
-// A helper: spins for calls, works their pieces, and leaves after idle_spin without one.
+// A helper: spins for calls, works their pieces, and leaves after idle_spin without one, or
+// at once when its core turns out to be wanted elsewhere (then no team spins for a while).
 void Help(SpinTeam* team) {
   in_team_call = true;
   uint64_t last = ~uint64_t{0};  // joins a call already under way
-  Clock::time_point idle_from = Clock::now();
+  const long switches = InvoluntarySwitches();
+  Clock::time_point idle_from = Clock::now(), checked = idle_from;
   for (unsigned spins = 0; !team->stopped.load(std::memory_order_acquire); ++spins) {
     const uint64_t call = team->ticket.load(std::memory_order_acquire) >> 32;
     if (call != last) {
       last = call;
       team->Work(call);
-      idle_from = Clock::now();
+      if (InvoluntarySwitches() != switches) {
+        NoteContended();
+        break;
+      }
+      idle_from = checked = Clock::now();
       continue;
     }
     CpuRelax();
-    if (spins % 64 == 0 && Clock::now() - idle_from > team->idle_spin) break;
+    if (spins % 64 != 0) continue;
+    const Clock::time_point now = Clock::now();
+    if (now - checked > kSpinStall) {
+      NoteContended();
+      break;
+    }
+    checked = now;
+    if (now - idle_from > team->idle_spin) break;
   }
   in_team_call = false;
   team->helpers.fetch_sub(1, std::memory_order_acq_rel);
@@ -133,7 +185,9 @@ void RunOnTeam(SpinTeam& team, int64_t n, int64_t grain,
 SpinTeamScope::SpinTeamScope(std::chrono::microseconds idle_spin) : outer_(active_team) {
   const int64_t threads = IntraOpThreads();
   // Inside a team (a nested run, or a piece of a call) the outer team serves.
-  if (idle_spin.count() <= 0 || threads < 2 || in_team_call || active_team != nullptr) return;
+  if (idle_spin.count() <= 0 || threads < 2 || in_team_call || active_team != nullptr ||
+      ContendedRecently())
+    return;
   team_ = std::make_unique<SpinTeam>();
   team_->wanted = static_cast<int>(threads - 1);
   team_->idle_spin = idle_spin;
@@ -148,15 +202,25 @@ SpinTeamScope::~SpinTeamScope() {
   team_->helpers_group.wait();
 }
 
+bool SpinTeamScope::spinning() const { return team_ != nullptr; }
+
+void SetSpinContentionForTesting(SpinContention mode) {
+  contention_mode.store(mode, std::memory_order_relaxed);
+}
+
+bool SpinContendedRecently() { return ContendedRecently(); }
+
 int64_t IntraOpThreads() { return std::max<int64_t>(1, tbb::this_task_arena::max_concurrency()); }
 
 void ParallelChunks(int64_t n, int64_t grain, void (*chunk)(const void*, int64_t, int64_t),
                     const void* context) {
   if (in_team_call) return chunk(context, 0, n);  // the team is busy with the outer call
   if (active_team != nullptr) {
-    if (active_team->helpers.load(std::memory_order_acquire) < active_team->wanted)
-      Recruit(active_team);
-    return RunOnTeam(*active_team, n, grain, chunk, context);
+    const int helpers = active_team->helpers.load(std::memory_order_acquire);
+    const bool backing_off = helpers < active_team->wanted && ContendedRecently();
+    if (helpers < active_team->wanted && !backing_off) Recruit(active_team);
+    // Backing off with no helper left: the arena's workers, woken as without a team.
+    if (!backing_off || helpers > 0) return RunOnTeam(*active_team, n, grain, chunk, context);
   }
   tbb::parallel_for(
       tbb::blocked_range<int64_t>(0, n, grain),

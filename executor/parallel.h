@@ -31,10 +31,15 @@ void ParallelChunks(int64_t n, int64_t grain, void (*chunk)(const void*, int64_t
 // (it comes back at the next call); all of them go when the scope ends. ParallelFor calls
 // made inside a team call run on their own thread. No-op with one thread, idle_spin 0, or
 // inside another team's scope (the outer team serves).
+// Spinning pays only on cores nothing else wants: a helper that finds itself switched out
+// (an involuntary context switch, or its spin loop stalled by the OS or hypervisor) leaves,
+// and for the next 200 ms no scope spins and no helper is recruited (process-wide).
 class SpinTeamScope {
  public:
   explicit SpinTeamScope(std::chrono::microseconds idle_spin);
   ~SpinTeamScope();
+  // Whether this scope runs a team (false when it is a no-op, see above).
+  bool spinning() const;
   SpinTeamScope(const SpinTeamScope&) = delete;
   SpinTeamScope& operator=(const SpinTeamScope&) = delete;
 
@@ -42,6 +47,13 @@ class SpinTeamScope {
   std::unique_ptr<SpinTeam> team_;
   SpinTeam* outer_ = nullptr;
 };
+
+// Whether a spinning helper found its core wanted elsewhere in the last 200 ms (then scopes
+// do not spin). Tests fix the answer (kForceContended, kIgnore: a loaded machine must not
+// change what they check) and restore kDetect.
+bool SpinContendedRecently();
+enum class SpinContention { kDetect, kForceContended, kIgnore };
+void SetSpinContentionForTesting(SpinContention mode);
 
 // Calls fn(begin, end) over [0, n) in chunks of at least `grain` (clamped to 1), on the
 // calling thread when n <= grain, else split across the arena's threads.

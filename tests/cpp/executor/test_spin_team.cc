@@ -5,9 +5,16 @@
 #include <doctest/doctest.h>
 #include <tbb/task_arena.h>
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "executor/parallel.h"
@@ -15,6 +22,12 @@
 using namespace onnx_light::core::runtime;
 
 namespace {
+
+// Fixes SpinContendedRecently() for one test: a loaded machine must not turn a team off.
+struct ContentionForTest {
+  explicit ContentionForTest(SpinContention mode) { SetSpinContentionForTesting(mode); }
+  ~ContentionForTest() { SetSpinContentionForTesting(SpinContention::kDetect); }
+};
 
 // Runs ParallelFor(n, grain) and checks that every index was visited exactly once.
 void CheckCoversOnce(int64_t n, int64_t grain) {
@@ -59,7 +72,9 @@ TEST_CASE("a spin team gives the caller the first error of a call and runs the n
 TEST_CASE("a ParallelFor inside a team call runs whole on the thread of the piece") {
   tbb::task_arena arena(2);
   arena.execute([] {
+    const ContentionForTest ignore(SpinContention::kIgnore);
     SpinTeamScope team(std::chrono::microseconds(1000));
+    REQUIRE(team.spinning());
     std::atomic<int64_t> inner_total{0};
     ParallelFor(8, 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
@@ -101,3 +116,73 @@ TEST_CASE("with one thread or no spin, a spin team scope changes nothing") {
     CheckCoversOnce(1000, 10);
   });
 }
+
+TEST_CASE(
+    "after a helper found its core wanted elsewhere, scopes do not spin and calls still cover") {
+  tbb::task_arena arena(2);
+  arena.execute([] {
+    {
+      const ContentionForTest contended(SpinContention::kForceContended);
+      CHECK(SpinContendedRecently());
+      SpinTeamScope team(std::chrono::microseconds(1000));
+      CHECK_FALSE(team.spinning());
+      CheckCoversOnce(1000, 10);
+    }
+    const ContentionForTest ignore(SpinContention::kIgnore);
+    CHECK_FALSE(SpinContendedRecently());
+    SpinTeamScope team(std::chrono::microseconds(1000));
+    CHECK(team.spinning());
+    CheckCoversOnce(1000, 10);
+    // A sign that comes while the team lives: its helpers are not recruited again, and calls
+    // made with no helper left go to the arena's workers.
+    SetSpinContentionForTesting(SpinContention::kForceContended);
+    for (int round = 0; round < 50; ++round) CheckCoversOnce(1000, 10);
+  });
+}
+
+#if defined(__linux__)
+namespace {
+
+// Pins every thread of this process to `cpus` (new threads inherit the caller's mask).
+void PinProcess(const cpu_set_t& cpus) {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task"))
+    sched_setaffinity(std::stoi(task.path().filename().string()), sizeof(cpus), &cpus);
+}
+
+}  // namespace
+
+TEST_CASE("a helper that shares its core with other work notices and stops the spinning") {
+  cpu_set_t all;
+  REQUIRE(sched_getaffinity(0, sizeof(all), &all) == 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &all)) {
+      CPU_SET(cpu, &one);
+      break;
+    }
+  tbb::task_arena arena(2);
+  arena.execute([] { CheckCoversOnce(1000, 10); });  // the arena's worker exists before pinning
+  PinProcess(one);
+  std::atomic<bool> stop{false};
+  std::thread other_work([&] {
+    while (!stop.load()) {
+    }
+  });
+  // On one core the helper, the caller and other_work take turns: the OS must switch the
+  // spinning helper out, and the helper must say so. Bounded: the scheduler switches
+  // runnable threads on one core every few milliseconds.
+  bool noticed = false;
+  arena.execute([&] {
+    for (int scope = 0; scope < 2000 && !noticed; ++scope) {
+      SpinTeamScope team(std::chrono::microseconds(100000));
+      for (int call = 0; call < 20; ++call) CheckCoversOnce(64, 1);
+      noticed = SpinContendedRecently();
+    }
+  });
+  stop = true;
+  other_work.join();
+  PinProcess(all);
+  CHECK(noticed);
+}
+#endif
