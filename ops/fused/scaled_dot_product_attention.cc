@@ -48,6 +48,10 @@ constexpr int64_t kKeyBlock = 64;  // keys scored per online-softmax step
 // Below this a task's key range is never split. Decode reads K/V from memory (the weights
 // streamed since evict them), so more, shorter tasks keep more rows in flight.
 constexpr int64_t kSplitMinKeys = 64;
+// Below this many multiply-adds (a decode step over a short cache: 3 KV heads x 3 query
+// heads x 128 keys x 128 is 147K) the whole call runs on the calling thread: it takes tens
+// of microseconds, about what waking the arena's sleeping worker costs on a VM.
+constexpr int64_t kParallelMinMacs = int64_t{1} << 19;
 
 // Resolves a Reshape target against the input shape (0 copies, -1 infers).
 Shape ResolveReshape(const Shape& in, const std::vector<int64_t>& target) {
@@ -111,14 +115,15 @@ struct RowAttention {
 
   void Run(const KernelCall& call) {
     const int64_t threads = call.threads();
-    if (rows < 2 * threads && total >= kSplitMinKeys)
+    const bool serial = rows * group * total * (dk + dv) < kParallelMinMacs;
+    if (!serial && rows < 2 * threads && total >= kSplitMinKeys)
       chunks = std::min<int64_t>((2 * threads + rows - 1) / rows, total / (kSplitMinKeys / 2));
     chunk_len = (total + chunks - 1) / chunks;
     partials.resize(static_cast<size_t>(rows * chunks * group));
     acc.assign(static_cast<size_t>(rows * chunks * group * dv), 0.0f);
     pending.reset(new std::atomic<int64_t>[static_cast<size_t>(rows)]);
     for (int64_t r = 0; r < rows; ++r) pending[static_cast<size_t>(r)] = chunks;
-    call.ParallelFor(rows * chunks, 1, [&](int64_t t0, int64_t t1) {
+    call.ParallelFor(rows * chunks, serial ? rows : 1, [&](int64_t t0, int64_t t1) {
       for (int64_t task = t0; task < t1; ++task) {
         RunTask(task);
         if (pending[static_cast<size_t>(task / chunks)].fetch_sub(1) == 1) MergeRow(task / chunks);

@@ -3,6 +3,7 @@
 // additive mask, softmax, fully masked rows as zeros; K/V read in place from strided
 // (append-capacity) views; layout operands that are not the GQA layout are refused.
 #include <doctest/doctest.h>
+#include <tbb/task_arena.h>
 
 #include <cmath>
 #include <limits>
@@ -127,7 +128,7 @@ void CheckClose(const std::vector<float>& got, const std::vector<float>& want, f
 
 TEST_CASE("fused attention equals the decomposed computation for grouped heads and masks") {
   for (int64_t s : {1, 5})
-    for (int64_t t : {7, 300})  // 300 keys with one query split the keys over tasks
+    for (int64_t t : {7, 300})  // small: each row is one task on the calling thread
       for (bool with_mask : {false, true}) {
         CAPTURE(s);
         CAPTURE(t);
@@ -164,6 +165,32 @@ TEST_CASE("fused attention equals the decomposed computation for grouped heads a
             for (int64_t d = 0; d < qs.d; ++d) CHECK(yv[((qs.h + h) * s) * qs.d + d] == 0.0f);
         }
       }
+}
+
+TEST_CASE("a long decode row is split over tasks and merged by log-sum-exp to the reference") {
+  // One query row (1 batch, 1 KV head, 4 query heads) over 3000 keys: 1.5M multiply-adds, so
+  // the keys are cut into chunks whose partial softmax states are merged.
+  const Shape4 qs{1, 4, 1, 64};
+  const int64_t hkv = 1, t = 3000;
+  const auto q = Random(static_cast<size_t>(4 * 64), 11);
+  const auto k = Random(static_cast<size_t>(t * 64), 12);
+  const auto v = Random(static_cast<size_t>(t * 64), 13);
+  std::shared_ptr<std::vector<float>> k_store, v_store;
+  const Tensor qt = Tensor::FromFloat("q", {1, 4, 1, 64}, q);
+  const Tensor kt = CacheView(k, 1, hkv, t, 64, t + 5, k_store);
+  const Tensor vt = CacheView(v, 1, hkv, t, 64, t + 5, v_store);
+  const Tensor ek = Ints({1, hkv, 4, t, 64}), rk = Ints({1, 4, t, 64});
+  const Tensor ev = Ints({1, hkv, 4, t, 64}), rv = Ints({1, 4, t, 64});
+  for (int threads : {1, 2, 4}) {
+    CAPTURE(threads);
+    tbb::task_arena arena(threads);
+    Tensor y;
+    arena.execute([&] {
+      Run run(1.0f, 0.125f);
+      y = run({&qt, &kt, &vt, nullptr, &ek, &rk, nullptr, nullptr, &ev, &rv});
+    });
+    CheckClose(y.ToFloatVector(), Reference(q, k, v, {}, qs, hkv, t, 0.125f), 2e-5f);
+  }
 }
 
 TEST_CASE("fused attention refuses layout operands that are not the grouped-query layout") {
