@@ -68,11 +68,12 @@ struct RuntimeSessionOptions {
   bool profile = false;
   // Inline runs with several threads: how long (microseconds) the arena's other threads spin
   // for the run's next parallel kernel before going back to sleep (executor/parallel.h,
-  // SpinTeamScope). Spinning saves the wake-up between a decode step's products on a machine
-  // whose cores are the run's own (SmolLM2 decode 5-10% faster with 1000); where other
-  // work shares the cores it costs more than it saves (30% slower measured on a busy VM
-  // host), hence off (0) by default. perf/README.md has the figures.
-  int spin_wait_us = 0;
+  // SpinTeamScope). Spinning saves the wake-up between a decode step's products on cores
+  // that are the run's own (SmolLM2 decode 4-13% faster with 1000); a helper that finds its
+  // core wanted elsewhere stops and no run spins for the next 200 ms, so on shared cores it
+  // costs nothing measurable (without that it was 30% slower). 0 never spins.
+  // perf/README.md has the figures.
+  int spin_wait_us = 1000;
 
   bool operator==(const RuntimeSessionOptions&) const = default;
 };

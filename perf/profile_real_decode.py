@@ -38,7 +38,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--executor", default="inline")
     parser.add_argument("--top", type=int, default=12)
-    parser.add_argument("--spin-wait-us", type=int, default=0,
+    parser.add_argument("--spin-wait-us", type=int,
+                        default=runtime.RuntimeSessionOptions().spin_wait_us,
                         help="RuntimeSessionOptions.spin_wait_us (helpers spin between kernels)")
     parser.add_argument("--no-events", action="store_true",
                         help="time the steps with events off (no tables): the events' own cost")

@@ -415,8 +415,9 @@ void RegisterSession(py::module_& runtime) {
            "dequantize_matmul_accuracy_level: 0 computes MatMul(A, DequantizeLinear(W)) "
            "exactly in float; 4 quantizes A to int8 per 32 values, as onnxruntime does. "
            "spin_wait_us: in an inline run with several threads, how long the other threads "
-           "spin for the next parallel kernel before sleeping (0: sleep at once, for machines "
-           "with more busy threads than cores).")
+           "spin for the next parallel kernel before sleeping (default 1000; a thread that "
+           "finds its core wanted elsewhere stops spinning, and runs do not spin for 200 ms; "
+           "0: sleep at once).")
       .def_property(
           "spin_wait_us", [](const RuntimeSessionOptions& o) { return o.spin_wait_us; },
           [](RuntimeSessionOptions& o, int v) { o.spin_wait_us = SpinWaitFromPython(v); },

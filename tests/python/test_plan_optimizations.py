@@ -126,7 +126,8 @@ def test_spinning_helper_threads_change_no_bit_of_any_logit(case):
     arch, size, path = case
     prompt = prompt_for(arch, size)
     executor = {"executor": "inline"}
-    reference, _ = onnx_light_steps(path, arch, size, prompt, intra_op_threads=2, **executor)
+    reference, _ = onnx_light_steps(path, arch, size, prompt, intra_op_threads=2, spin_wait_us=0,
+                                    **executor)
     for options in ({"intra_op_threads": 2, "spin_wait_us": 1000},
                     {"intra_op_threads": 2, "spin_wait_us": 1}):
         logits, _ = onnx_light_steps(path, arch, size, prompt, **options, **executor)
@@ -134,8 +135,8 @@ def test_spinning_helper_threads_change_no_bit_of_any_logit(case):
             np.testing.assert_array_equal(a, b, err_msg=str(options))
 
 
-def test_spin_wait_is_off_by_default_and_bounded():
-    assert runtime.RuntimeSessionOptions().spin_wait_us == 0
+def test_spin_wait_is_1000_us_by_default_and_bounded():
+    assert runtime.RuntimeSessionOptions().spin_wait_us == 1000
     options = runtime.RuntimeSessionOptions(spin_wait_us=500)
     assert options.spin_wait_us == 500
     for bad in (-1, 1_000_001):
