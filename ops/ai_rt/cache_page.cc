@@ -55,11 +55,8 @@ std::vector<std::shared_ptr<const RuntimeValue>> CacheBlocks(const RuntimeValue&
   std::vector<std::shared_ptr<const RuntimeValue>> items;
   items.reserve(seq.size());
   if (!seq.empty()) CollectItems(*seq.root(), &items);
-  for (const auto& b : items) {
-    if (!b->is_struct() || b->fields().size() != 4) refuse();
-    for (const char* f : {"start", "length", "key", "value"})
-      if (b->FindField(f) == nullptr) refuse();
-  }
+  for (const auto& b : items)
+    if (!core::runtime::IsPagedCacheBlock(*b)) refuse();
   return items;
 }
 
