@@ -183,13 +183,15 @@ void BM_GemvLayers(benchmark::State& state) {
 // One packed K x N weight times one row, {K, N, threads}, weights cycled over `copies`
 // instances (more bytes than the L3) as a decode step meets them: per-call cost of the
 // decode GEMV on the small matrices of a real layer.
-void BM_GemvPackedShape(benchmark::State& state) {
-  const int64_t k = state.range(0), n = state.range(1);
-  const int threads = static_cast<int>(state.range(2));
+// `rows` rows times one packed K x N weight, cycled over copies past the L3, in an arena of
+// `threads` threads (the callers set the counters).
+void RowsTimesPackedWeight(benchmark::State& state, int64_t rows, int64_t k, int64_t n,
+                           int threads) {
   const auto packs = PackedCopies(k, n, int64_t{256} << 20);
-  const std::vector<float> a = RandomVector(k);
-  std::vector<float> c(static_cast<size_t>(n));
-  const math::GemmArgs g = RowTimesWeight(k, n, a.data(), c.data());
+  const std::vector<float> a = RandomVector(rows * k);
+  std::vector<float> c(static_cast<size_t>(rows * n));
+  math::GemmArgs g = RowTimesWeight(k, n, a.data(), c.data());
+  g.m = rows;
   tbb::task_arena arena(threads);
   size_t next = 0;
   for (auto _ : state) {
@@ -198,6 +200,11 @@ void BM_GemvPackedShape(benchmark::State& state) {
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
+}
+
+void BM_GemvPackedShape(benchmark::State& state) {
+  const int64_t k = state.range(0), n = state.range(1);
+  RowsTimesPackedWeight(state, 1, k, n, static_cast<int>(state.range(2)));
   state.counters["GB/s"] =
       benchmark::Counter(4.0 * k * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -270,20 +277,7 @@ void BM_RowsLayers(benchmark::State& state) {
 // The same for one product shape, weights cycled past the L3: {rows, K, N, threads}.
 void BM_RowsPackedShape(benchmark::State& state) {
   const int64_t rows = state.range(0), k = state.range(1), n = state.range(2);
-  const int threads = static_cast<int>(state.range(3));
-  const auto packs = PackedCopies(k, n, int64_t{256} << 20);
-  const std::vector<float> a = RandomVector(rows * k);
-  std::vector<float> c(static_cast<size_t>(rows * n));
-  math::GemmArgs g = RowTimesWeight(k, n, a.data(), c.data());
-  g.m = rows;
-  tbb::task_arena arena(threads);
-  size_t next = 0;
-  for (auto _ : state) {
-    arena.execute([&] { math::Sgemm(g, packs[next].get()); });
-    next = (next + 1) % packs.size();
-    benchmark::DoNotOptimize(c.data());
-    benchmark::ClobberMemory();
-  }
+  RowsTimesPackedWeight(state, rows, k, n, static_cast<int>(state.range(3)));
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * rows * k * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }

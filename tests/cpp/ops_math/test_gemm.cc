@@ -31,6 +31,24 @@ std::vector<double> RefGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, f
   return y;
 }
 
+// C[M, N] (leading dimension ldc) = alpha * A[M, K] * B[K, N] + beta * C, A and B dense.
+math::GemmArgs DenseArgs(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                         const float* b, float beta, float* c, int64_t ldc) {
+  math::GemmArgs g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.alpha = alpha;
+  g.a = a;
+  g.lda = k;
+  g.b = b;
+  g.ldb = n;
+  g.beta = beta;
+  g.c = c;
+  g.ldc = ldc;
+  return g;
+}
+
 }  // namespace
 
 TEST_CASE("SGEMM: the AVX-512, AVX2 and portable paths all match a naive reference") {
@@ -137,18 +155,8 @@ TEST_CASE("prompt-shaped SGEMM: fused tile stores, equal column blocks, whole-de
             if (beta == 0)
               for (int64_t i = 0; i < s.m; ++i)
                 std::fill(c.begin() + i * ldc, c.begin() + i * ldc + s.n, std::nanf(""));
-            math::GemmArgs g;
-            g.m = s.m;
-            g.n = s.n;
-            g.k = s.k;
-            g.alpha = alpha;
-            g.a = a.data();
-            g.lda = s.k;
-            g.b = b.data();
-            g.ldb = s.n;
-            g.beta = beta;
-            g.c = c.data();
-            g.ldc = ldc;
+            const math::GemmArgs g =
+                DenseArgs(s.m, s.n, s.k, alpha, a.data(), b.data(), beta, c.data(), ldc);
             arena.execute([&] { math::Sgemm(g, use_packed ? &packed : nullptr, path); });
             CheckClose(c, expected, 1e-5, 1e-5);
           }
@@ -196,18 +204,8 @@ TEST_CASE("batched decode rows (M = 2..16) times a packed weight match the refer
             if (beta == 0)
               for (int64_t i = 0; i < m; ++i)
                 std::fill(c.begin() + i * ldc, c.begin() + i * ldc + s.n, std::nanf(""));
-            math::GemmArgs g;
-            g.m = m;
-            g.n = s.n;
-            g.k = s.k;
-            g.alpha = alpha;
-            g.a = a.data();
-            g.lda = s.k;
-            g.b = b.data();
-            g.ldb = s.n;
-            g.beta = beta;
-            g.c = c.data();
-            g.ldc = ldc;
+            const math::GemmArgs g =
+                DenseArgs(m, s.n, s.k, alpha, a.data(), b.data(), beta, c.data(), ldc);
             arena.execute([&] { math::Sgemm(g, use_packed ? &packed : nullptr, path); });
             CheckClose(c, expected, 1e-5, 1e-5);
           }
