@@ -161,17 +161,31 @@ std::shared_ptr<const ParameterCatalogue> ParameterCatalogue::FromModel(
   return catalogue;
 }
 
+bool IsPagedCacheBlock(const RuntimeValue& block) {
+  if (!block.is_struct()) return false;
+  const std::vector<RuntimeValue::Field>& fields = block.fields();
+  if (fields.size() != 4) return false;
+  // Blocks are built start, length, key, value: compared in place, no std::string made per
+  // name (a batched decode step checks every page of every row's cache of every layer).
+  static constexpr const char* kNames[4] = {"start", "length", "key", "value"};
+  bool in_order = true;
+  for (size_t i = 0; i < 4 && in_order; ++i) in_order = fields[i].first == kNames[i];
+  if (in_order) return true;
+  for (const char* name : kNames) {
+    bool found = false;
+    for (const auto& f : fields) found = found || f.first == name;
+    if (!found) return false;
+  }
+  return true;
+}
+
 bool IsPagedCacheStructure(const RuntimeValue& value) {
   if (!value.is_struct() || value.fields().size() != 1) return false;
   const auto& [name, blocks] = value.fields().front();
   if (name != "blocks" || !blocks.is_sequence()) return false;
   const RuntimeSequence& seq = blocks.elements();
-  for (size_t i = 0; i < seq.size(); ++i) {
-    const RuntimeValue& b = seq[i];
-    if (!b.is_struct() || b.fields().size() != 4) return false;
-    for (const char* f : {"start", "length", "key", "value"})
-      if (b.FindField(f) == nullptr) return false;
-  }
+  for (size_t i = 0; i < seq.size(); ++i)
+    if (!IsPagedCacheBlock(seq[i])) return false;
   return true;
 }
 
@@ -183,8 +197,15 @@ bool IsPagedCacheRows(const RuntimeValue& value) {
 }
 
 bool PagedCacheTailIsUnshared(const RuntimeValue& cache) {
-  if (!IsPagedCacheStructure(cache) || cache.fields_use_count() != 1) return false;
-  const RuntimeSequence& seq = cache.fields().front().second.elements();
+  // The structure of the cache and of its last block (the one written in place); the
+  // earlier blocks are the reader's to check (PagedAttention refuses a malformed cache
+  // before it writes anything). Walking every block here cost each row, layer and step a
+  // search per page (issue 15's batched decode).
+  if (!cache.is_struct() || cache.fields().size() != 1 || cache.fields_use_count() != 1)
+    return false;
+  const auto& [name, blocks] = cache.fields().front();
+  if (name != "blocks" || !blocks.is_sequence()) return false;
+  const RuntimeSequence& seq = blocks.elements();
   if (seq.empty()) return false;
   const std::shared_ptr<const RuntimeSequence::Node>* node = &seq.root();
   if (node->use_count() != 1) return false;
@@ -193,7 +214,8 @@ bool PagedCacheTailIsUnshared(const RuntimeValue& cache) {
     if (node->use_count() != 1) return false;
   }
   const std::shared_ptr<const RuntimeValue>& block = (*node)->items.back();
-  if (block.use_count() != 1 || block->fields_use_count() != 1) return false;
+  if (!IsPagedCacheBlock(*block) || block.use_count() != 1 || block->fields_use_count() != 1)
+    return false;
   for (const char* name : {"key", "value"}) {
     const RuntimeValue& payload = block->field(name);
     const long holders = payload.is_tensor() ? payload.tensor().owner_use_count()

@@ -118,10 +118,13 @@ using RuntimeValueMap = std::unordered_map<std::string, RuntimeValue>;
 // elements are structs with exactly the fields start, length, key and value. There is no
 // origin marker: any value of this shape is a cache.
 bool IsPagedCacheStructure(const RuntimeValue& value);
+// True when `block` is one such element: a struct of exactly start, length, key and value.
+bool IsPagedCacheBlock(const RuntimeValue& block);
 // True when `value` is a non-empty sequence of paged caches (one per batch row).
 bool IsPagedCacheRows(const RuntimeValue& value);
 
-// True when `cache` is a non-empty paged cache that alone holds its last block all the way
+// True when `cache` is a non-empty paged cache (its blocks sequence and last block checked;
+// the other blocks are left to the reader) that alone holds its last block all the way
 // down: its field list, the blocks sequence's tree along the last path, the last block's
 // field list and its key and value payloads are shared with no other value or view. Then
 // nobody else can observe that page, so its spare rows may be written in place.

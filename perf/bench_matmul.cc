@@ -183,13 +183,15 @@ void BM_GemvLayers(benchmark::State& state) {
 // One packed K x N weight times one row, {K, N, threads}, weights cycled over `copies`
 // instances (more bytes than the L3) as a decode step meets them: per-call cost of the
 // decode GEMV on the small matrices of a real layer.
-void BM_GemvPackedShape(benchmark::State& state) {
-  const int64_t k = state.range(0), n = state.range(1);
-  const int threads = static_cast<int>(state.range(2));
+// `rows` rows times one packed K x N weight, cycled over copies past the L3, in an arena of
+// `threads` threads (the callers set the counters).
+void RowsTimesPackedWeight(benchmark::State& state, int64_t rows, int64_t k, int64_t n,
+                           int threads) {
   const auto packs = PackedCopies(k, n, int64_t{256} << 20);
-  const std::vector<float> a = RandomVector(k);
-  std::vector<float> c(static_cast<size_t>(n));
-  const math::GemmArgs g = RowTimesWeight(k, n, a.data(), c.data());
+  const std::vector<float> a = RandomVector(rows * k);
+  std::vector<float> c(static_cast<size_t>(rows * n));
+  math::GemmArgs g = RowTimesWeight(k, n, a.data(), c.data());
+  g.m = rows;
   tbb::task_arena arena(threads);
   size_t next = 0;
   for (auto _ : state) {
@@ -198,6 +200,11 @@ void BM_GemvPackedShape(benchmark::State& state) {
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
+}
+
+void BM_GemvPackedShape(benchmark::State& state) {
+  const int64_t k = state.range(0), n = state.range(1);
+  RowsTimesPackedWeight(state, 1, k, n, static_cast<int>(state.range(2)));
   state.counters["GB/s"] =
       benchmark::Counter(4.0 * k * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -235,6 +242,45 @@ BENCHMARK(BM_GemvAfterGap)
     ->Arg(1000)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+
+// Batched decode (issue 15): `rows` rows (one per request) times every product of `layers`
+// SmolLM2-135M layers as the plan runs them, weights met in memory as a step meets them,
+// {threads, layers, rows}: rows = 1 is the GEMV, more rows the packed micro-kernel. The
+// ratio of a row count's time to the 1-row time is what a batched step costs over a single
+// one (bytes read are the same; FLOPs grow with the rows).
+void BM_RowsLayers(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const LayerWeights w(static_cast<int>(state.range(1)), 1);
+  const int64_t rows = state.range(2);
+  const std::vector<float> a = RandomVector(rows * 1536);
+  std::vector<float> c(static_cast<size_t>(rows * 3072));
+  double flops = 0;
+  for (const auto& [k, n] : w.shapes) flops += 2.0 * static_cast<double>(rows * k * n);
+  tbb::task_arena arena(threads);
+  for (auto _ : state) {
+    arena.execute([&] {
+      for (size_t i = 0; i < w.packs.size(); ++i) {
+        math::GemmArgs g = RowTimesWeight(w.shapes[i][0], w.shapes[i][1], a.data(), c.data());
+        g.m = rows;
+        math::Sgemm(g, w.packs[i].get());
+      }
+    });
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.bytes) / 1e9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The same for one product shape, weights cycled past the L3: {rows, K, N, threads}.
+void BM_RowsPackedShape(benchmark::State& state) {
+  const int64_t rows = state.range(0), k = state.range(1), n = state.range(2);
+  RowsTimesPackedWeight(state, rows, k, n, static_cast<int>(state.range(3)));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * rows * k * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
 
 void BM_ReadLayers(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
@@ -354,6 +400,17 @@ BENCHMARK(BM_ReadLayers)
     ->Args({2, 8, 0})
     ->Args({2, 30, 1})
     ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+// {threads, layers, rows}: 30 SmolLM2 layers (425 MB) times 1, 8 and 16 rows.
+BENCHMARK(BM_RowsLayers)
+    ->ArgsProduct({{1, 2}, {30}, {1, 8, 16}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+// {rows, K, N, threads}: SmolLM2-135M's products and LM head, 1 and 8 rows.
+BENCHMARK(BM_RowsPackedShape)
+    ->ArgsProduct({{1, 8}, {576}, {576, 960, 3072, 49152}, {1, 2}})
+    ->ArgsProduct({{1, 8}, {1536}, {576}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(BM_Memcpy)
     ->Args({4096, 4096})

@@ -37,29 +37,29 @@ CachePage ReadCachePage(const RuntimeValue& block, const std::string& where) {
   return page;
 }
 
+void RefusePagedCache(const RuntimeValue& cache, const std::string& where) {
+  core::Throw(ErrorCode::kInvalidArgument,
+              where +
+                  " must be a paged cache {\"blocks\": [{start, length, key, value}, ...]}, "
+                  "got a " +
+                  RuntimeValue::KindName(cache.kind()));
+}
+
 std::vector<std::shared_ptr<const RuntimeValue>> CacheBlocks(const RuntimeValue& cache,
-                                                             const std::string& where) {
-  const auto refuse = [&] {
-    core::Throw(ErrorCode::kInvalidArgument,
-                where +
-                    " must be a paged cache {\"blocks\": [{start, length, key, value}, ...]}, "
-                    "got a " +
-                    RuntimeValue::KindName(cache.kind()));
-  };
+                                                             const std::string& where,
+                                                             bool check_blocks) {
   // The structure of IsPagedCacheStructure, checked on the collected blocks: indexing the
   // sequence's tree block by block costs a search each (a few % of a 32k-token decode).
   if (!cache.is_struct() || cache.fields().size() != 1 ||
       cache.fields().front().first != "blocks" || !cache.fields().front().second.is_sequence())
-    refuse();
+    RefusePagedCache(cache, where);
   const RuntimeSequence& seq = cache.fields().front().second.elements();
   std::vector<std::shared_ptr<const RuntimeValue>> items;
   items.reserve(seq.size());
   if (!seq.empty()) CollectItems(*seq.root(), &items);
-  for (const auto& b : items) {
-    if (!b->is_struct() || b->fields().size() != 4) refuse();
-    for (const char* f : {"start", "length", "key", "value"})
-      if (b->FindField(f) == nullptr) refuse();
-  }
+  if (check_blocks)
+    for (const auto& b : items)
+      if (!core::runtime::IsPagedCacheBlock(*b)) RefusePagedCache(cache, where);
   return items;
 }
 

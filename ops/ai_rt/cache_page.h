@@ -24,9 +24,14 @@ struct CachePage {
 CachePage ReadCachePage(const RuntimeValue& block, const std::string& where);
 
 // The blocks of a paged cache as the shared handles its sequence holds, in order. Throws
-// kInvalidArgument "<where>: ..." unless `cache` has the paged-cache structure.
+// kInvalidArgument "<where>: ..." unless `cache` has the paged-cache structure; with
+// `check_blocks` false the blocks' fields are left to the caller (who must check every block
+// it has not read before with core::runtime::IsPagedCacheBlock, and RefusePagedCache).
 std::vector<std::shared_ptr<const RuntimeValue>> CacheBlocks(const RuntimeValue& cache,
-                                                             const std::string& where);
+                                                             const std::string& where,
+                                                             bool check_blocks = true);
+// Throws CacheBlocks' kInvalidArgument for `cache`.
+[[noreturn]] void RefusePagedCache(const RuntimeValue& cache, const std::string& where);
 
 // The paged cache with `blocks` in place of `cache`'s (struct name and element type kept).
 RuntimeValue WithBlocks(const RuntimeValue& cache, core::runtime::RuntimeSequence blocks);

@@ -556,9 +556,14 @@ std::string PagedAttention::PastName(int64_t row) const {
 
 void PagedAttention::AnalysePages(const RuntimeValue& cache, int64_t row, RowPast& rp,
                                   Call& c) const {
-  rp.blocks = ops::ai_rt::CacheBlocks(
-      cache, row < 0 ? where_ + ": past"
-                     : PastName(row) + " (row " + std::to_string(row) + " of the batch's caches)");
+  auto cache_name = [&] {
+    return row < 0 ? where_ + ": past"
+                   : PastName(row) + " (row " + std::to_string(row) + " of the batch's caches)";
+  };
+  // The blocks' fields are checked below for the blocks the memo has not seen: a memo hit is
+  // the same (immutable) block, checked when first read. Checking every block on every call
+  // chased each page's field list through memory a batched step had evicted (issue 15).
+  rp.blocks = ops::ai_rt::CacheBlocks(cache, cache_name(), /*check_blocks=*/false);
   const auto& items = rp.blocks;
   rp.pages.resize(items.size());
   // A single cache's pages hold every batch row; a row cache's, its row alone.
@@ -572,6 +577,8 @@ void PagedAttention::AnalysePages(const RuntimeValue& cache, int64_t row, RowPas
     if (it != memo_->entries.end() && it->second.block.lock() == items[i]) {
       shared = it->second.page;
     } else {
+      if (!core::runtime::IsPagedCacheBlock(*items[i]))
+        ops::ai_rt::RefusePagedCache(cache, cache_name());
       shared = std::make_shared<const Page>(ops::ai_rt::ReadCachePage(*items[i], where()));
       memo_->entries[items[i].get()] = {items[i], shared};
       ++c.stats.validated_pages;

@@ -31,6 +31,24 @@ std::vector<double> RefGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, f
   return y;
 }
 
+// C[M, N] (leading dimension ldc) = alpha * A[M, K] * B[K, N] + beta * C, A and B dense.
+math::GemmArgs DenseArgs(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                         const float* b, float beta, float* c, int64_t ldc) {
+  math::GemmArgs g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.alpha = alpha;
+  g.a = a;
+  g.lda = k;
+  g.b = b;
+  g.ldb = n;
+  g.beta = beta;
+  g.c = c;
+  g.ldc = ldc;
+  return g;
+}
+
 }  // namespace
 
 TEST_CASE("SGEMM: the AVX-512, AVX2 and portable paths all match a naive reference") {
@@ -137,23 +155,63 @@ TEST_CASE("prompt-shaped SGEMM: fused tile stores, equal column blocks, whole-de
             if (beta == 0)
               for (int64_t i = 0; i < s.m; ++i)
                 std::fill(c.begin() + i * ldc, c.begin() + i * ldc + s.n, std::nanf(""));
-            math::GemmArgs g;
-            g.m = s.m;
-            g.n = s.n;
-            g.k = s.k;
-            g.alpha = alpha;
-            g.a = a.data();
-            g.lda = s.k;
-            g.b = b.data();
-            g.ldb = s.n;
-            g.beta = beta;
-            g.c = c.data();
-            g.ldc = ldc;
+            const math::GemmArgs g =
+                DenseArgs(s.m, s.n, s.k, alpha, a.data(), b.data(), beta, c.data(), ldc);
             arena.execute([&] { math::Sgemm(g, use_packed ? &packed : nullptr, path); });
             CheckClose(c, expected, 1e-5, 1e-5);
           }
       }
     }
+}
+
+TEST_CASE("batched decode rows (M = 2..16) times a packed weight match the reference") {
+  // Issue 15's decode step: one row per request against a constant weight (PackedB), and the
+  // same rows packing B per call. Row counts 2..16 cross the 6- and 12-row tiles; N = 1153
+  // ends in a one-column panel after an odd number of panels (the one-panel kernel follows
+  // the two-panel ones, each prefetching the panels after its own), N = 80 is five panels;
+  // K = 600 is three depth blocks (C read back), K = 40 one.
+  struct Case {
+    int64_t n, k;
+  };
+  for (const Case s : {Case{1153, 600}, Case{80, 40}}) {
+    const std::vector<float> b = Random(s.k * s.n, -1, 1, 21);
+    const math::PackedB packed(false, s.k, s.n, b.data(), s.n);
+    for (int64_t m = 2; m <= 16; ++m) {
+      const int64_t ldc = s.n + 5;
+      const std::vector<float> a = Random(m * s.k, -1, 1, 22);
+      const std::vector<float> c0 = Random(m * ldc, -1, 1, 23);
+      const float alpha = 1.0f, beta = m % 2 == 0 ? 0.0f : 0.5f;
+      std::vector<double> expected(static_cast<size_t>(m * ldc));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < ldc; ++j) {
+          const size_t at = static_cast<size_t>(i * ldc + j);
+          double sum = 0;
+          for (int64_t p = 0; p < s.k && j < s.n; ++p)
+            sum += static_cast<double>(a[i * s.k + p]) * b[p * s.n + j];
+          expected[at] = j >= s.n ? c0[at] : alpha * sum + beta * static_cast<double>(c0[at]);
+        }
+      for (int threads : {1, 2}) {
+        tbb::task_arena arena(threads, static_cast<unsigned>(threads));
+        for (math::GemmPath path : kAllPaths)
+          for (bool use_packed : {false, true}) {
+            CAPTURE(s.n);
+            CAPTURE(s.k);
+            CAPTURE(m);
+            CAPTURE(threads);
+            CAPTURE(static_cast<int>(path));
+            CAPTURE(use_packed);
+            std::vector<float> c = c0;
+            if (beta == 0)
+              for (int64_t i = 0; i < m; ++i)
+                std::fill(c.begin() + i * ldc, c.begin() + i * ldc + s.n, std::nanf(""));
+            const math::GemmArgs g =
+                DenseArgs(m, s.n, s.k, alpha, a.data(), b.data(), beta, c.data(), ldc);
+            arena.execute([&] { math::Sgemm(g, use_packed ? &packed : nullptr, path); });
+            CheckClose(c, expected, 1e-5, 1e-5);
+          }
+      }
+    }
+  }
 }
 
 TEST_CASE("decode-shaped GEMV (M = 1) matches the reference on every path") {
