@@ -70,8 +70,13 @@ long InvoluntarySwitches() {
 }  // namespace
 
 // One team call at a time: its pieces are claimed through `ticket` (call number in the high
-// 32 bits, next piece in the low 32), so a helper late from an earlier call cannot claim a
-// piece of the next one with the earlier call's function.
+// 32 bits, next piece in the low 32). The ticket is also a sequence lock over the call's
+// parameters: the owner closes it (next call number, piece kClosed) before it rewrites them
+// and opens it after, and a helper's claim (a compare-exchange of the ticket it read before
+// the parameters) succeeds only if the ticket did not move in between. So a helper late from
+// an earlier call, or one that read parameters the owner was rewriting, claims nothing.
+constexpr uint64_t kClosed = 0xffffffffu;
+
 struct SpinTeam {
   std::atomic<uint64_t> ticket{0};
   std::atomic<void (*)(const void*, int64_t, int64_t)> chunk{nullptr};
@@ -93,12 +98,18 @@ struct SpinTeam {
     for (;;) {
       uint64_t t = ticket.load(std::memory_order_acquire);
       if ((t >> 32) != call) return;
+      if ((t & kClosed) == kClosed) {  // the owner is writing this call's parameters
+        CpuRelax();
+        continue;
+      }
       const auto f = chunk.load(std::memory_order_relaxed);
       const void* c = context.load(std::memory_order_relaxed);
       const int64_t total = n.load(std::memory_order_relaxed);
       const int64_t count = pieces.load(std::memory_order_relaxed);
-      const auto piece = static_cast<int64_t>(t & 0xffffffffu);
+      const auto piece = static_cast<int64_t>(t & kClosed);
       if (piece >= count) return;
+      // Orders the parameter loads before the claim (the reader side of the sequence lock).
+      std::atomic_thread_fence(std::memory_order_acquire);
       if (!ticket.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel)) continue;
       RunPiece(f, c, total * piece / count, total * (piece + 1) / count);
     }
@@ -164,13 +175,17 @@ void Recruit(SpinTeam* team) {
 void RunOnTeam(SpinTeam& team, int64_t n, int64_t grain,
                void (*chunk)(const void*, int64_t, int64_t), const void* context) {
   const int64_t threads = team.wanted + 1;
+  // Close the ticket before rewriting the parameters: a helper still reading the previous
+  // call's can no longer claim with them (see SpinTeam).
+  const uint64_t call = (team.ticket.load(std::memory_order_relaxed) >> 32) + 1;
+  team.ticket.store((call << 32) | kClosed, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
   team.chunk.store(chunk, std::memory_order_relaxed);
   team.context.store(context, std::memory_order_relaxed);
   team.n.store(n, std::memory_order_relaxed);
   team.pieces.store(std::min((n + grain - 1) / grain, 4 * threads), std::memory_order_relaxed);
   team.done.store(0, std::memory_order_relaxed);
   team.error = nullptr;
-  const uint64_t call = (team.ticket.load(std::memory_order_relaxed) >> 32) + 1;
   team.ticket.store(call << 32, std::memory_order_release);
   in_team_call = true;
   team.Work(call);
