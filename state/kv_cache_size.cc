@@ -1,6 +1,7 @@
 #include "state/kv_cache_size.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/dtype.h"
 #include "core/type_compat.h"
@@ -64,6 +65,24 @@ int64_t DeclaredTokenBytes(const TypeProto& type, const ModelProto& model) {
   return cache.has_struct_type() ? PagedTokenBytes(cache, model) : -1;
 }
 
+// The tokens one page of the model's paged caches holds: the block_size of its
+// ai.rt::PagedAttention nodes (their least common multiple when they differ), or 1.
+int64_t PageTokens(const GraphProto& graph) {
+  int64_t tokens = 1;
+  for (const auto& node : graph.node()) {
+    if (node.domain() != "ai.rt" || node.op_type() != "PagedAttention") continue;
+    int64_t block = 16;  // the schema's default
+    for (const auto& a : node.attribute())
+      if (a.name() == "block_size" && a.i() > 0) block = a.i();
+    int64_t lcm = 0;  // huge or overflowing multiples (a malformed model): the larger one
+    if (__builtin_mul_overflow(tokens / std::gcd(tokens, block), block, &lcm) ||
+        lcm > (int64_t{1} << 20))
+      lcm = std::max(tokens, block);
+    tokens = lcm;
+  }
+  return tokens;
+}
+
 }  // namespace
 
 KvTokenBytes KvBytesPerToken(const ModelProto& model) {
@@ -82,6 +101,7 @@ KvTokenBytes KvBytesPerToken(const ModelProto& model) {
                      "the batch; a paged cache needs key and value fields with concrete heads "
                      "and width)"};
     total.bytes += bytes;
+    if (!input->type().has_tensor_type()) total.page_tokens = PageTokens(graph);
   }
   return total;
 }

@@ -20,9 +20,13 @@ namespace onnx_light::core::runtime {
 //   block fields: key and value [batch, heads, capacity, width] with concrete heads and
 //   width, heads x width x element size each (the logical FLOAT: 16-bit pages take less).
 //   A layout-less paged cache declares no sizes.
+// A paged cache takes whole pages: `page_tokens` is the tokens one page holds, the
+// block_size of the model's ai.rt::PagedAttention nodes (default 16; the least common
+// multiple when they differ), and 1 for tensor caches or without such a node.
 struct KvTokenBytes {
   int64_t bytes = 0;
   std::string why_not;
+  int64_t page_tokens = 1;
 };
 KvTokenBytes KvBytesPerToken(const ModelProto& model);
 

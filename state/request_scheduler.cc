@@ -9,6 +9,7 @@
 #include <optional>
 #include <utility>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "executor/session_cache.h"
 #include "onnx_light.pb.h"
@@ -88,6 +89,7 @@ struct RequestRecord : std::enable_shared_from_this<RequestRecord> {
   std::weak_ptr<SchedulerCore> scheduler;
   int64_t kv_tokens = 0;         // its charge against the KV budget, in tokens
   int64_t token_cost = 1;        // what one of its tokens costs: 1, or bytes (max_kv_bytes)
+  int64_t page_tokens = 1;       // max_kv_bytes with paged caches: charges are whole pages
   int64_t admission_tokens = 0;  // what it is charged when (re)admitted
   RowHistory history;            // kGrowAndPreempt, batched mode
   Clock::time_point submitted, started, last_token;
@@ -208,9 +210,10 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
   }
 
   void Enqueue(std::shared_ptr<RequestRecord> record) {
-    const int64_t worst_case = WorstCaseKvTokens(record->request);
+    int64_t worst_case = 0;
     try {  // a request that can never run under the budget fails at once
-      record->token_cost = TokenCost(*record);
+      SetTokenCost(*record);
+      worst_case = WorstCaseKvTokens(*record);
       CheckFitsAlone(*record, worst_case);
     } catch (const Error&) {
       record->Complete(std::current_exception(), Tensor());
@@ -218,32 +221,46 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
     }
     // Growing charges need batched mode (its caches can be dropped and recomputed).
     const bool grows = Growing() && BatchedModel(record->request);
-    record->admission_tokens = grows ? PromptKvTokens(record->request) : worst_case;
+    record->admission_tokens = grows ? PromptKvTokens(*record) : worst_case;
     std::lock_guard<std::mutex> lock(mutex_);
     pending_.push_back(std::move(record));
     AdmitLocked();
   }
 
   // What one of the request's tokens costs against the budget: 1, or under max_kv_bytes its
-  // model's KV bytes per token (throws when its declarations give none).
-  int64_t TokenCost(const RequestRecord& record) const {
+  // model's KV bytes per token (throws when its declarations give none), charged in whole
+  // pages when its caches are paged.
+  void SetTokenCost(RequestRecord& record) const {
     const ModelProto* model = ModelOf(record.request);
-    if (options_.max_kv_bytes == 0 || model == nullptr) return 1;  // no model: fails when run
+    if (options_.max_kv_bytes == 0 || model == nullptr) return;  // no model: fails when run
     const KvTokenBytes per_token = KvBytesPerToken(*model);
     OL_CHECK(per_token.bytes > 0, ErrorCode::kInvalidArgument,
              "RequestScheduler: request " + std::to_string(record.id) +
                  ": max_kv_bytes needs the model's KV bytes per token, but " + per_token.why_not +
                  "; use max_kv_tokens");
-    return per_token.bytes;
+    record.token_cost = per_token.bytes;
+    record.page_tokens = per_token.page_tokens;
+  }
+
+  // The token slots `rows` rows of `length` tokens take: whole pages when they are paged.
+  static int64_t Slots(const RequestRecord& record, int64_t rows, int64_t length) {
+    const int64_t page = record.page_tokens;
+    const int64_t pages = CheckedAdd(length, page - 1, "a request's KV tokens") / page;
+    return CheckedMul(rows, CheckedMul(pages, page, "a request's KV tokens"),
+                      "a request's KV tokens");
   }
 
   // Refuses a request whose worst case alone exceeds the budget.
   void CheckFitsAlone(const RequestRecord& record, int64_t worst_case) const {
-    const int64_t need = worst_case * record.token_cost;
+    const int64_t need = CheckedMul(worst_case, record.token_cost, "a request's KV bytes");
     if (Budget() == 0 || need <= Budget()) return;
     const bool bytes = options_.max_kv_bytes > 0;
+    const std::string pages =
+        record.page_tokens > 1
+            ? ", in whole pages of " + std::to_string(record.page_tokens) + " tokens,"
+            : "";
     const std::string per_token =
-        bytes ? " x " + std::to_string(record.token_cost) + " bytes per token" : "";
+        bytes ? pages + " x " + std::to_string(record.token_cost) + " bytes per token" : "";
     Throw(ErrorCode::kResourceExhausted,
           "RequestScheduler: request " + std::to_string(record.id) + " needs " +
               std::to_string(need) + (bytes ? " KV bytes" : " KV tokens") +
@@ -273,16 +290,17 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
   }
 
   // A request's worst-case cache: rows x (prompt + max_new_tokens).
-  static int64_t WorstCaseKvTokens(const GenerationRequest& request) {
-    const Tensor* t = PromptOf(request);
+  static int64_t WorstCaseKvTokens(const RequestRecord& record) {
+    const Tensor* t = PromptOf(record.request);
     if (t == nullptr) return 0;
-    return t->dim(0) * (t->dim(1) + std::max<int64_t>(request.options.max_new_tokens, 0));
+    return Slots(record, t->dim(0),
+                 t->dim(1) + std::max<int64_t>(record.request.options.max_new_tokens, 0));
   }
 
   // The cache its prompt fills: rows x prompt.
-  static int64_t PromptKvTokens(const GenerationRequest& request) {
-    const Tensor* t = PromptOf(request);
-    return t == nullptr ? 0 : t->numel();
+  static int64_t PromptKvTokens(const RequestRecord& record) {
+    const Tensor* t = PromptOf(record.request);
+    return t == nullptr ? 0 : Slots(record, t->dim(0), t->dim(1));
   }
 
   // Whether the request will run in batched mode (StartGeneration decides the same way).
@@ -431,9 +449,12 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
         std::max(stats_.peak_kv_bytes_reserved, stats_.kv_bytes_reserved);
   }
 
-  // The tokens a call's request caches hold once the call ran.
+  // The tokens a call's request caches hold once the call ran (whole pages when paged).
   static int64_t NeedOf(const PendingCall& p) {
-    return p.record->history.Tokens() + p.fed_ids.numel();
+    const RowHistory& h = p.record->history;
+    if (p.record->page_tokens == 1 || p.fed_ids.rank() != 2) return h.Tokens() + p.fed_ids.numel();
+    const auto held = h.ids.empty() ? int64_t{0} : static_cast<int64_t>(h.ids[0].size());
+    return Slots(*p.record, p.fed_ids.dim(0), held + p.fed_ids.dim(1));
   }
 
   // Whether the call runs in its step: neither cancelled nor refused.

@@ -86,8 +86,9 @@ struct SchedulerOptions {
   // (kResourceExhausted).
   int64_t max_kv_tokens = 0;
   // The same budget in bytes (0: none; not with max_kv_tokens): each request's tokens cost
-  // its model's KV bytes per token, read from the cache declarations (state/kv_cache_size.h);
-  // a request whose model's declarations give no size fails at once (kInvalidArgument).
+  // its model's KV bytes per token, read from the cache declarations (state/kv_cache_size.h),
+  // paged caches in whole pages (each row's tokens rounded up to the block_size); a request
+  // whose model's declarations give no size fails at once (kInvalidArgument).
   int64_t max_kv_bytes = 0;
   KvAdmission kv_admission = KvAdmission::kReserveWorstCase;
 };

@@ -167,7 +167,8 @@ void RegisterScheduler(py::module_& runtime) {
            "Either way a "
            "request whose worst case alone exceeds the budget fails with MemoryError. "
            "max_kv_bytes (instead of max_kv_tokens) is the budget in bytes: each token costs "
-           "its model's KV bytes per token, from the cache declarations (a model whose "
+           "its model's KV bytes per token, from the cache declarations, paged caches in "
+           "whole pages of the PagedAttention's block_size (a model whose "
            "declarations give no size is refused with ValueError).")
       .def(
           "submit",

@@ -70,6 +70,17 @@ std::shared_ptr<const ModelProto> DeclaredLayoutDecoder() {
 
 TEST_CASE("KV bytes per token come from the cache declarations, or say why they cannot") {
   CHECK(KvBytesPerToken(*DeclaredLayoutDecoder()).bytes == 128);
+  // Paged caches take whole pages of the PagedAttention's block_size (default 16).
+  CHECK(KvBytesPerToken(*DeclaredLayoutDecoder()).page_tokens == 16);
+  ModelProto blocks_of_4 = *DeclaredLayoutDecoder();
+  for (auto& node : *blocks_of_4.mutable_graph()->mutable_node()) {
+    if (node.op_type() != "PagedAttention") continue;
+    auto* a = node.add_attribute();
+    a->set_name("block_size");
+    a->set_type(AttributeProto::INT);
+    a->set_i(4);
+  }
+  CHECK(KvBytesPerToken(blocks_of_4).page_tokens == 4);
   const KvTokenBytes layout_less = KvBytesPerToken(*RowsDecoder());
   CHECK(layout_less.bytes == 0);
   CHECK(layout_less.why_not.find("'past'") != std::string::npos);
@@ -89,13 +100,16 @@ TEST_CASE("KV bytes per token come from the cache declarations, or say why they 
 
 TEST_CASE(
     "grow_and_preempt with a budget in bytes: preempted requests give their alone tokens, the "
-    "charges stay within the bytes, one that never fits is refused in bytes") {
+    "charges are whole pages within the bytes, one that never fits is refused in bytes") {
   const std::shared_ptr<const ModelProto> model = DeclaredLayoutDecoder();
   RuntimeContext context;
   std::vector<std::vector<int64_t>> prompts = {{4, 1}, {9, 9, 2, 7}, {3}, {5, 6, 7}, {8, 8}};
   GenerationOptions options;
-  options.max_new_tokens = 10;  // worst case <= 14 tokens = 1792 bytes
-  constexpr int64_t kBudget = 20 * 128;
+  // Worst case <= 18 tokens: two pages of 16, 4096 bytes. Two requests start (a page each);
+  // the first to cross into its second page does not fit beside the other.
+  options.max_new_tokens = 14;
+  constexpr int64_t kPage = 16 * 128;
+  constexpr int64_t kBudget = 40 * 128;
   RequestScheduler scheduler(
       context,
       {.max_in_flight = 8, .max_kv_bytes = kBudget, .kv_admission = KvAdmission::kGrowAndPreempt});
@@ -104,12 +118,13 @@ TEST_CASE(
     handles.push_back(
         scheduler.Submit({model, nullptr, RowsFeeds(p), options, {}, nullptr, nullptr}));
   GenerationOptions long_options;
-  long_options.max_new_tokens = 18;  // (3 + 18) x 128 = 2688 > 2560
+  long_options.max_new_tokens = 40;  // 3 + 40 tokens: three pages, 6144 bytes > 5120
   RequestHandle too_big =
       scheduler.Submit({model, nullptr, RowsFeeds({1, 1, 1}), long_options, {}, nullptr, nullptr});
   test_util::ExpectError([&] { too_big.Get(); }, ErrorCode::kResourceExhausted,
-                         "RequestScheduler: request 5 needs 2688 KV bytes (rows x (prompt + "
-                         "max_new_tokens) x 128 bytes per token) but max_kv_bytes is 2560");
+                         "RequestScheduler: request 5 needs 6144 KV bytes (rows x (prompt + "
+                         "max_new_tokens), in whole pages of 16 tokens, x 128 bytes per token) "
+                         "but max_kv_bytes is 5120");
   for (size_t i = 0; i < prompts.size(); ++i) {
     CAPTURE(i);
     CHECK(TokenRow(handles[i].Get().tokens) ==
@@ -120,5 +135,8 @@ TEST_CASE(
   CHECK(stats.preemptions > 0);
   CHECK(stats.peak_kv_bytes_reserved <= kBudget);
   CHECK(stats.peak_kv_bytes_reserved == 128 * stats.peak_kv_tokens_reserved);
+  CHECK(stats.peak_kv_bytes_reserved % kPage == 0);
+  CHECK(stats.peak_kv_bytes_reserved ==
+        2 * kPage);  // two pages: one request past 16 tokens, or two
   CHECK(stats.kv_bytes_reserved == 0);
 }
