@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import sys
 import time
 
@@ -24,6 +25,12 @@ from onnx_light.models.tiny_decoder import TinyDecoderConfig, build_tiny_decoder
 from onnx_light.onnx_py._onnxpykernels import runtime
 from resident import rss_mb
 
+
+
+def threads() -> int:
+    """The process's threads: a worker the arena starts late brings its own stack and malloc
+    arena, a step in RSS that is not a leak."""
+    return len(os.listdir("/proc/self/task"))
 
 
 def main():
@@ -78,11 +85,12 @@ def main():
             rss = rss_mb()
             if baseline is None:
                 baseline, worst = rss, 0.0
-                print(f"warm-up: {checked} requests, RSS {rss:.1f} MB", flush=True)
+                print(f"warm-up: {checked} requests, RSS {rss:.1f} MB, {threads()} threads",
+                      flush=True)
             else:
                 worst = max(worst, rss - baseline)
                 print(f"{now - start:.0f} s: {checked} requests, {tokens} tokens checked, "
-                      f"RSS {rss:.1f} MB ({rss - baseline:+.2f})", flush=True)
+                      f"RSS {rss:.1f} MB ({rss - baseline:+.2f}), {threads()} threads", flush=True)
                 if rss - baseline > args.max_growth_mb:
                     sys.exit(f"RSS grew {rss - baseline:.2f} MB over warm-up")
             next_report = now + args.report
