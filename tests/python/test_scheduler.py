@@ -31,6 +31,17 @@ def feeds(prompt):
     return {"input_ids": np.array([prompt], np.int64), **empty_cache(CONFIG)}
 
 
+def held_until(event, on_token=None):
+    """An on_token for a test's first request: it waits at its first token until `event` is
+    set (after the test has submitted every request), so the requests overlap as the test
+    expects however slowly the submitting thread runs; then calls `on_token`."""
+    def hold(step, tokens):
+        assert event.wait(timeout=60)
+        if on_token is not None:
+            on_token(step, tokens)
+    return hold
+
+
 def alone(model, context, prompt, tokens):
     options = runtime.GenerationOptions(max_new_tokens=tokens)
     return np.from_dlpack(runtime.generate(model, context, feeds(prompt), options))
@@ -45,8 +56,12 @@ def test_concurrent_requests_give_the_tokens_each_gives_alone(model, context):
     def on_token(i):
         return lambda step, tokens: streamed[i].append(tokens[0])
 
-    handles = [scheduler.submit(model, feeds(p), options, on_token=on_token(i))
+    submitted = threading.Event()
+    handles = [scheduler.submit(model, feeds(p), options,
+                                on_token=held_until(submitted, on_token(i)) if i == 0 else
+                                on_token(i))
                for i, p in enumerate(PROMPTS)]
+    submitted.set()
     for i, handle in enumerate(handles):
         tokens = np.from_dlpack(handle.result())
         np.testing.assert_array_equal(tokens, expected[i])
@@ -315,7 +330,11 @@ def test_a_kv_budget_queues_requests_until_they_fit_and_refuses_one_that_never_f
     options = runtime.GenerationOptions(max_new_tokens=8)  # 1 x (3 + 8) = 11 tokens each
     prompts = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
     scheduler = runtime.RequestScheduler(context, max_in_flight=8, max_kv_tokens=25)
-    handles = [scheduler.submit(paged_model, paged_feeds(p), options) for p in prompts]
+    submitted = threading.Event()
+    handles = [scheduler.submit(paged_model, paged_feeds(p), options,
+                                on_token=held_until(submitted) if i == 0 else None)
+               for i, p in enumerate(prompts)]
+    submitted.set()
     too_big = scheduler.submit(paged_model, paged_feeds([1] * 20), options)  # 28 > 25
     with pytest.raises(MemoryError, match="needs 28 KV tokens .* max_kv_tokens is 25"):
         too_big.result()
@@ -342,8 +361,12 @@ def test_grow_and_preempt_gives_every_preempted_request_its_alone_tokens(paged_m
     def on_token(i):
         return lambda step, tokens: streamed[i].append((step, tokens[0]))
 
-    handles = [scheduler.submit(paged_model, paged_feeds(p), o, on_token=on_token(i))
+    submitted = threading.Event()
+    handles = [scheduler.submit(paged_model, paged_feeds(p), o,
+                                on_token=held_until(submitted, on_token(i)) if i == 0 else
+                                on_token(i))
                for i, (p, o) in enumerate(zip(prompts, options))]
+    submitted.set()
     preemptions = 0
     for i, handle in enumerate(handles):
         tokens = np.from_dlpack(handle.result())[0].tolist()
@@ -366,10 +389,14 @@ def test_grow_and_preempt_cancel_while_preempted_and_refusal(paged_model, contex
                                          kv_admission="grow_and_preempt")
     box, newer_streamed = {}, []
     lock = threading.Lock()
+    newer_submitted = threading.Event()
 
     # The newer one is preempted once both caches exceed 20 tokens and cannot come back
     # before the older one ends: the older one's next token cancels it while preempted.
+    # The older one waits at its tokens until the newer one is submitted: alone, on a busy
+    # machine, it could end before the newer one joins, and nothing would be preempted.
     def cancel_the_preempted(step, tokens):
+        assert newer_submitted.wait(timeout=60)
         with lock:
             if "cancelled" not in box and scheduler.stats()["preemptions"] == 1:
                 box["newer"].cancel("preempted and no longer wanted")
@@ -380,6 +407,7 @@ def test_grow_and_preempt_cancel_while_preempted_and_refusal(paged_model, contex
     with lock:
         box["newer"] = scheduler.submit(paged_model, paged_feeds(newer), newer_options,
                                         on_token=lambda s, t: newer_streamed.append(t[0]))
+    newer_submitted.set()
     too_big = scheduler.submit(paged_model, paged_feeds([1, 1, 1]),
                                runtime.GenerationOptions(max_new_tokens=18))
     with pytest.raises(MemoryError, match=r"request 2 needs 21 KV tokens \(rows x \(prompt \+ "
@@ -407,7 +435,11 @@ def test_a_kv_budget_in_bytes_uses_the_declared_bytes_per_token(model, paged_mod
     prompts = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
     scheduler = runtime.RequestScheduler(context, max_in_flight=8, max_kv_bytes=25 * 1024)
     assert scheduler.max_kv_bytes == 25 * 1024 and scheduler.max_kv_tokens == 0
-    handles = [scheduler.submit(model, feeds(p), options) for p in prompts]
+    submitted = threading.Event()
+    handles = [scheduler.submit(model, feeds(p), options,
+                                on_token=held_until(submitted) if i == 0 else None)
+               for i, p in enumerate(prompts)]
+    submitted.set()
     too_big = scheduler.submit(model, feeds([1] * 20), options)  # 28 x 1024 > 25 x 1024
     with pytest.raises(MemoryError, match=r"needs 28672 KV bytes \(rows x \(prompt \+ "
                                           r"max_new_tokens\) x 1024 bytes per token\) but "

@@ -18,6 +18,7 @@
 #include "state/generate.h"
 #include "state/request_scheduler.h"
 #include "state/task_completion.h"
+#include "submit_gate.h"
 
 using namespace onnx_light;
 using namespace onnx_light::core;
@@ -349,12 +350,14 @@ TEST_CASE(
   RequestScheduler scheduler(context, Preempting(kBudget));
   std::vector<Streamed> streamed(kRequests);
   std::vector<RequestHandle> handles;
+  test_util::SubmitGate gate;
   for (size_t i = 0; i < kRequests; ++i) {
     GenerationRequest request{model,   nullptr, RowsFeeds(prompts[i]), options[i], {},
                               nullptr, nullptr};
-    request.on_token = streamed[i].Callback();
+    request.on_token = i == 0 ? gate.Hold(streamed[i].Callback()) : streamed[i].Callback();
     handles.push_back(scheduler.Submit(std::move(request)));
   }
+  gate.Open();
   int64_t preemptions = 0;
   for (size_t i = 0; i < kRequests; ++i) {
     CAPTURE(i);
@@ -402,7 +405,8 @@ TEST_CASE(
   SUBCASE("cancelled through its own TaskCompletion") { through_handle = false; }
   GenerationRequest older{model,   nullptr, RowsFeeds(older_prompt), older_options, {},
                           nullptr, nullptr};
-  older.on_token = [&](int64_t, const std::vector<int64_t>&) {
+  test_util::SubmitGate gate;  // the older one must not end before the newer one joins
+  older.on_token = gate.Hold([&](int64_t, const std::vector<int64_t>&) {
     std::lock_guard<std::mutex> lock(mutex);
     if (!cancelled && scheduler.stats().preemptions == 1) {
       if (through_handle)
@@ -412,7 +416,7 @@ TEST_CASE(
       cancelled = true;
     }
     return true;
-  };
+  });
   RequestHandle older_handle = scheduler.Submit(std::move(older));
   {
     GenerationRequest request{model,   nullptr,    RowsFeeds(newer_prompt), newer_options, {},
@@ -421,6 +425,7 @@ TEST_CASE(
     std::lock_guard<std::mutex> lock(mutex);
     newer = scheduler.Submit(std::move(request));
   }
+  gate.Open();
   GenerationOptions long_options;
   long_options.max_new_tokens = 18;  // 1 x (3 + 18) = 21 > 20
   RequestHandle too_big =

@@ -16,6 +16,7 @@
 #include "state/generate.h"
 #include "state/kv_cache_size.h"
 #include "state/request_scheduler.h"
+#include "submit_gate.h"
 
 using namespace onnx_light;
 using namespace onnx_light::core;
@@ -114,9 +115,16 @@ TEST_CASE(
       context,
       {.max_in_flight = 8, .max_kv_bytes = kBudget, .kv_admission = KvAdmission::kGrowAndPreempt});
   std::vector<RequestHandle> handles;
+  test_util::SubmitGate gate;
   for (const auto& p : prompts)
-    handles.push_back(
-        scheduler.Submit({model, nullptr, RowsFeeds(p), options, {}, nullptr, nullptr}));
+    handles.push_back(scheduler.Submit({model,
+                                        nullptr,
+                                        RowsFeeds(p),
+                                        options,
+                                        {},
+                                        handles.empty() ? gate.Hold() : nullptr,
+                                        nullptr}));
+  gate.Open();
   GenerationOptions long_options;
   long_options.max_new_tokens = 40;  // 3 + 40 tokens: three pages, 6144 bytes > 5120
   RequestHandle too_big =
