@@ -18,12 +18,12 @@ class SubmitGate {
   // An on_token that waits for Open() (at most a minute), then calls `next` if any.
   onnx_light::core::runtime::TokenCallback Hold(
       onnx_light::core::runtime::TokenCallback next = nullptr) {
-    return [open = open_, next = std::move(next)](int64_t step,
-                                                   const std::vector<int64_t>& tokens) {
-      if (open.wait_for(std::chrono::minutes(1)) != std::future_status::ready)
-        throw std::runtime_error("SubmitGate: the test never opened the gate");
-      return next ? next(step, tokens) : true;
-    };
+    return
+        [open = open_, next = std::move(next)](int64_t step, const std::vector<int64_t>& tokens) {
+          if (open.wait_for(std::chrono::minutes(1)) != std::future_status::ready)
+            throw std::runtime_error("SubmitGate: the test never opened the gate");
+          return next ? next(step, tokens) : true;
+        };
   }
   void Open() { promise_.set_value(); }
 
