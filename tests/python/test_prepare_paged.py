@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import onnxruntime as ort
@@ -203,7 +204,12 @@ def test_a_prepared_export_runs_batched_in_the_request_scheduler(tmp_path):
         expected, _ = _ort_greedy(original, p, 6)
         assert tokens[p.shape[1]:] == expected[0].tolist()
     scheduler = runtime.RequestScheduler(context, max_in_flight=len(prompts))
-    handles = [scheduler.submit(model, feeds(p), options) for p in prompts]
+    # The first request waits at its first token until all are submitted, so they overlap.
+    submitted = threading.Event()
+    handles = [scheduler.submit(model, feeds(p), options,
+                                on_token=(lambda s, t: submitted.wait(60)) if i == 0 else None)
+               for i, p in enumerate(prompts)]
+    submitted.set()
     scheduler.wait_idle()
     for handle, tokens in zip(handles, alone):
         assert np.from_dlpack(handle.result())[0].tolist() == tokens

@@ -269,9 +269,16 @@ TEST_CASE(
   const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {4, 5, 6}, {7, 8, 9}, {9, 2, 4}};
   RequestScheduler scheduler(context, {.max_in_flight = 8, .max_kv_tokens = 30});
   std::vector<RequestHandle> handles;
+  test_util::SubmitGate gate;
   for (const auto& p : prompts)
-    handles.push_back(
-        scheduler.Submit({model, nullptr, RowsFeeds(p), options, {}, nullptr, nullptr}));
+    handles.push_back(scheduler.Submit({model,
+                                        nullptr,
+                                        RowsFeeds(p),
+                                        options,
+                                        {},
+                                        handles.empty() ? gate.Hold() : nullptr,
+                                        nullptr}));
+  gate.Open();
   GenerationOptions long_options;
   long_options.max_new_tokens = 28;  // 1 x (3 + 28) = 31 > 30
   RequestHandle too_big =

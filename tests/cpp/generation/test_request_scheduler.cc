@@ -22,6 +22,7 @@
 #include "core/text_parser.h"
 #include "onnx_light.pb.h"
 #include "state/request_scheduler.h"
+#include "submit_gate.h"
 
 using namespace onnx_light;
 using namespace onnx_light::core::runtime;
@@ -106,20 +107,23 @@ TEST_CASE("eight concurrent requests give exactly the tokens each gives alone") 
   std::mutex mutex;
   int active = 0, most_active = 0;
   std::vector<RequestHandle> handles;
+  test_util::SubmitGate gate;  // the first request waits until all are submitted
   for (const auto& prompt : kPrompts) {
-    handles.push_back(scheduler.Submit(Request(prompt, 12,
-                                               [&](int64_t step, const std::vector<int64_t>&) {
-                                                 if (step == 0) {
-                                                   std::lock_guard<std::mutex> lock(mutex);
-                                                   most_active = std::max(most_active, ++active);
-                                                 }
-                                                 return true;
-                                               }),
-                                       [&](std::exception_ptr, GenerationResult) {
-                                         std::lock_guard<std::mutex> lock(mutex);
-                                         --active;
-                                       }));
+    TokenCallback count = [&](int64_t step, const std::vector<int64_t>&) {
+      if (step == 0) {
+        std::lock_guard<std::mutex> lock(mutex);
+        most_active = std::max(most_active, ++active);
+      }
+      return true;
+    };
+    handles.push_back(
+        scheduler.Submit(Request(prompt, 12, handles.empty() ? gate.Hold(count) : count),
+                         [&](std::exception_ptr, GenerationResult) {
+                           std::lock_guard<std::mutex> lock(mutex);
+                           --active;
+                         }));
   }
+  gate.Open();
   for (size_t i = 0; i < handles.size(); ++i) {
     GenerationResult result = handles[i].Get();
     CHECK(result.tokens.ToInt64Vector() == expected[i]);
