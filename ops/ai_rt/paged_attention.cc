@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -215,6 +216,26 @@ class BlockedAttention {
     int count = 0;
   };
 
+  // Points `rows` (head kh of a slice, `keys` or values, width d) at the same head's rows of
+  // `next` (the next group's slice at the same place) for the kernels to prefetch line by
+  // line as they read (math::CodeRows::ahead): asked for in one burst per block instead, the
+  // reads stalled the arithmetic and the two did not overlap on one core. False (the caller
+  // prefetches `next` itself) when the kernels cannot: another code, fewer rows, no AVX-512.
+  static bool Ahead(const Slice* next, bool keys, int64_t pb, int64_t kh, int64_t d,
+                    ops::math::CodeRows* rows) {
+    static const bool burst = std::getenv("OL_PAGED_BURST") != nullptr;  // TEMP A/B
+    if (burst || next == nullptr || next->n < rows->rows ||
+        !ops::math::PrefetchesAhead(*rows, d))
+      return false;
+    ops::math::CodeRows n;
+    const PageView& view = keys ? next->page->key : next->page->value;
+    if (!view.CodeRowsAt(pb, kh, next->r0, rows->rows, &n) || n.code != rows->code ||
+        !ops::math::PrefetchesAhead(n, d))
+      return false;
+    rows->ahead = ops::math::RunBytes(n);
+    return true;
+  }
+
   // A group of dense FLOAT page slices read payload by payload: every KV head's keys of a
   // page (its key payload front to back), the next page's, then the values likewise; the
   // scores of all heads are kept for the value pass. Head by head (RunTask's order) each head
@@ -230,18 +251,22 @@ class BlockedAttention {
     // Every head of slice k's key (value) payload, the next group's slice k asked for first.
     auto pass = [&](bool keys, auto&& head) {
       for (int k = 0, at = 0; k < count; at += static_cast<int>(slices[k++].n)) {
-        if (k < next.count)
-          for (int64_t kh = 0; kh < kvh; ++kh) {
-            const Slice& n = next.slices[k];
-            (keys ? n.page->key : n.page->value).Prefetch(pb, kh, n.r0, n.n);
-          }
+        const Slice* n = k < next.count ? &next.slices[k] : nullptr;
         for (int64_t kh = 0; kh < kvh; ++kh) {
           const Slice& sl = slices[k];
           ops::math::CodeRows rows;
           (keys ? sl.page->key : sl.page->value).CodeRowsAt(pb, kh, sl.r0, sl.n, &rows);
+          if (!Ahead(n, keys, pb, kh, keys ? dk : dv, &rows) && n != nullptr)
+            (keys ? n->page->key : n->page->value).Prefetch(pb, kh, n->r0, n->n);
           head(k, at, kh, rows);
         }
       }
+      // Slices of the next group beyond this one's.
+      for (int k = count; k < next.count; ++k)
+        for (int64_t kh = 0; kh < kvh; ++kh) {
+          const Slice& n = next.slices[k];
+          (keys ? n.page->key : n.page->value).Prefetch(pb, kh, n.r0, n.n);
+        }
     };
     int64_t tokens = 0;
     pass(true, [&](int, int at, int64_t kh, const ops::math::CodeRows& rows) {
@@ -311,16 +336,18 @@ class BlockedAttention {
       }
     };
     // The rows the next block will read, asked for while this one is computed (the
-    // hardware prefetcher restarts at every 4 KiB page and every head's rows).
-    auto prefetch = [&](const Group& gr, int64_t kh) {
-      for (int k = 0; k < gr.count; ++k) {
-        gr.slices[k].page->key.Prefetch(pb, kh, gr.slices[k].r0, gr.slices[k].n);
-        gr.slices[k].page->value.Prefetch(pb, kh, gr.slices[k].r0, gr.slices[k].n);
+    // hardware prefetcher restarts at every 4 KiB page and every head's rows): by the
+    // kernels as they go where Ahead can point them there, else here.
+    auto prefetch = [&](const Group& gr, int from, bool keys, bool values, int64_t kh) {
+      for (int k = from; k < gr.count; ++k) {
+        if (keys) gr.slices[k].page->key.Prefetch(pb, kh, gr.slices[k].r0, gr.slices[k].n);
+        if (values) gr.slices[k].page->value.Prefetch(pb, kh, gr.slices[k].r0, gr.slices[k].n);
       }
     };
     Group groups[2];
     // Long dense FLOAT ranges (past what stays cached between calls) read payload by payload.
-    const bool payload_order =
+    static const bool no_payload = std::getenv("OL_PAGED_NOPAYLOAD") != nullptr;  // TEMP A/B
+    const bool payload_order = !no_payload &&
         (hi - lo) * c_.kv_heads * (dk + dv) * static_cast<int64_t>(sizeof(float)) >=
         kPayloadOrderBytes;
     std::vector<float> all_scores, all_rescale;
@@ -337,18 +364,29 @@ class BlockedAttention {
       if (payload_order && ByPayload(gr.slices, gr.count, groups[cur ^ 1], pb, b, i, parts, outs,
                                      all_scores.data(), all_rescale.data()))
         continue;
+      const Group& nx = groups[cur ^ 1];
       for (int64_t kh = 0; kh < c_.kv_heads; ++kh) {
-        prefetch(groups[cur ^ 1], kh);
+        prefetch(nx, gr.count, true, true, kh);
         blk.runs = 0;
         blk.tokens = 0;
         for (int k = 0; k < gr.count; ++k) {
           const Slice& sl = gr.slices[k];
+          const Slice* next = k < nx.count ? &nx.slices[k] : nullptr;
           CodeRows& kr = blk.keys[blk.runs];
           CodeRows& vr = blk.values[blk.runs];
-          if (!sl.page->key.CodeRowsAt(pb, kh, sl.r0, sl.n, &kr))
+          bool key_ahead = false, value_ahead = false;
+          if (sl.page->key.CodeRowsAt(pb, kh, sl.r0, sl.n, &kr))
+            key_ahead = Ahead(next, true, pb, kh, dk, &kr);
+          else
             kr = dense(sl.page->key.Rows(pb, kh, sl.r0, sl.n, kbuf + blk.tokens * dk), sl.n);
-          if (!sl.page->value.CodeRowsAt(pb, kh, sl.r0, sl.n, &vr))
+          if (sl.page->value.CodeRowsAt(pb, kh, sl.r0, sl.n, &vr))
+            value_ahead = Ahead(next, false, pb, kh, dv, &vr);
+          else
             vr = dense(sl.page->value.Rows(pb, kh, sl.r0, sl.n, vbuf + blk.tokens * dv), sl.n);
+          if (next != nullptr && !(key_ahead && value_ahead)) {
+            if (!key_ahead) next->page->key.Prefetch(pb, kh, next->r0, next->n);
+            if (!value_ahead) next->page->value.Prefetch(pb, kh, next->r0, next->n);
+          }
           // The spec's dequantized_bytes: FLOAT bytes of the visible quantized tokens, per
           // query (what reading them as FLOAT stands for, in registers or in a buffer).
           if (sl.page->key.quantized()) decoded += static_cast<size_t>(sl.n * dk) * sizeof(float);

@@ -292,6 +292,14 @@ void DotsAvx2Zero(const float* q, int64_t q_stride, const CodeRows& run, int64_t
 
 }  // namespace
 
+bool PrefetchesAhead(const CodeRows& run, int64_t d) { return Wide(run, d, VecPath::kAuto); }
+
+const void* RunBytes(const CodeRows& run) {
+  const void* p = nullptr;
+  ByCode(run.code, [&]<RowCode C>() { p = ElementPtr<C>(run.data, run.first); });
+  return p;
+}
+
 float CodeValue(const CodeRows& run, int64_t t, int64_t d, int64_t width) {
   return Centered(run, run.first + t * width + d) * run.scale;
 }
