@@ -224,8 +224,7 @@ class BlockedAttention {
   static bool Ahead(const Slice* next, bool keys, int64_t pb, int64_t kh, int64_t d,
                     ops::math::CodeRows* rows) {
     static const bool burst = std::getenv("OL_PAGED_BURST") != nullptr;  // TEMP A/B
-    if (burst || next == nullptr || next->n < rows->rows ||
-        !ops::math::PrefetchesAhead(*rows, d))
+    if (burst || next == nullptr || next->n < rows->rows || !ops::math::PrefetchesAhead(*rows, d))
       return false;
     ops::math::CodeRows n;
     const PageView& view = keys ? next->page->key : next->page->value;
@@ -347,9 +346,9 @@ class BlockedAttention {
     Group groups[2];
     // Long dense FLOAT ranges (past what stays cached between calls) read payload by payload.
     static const bool no_payload = std::getenv("OL_PAGED_NOPAYLOAD") != nullptr;  // TEMP A/B
-    const bool payload_order = !no_payload &&
-        (hi - lo) * c_.kv_heads * (dk + dv) * static_cast<int64_t>(sizeof(float)) >=
-        kPayloadOrderBytes;
+    const bool payload_order =
+        !no_payload && (hi - lo) * c_.kv_heads * (dk + dv) * static_cast<int64_t>(sizeof(float)) >=
+                           kPayloadOrderBytes;
     std::vector<float> all_scores, all_rescale;
     if (payload_order) {
       all_scores.resize(static_cast<size_t>(c_.heads * kKeyBlock));
