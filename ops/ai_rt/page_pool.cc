@@ -45,7 +45,12 @@ struct PagePool::State {
 };
 
 PagePool::PagePool() : state_(std::make_unique<State>()) {}
-PagePool::~PagePool() = default;
+PagePool::~PagePool() {
+  for (const auto& [slab, count] : state_->live) {
+    OL_UNPOISON(reinterpret_cast<void*>(slab), kSlabBytes);
+    std::free(reinterpret_cast<void*>(slab));
+  }
+}
 
 PagePool& PagePool::Instance() {
   static PagePool* pool = new PagePool();

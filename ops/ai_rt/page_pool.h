@@ -31,7 +31,7 @@ class PagePool {
   size_t free_bytes() const;  // in blocks waiting for reuse
 
   PagePool();
-  ~PagePool();
+  ~PagePool();  // frees the slabs: every block must be dead (Instance() is never destroyed)
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
