@@ -39,7 +39,7 @@ struct PagePool::State {
     size_t carved = 0;        // bytes of it handed out
   };
   mutable std::mutex mu;
-  std::unordered_map<size_t, Class> classes;  // by rounded size
+  std::unordered_map<size_t, Class> classes;   // by rounded size
   std::unordered_map<uintptr_t, size_t> live;  // blocks in use, by slab
   size_t slab_bytes = 0, free_bytes = 0;
 };
@@ -68,8 +68,7 @@ size_t PagePool::free_bytes() const {
 }
 
 std::shared_ptr<void> PagePool::Allocate(size_t bytes) {
-  static const bool off = std::getenv("OL_NO_PAGE_POOL") != nullptr;  // TEMP A/B
-  if (off || bytes < kMinBytes || bytes > kMaxBytes) return nullptr;
+  if (bytes < kMinBytes || bytes > kMaxBytes) return nullptr;
   core::fault_injection::Check(core::FaultSite::kAllocation);
   const size_t rounded = (bytes + 4095) & ~size_t{4095};
   auto charge = core::runtime::RunCharge::Take(bytes);  // before anything is taken
@@ -111,8 +110,7 @@ void PagePool::Release(void* block, size_t rounded) {
   c.free.push_back(block);
   state_->free_bytes += rounded;
   const uintptr_t slab = SlabOf(block);
-  if (--state_->live[slab] != 0 || state_->free_bytes <= kMaxFreeBytes ||
-      slab == SlabOf(c.carve))
+  if (--state_->live[slab] != 0 || state_->free_bytes <= kMaxFreeBytes || slab == SlabOf(c.carve))
     return;
   // A wholly free slab while many blocks wait: its blocks leave the free list, it is freed.
   state_->live.erase(slab);
