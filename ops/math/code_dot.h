@@ -51,7 +51,8 @@ struct CodeRows {
   const void* ahead = nullptr;
 };
 
-// True when GroupCodeDots / GroupCodeWeightedRowSums (path kAuto) honour `run.ahead`.
+// True when GroupCodeDots / GroupCodeWeightedRowSums (path kAuto) honour `run.ahead`: the
+// AVX-512 kernels, on rows of whole bytes per element.
 bool PrefetchesAhead(const CodeRows& run, int64_t d);
 
 // The first byte of the run's rows (its element `first`, which starts a byte).

@@ -75,7 +75,8 @@ OL_CODE512 inline __m128 Sum4(__m512 a, __m512 b, __m512 c, __m512 e) {
 // The line of `ahead` (null: none) at the offset of chunk i of a row, into L2, once per line.
 template <RowCode C>
 OL_CODE512 inline void PrefetchChunk(const uint8_t* ahead, uint64_t i) {
-  if (ahead != nullptr && Bytes<C>(i) % 64 == 0) _mm_prefetch(ahead + Bytes<C>(i), _MM_HINT_T1);
+  if constexpr (PerByte(C) == 1)  // (math::PrefetchesAhead: never for packed rows)
+    if (ahead != nullptr && Bytes<C>(i) % 64 == 0) _mm_prefetch(ahead + Bytes<C>(i), _MM_HINT_T1);
 }
 
 template <RowCode C, int G, int R, bool Z>
