@@ -7,6 +7,7 @@
 #include "core/affine_encoding.h"
 #include "core/error.h"
 #include "onnx_light.pb.h"
+#include "ops/ai_rt/page_pool.h"
 #include "ops/math/quantize.h"
 
 namespace onnx_light::ops::ai_rt {
@@ -134,13 +135,21 @@ RuntimeValue EncodePage(const PageFormat& format, const RowSource& src, int64_t 
   const int64_t valid = batch * heads * rows * width;
   *written += core::StorageBytes(format.storage, valid);
   if (!format.affine()) {
-    Tensor page("", format.storage, dims, allocator);
-    void* data = page.mutable_raw_data();
+    // The process heap's pages come from the page pool's huge-page slabs (page_pool.h).
+    std::shared_ptr<void> storage;
+    if (&allocator == &core::runtime::DefaultAllocator())
+      storage = PagePool::Instance().Allocate(
+          core::StorageBytes(format.storage, core::runtime::ShapeNumel(dims)));
+    Tensor page;
+    if (storage == nullptr) page = Tensor("", format.storage, dims, allocator);
+    void* data = storage != nullptr ? storage.get() : page.mutable_raw_data();
     FillRows(src, batch, heads, capacity, width, rows, 0.0f,
              [&](int64_t e, float x) { PutFloat(format.storage, data, e, x); });
-    const void* bytes = page.raw_data();
-    std::shared_ptr<const void> owner(bytes, DensePageOwner{page.owner(), format});
-    return RuntimeValue(Tensor::Borrow("", format.storage, dims, bytes, std::move(owner)));
+    std::shared_ptr<const void> owner(
+        data, DensePageOwner{storage != nullptr ? std::shared_ptr<const void>(std::move(storage))
+                                                : page.owner(),
+                             format});
+    return RuntimeValue(Tensor::Borrow("", format.storage, dims, data, std::move(owner)));
   }
   std::shared_ptr<EncodedValueProto> encoded(new EncodedValueProto, EncodedPageOwner{format});
   AffineLayoutProto* layout = encoded->mutable_affine();

@@ -43,9 +43,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kKeyBlock = 64;       // tokens scored per online-softmax step
 constexpr int64_t kSplitMinKeys = 256;  // below this a query's range is never split
 constexpr int64_t kSmallHead = 8;       // narrower heads take the token-at-a-time path
-// Dense FLOAT bytes of a query's visible K/V from which pages are read payload by payload
-// (BlockedAttention::ByPayload): about what no longer stays in the 32 MiB L3 between calls.
-constexpr int64_t kPayloadOrderBytes = int64_t{16} << 20;
 
 using Page = ops::ai_rt::CachePage;
 
@@ -215,47 +212,23 @@ class BlockedAttention {
     int count = 0;
   };
 
-  // A group of dense FLOAT page slices read payload by payload: every KV head's keys of a
-  // page (its key payload front to back), the next page's, then the values likewise; the
-  // scores of all heads are kept for the value pass. Head by head (RunTask's order) each head
-  // reads eight 8 KiB pieces of four payloads, and on one core the reads and the arithmetic
-  // did not overlap: FLOAT 32k 30.2 -> 27.2 ms (perf/README.md). The quantized formats are
-  // bound by the arithmetic and FLOAT16 and short caches were slower this way (the running
-  // outputs are then loaded and stored per page). False (nothing done) for other pages.
-  bool ByPayload(const Slice* slices, int count, const Group& next, int64_t pb, int64_t b,
-                 int64_t i, Partial* parts, float* outs, float* scores, float* rescale) {
-    const int64_t g = c_.group, dk = c_.dk, dv = c_.dv, kvh = c_.kv_heads;
-    for (int k = 0; k < count; ++k)
-      if (!slices[k].page->key.dense_float() || !slices[k].page->value.dense_float()) return false;
-    // Every head of slice k's key (value) payload, the next group's slice k asked for first.
-    auto pass = [&](bool keys, auto&& head) {
-      for (int k = 0, at = 0; k < count; at += static_cast<int>(slices[k++].n)) {
-        if (k < next.count)
-          for (int64_t kh = 0; kh < kvh; ++kh) {
-            const Slice& n = next.slices[k];
-            (keys ? n.page->key : n.page->value).Prefetch(pb, kh, n.r0, n.n);
-          }
-        for (int64_t kh = 0; kh < kvh; ++kh) {
-          const Slice& sl = slices[k];
-          ops::math::CodeRows rows;
-          (keys ? sl.page->key : sl.page->value).CodeRowsAt(pb, kh, sl.r0, sl.n, &rows);
-          head(k, at, kh, rows);
-        }
-      }
-    };
-    int64_t tokens = 0;
-    pass(true, [&](int, int at, int64_t kh, const ops::math::CodeRows& rows) {
-      ops::math::GroupCodeDots(c_.Query(b, kh * g, i), c_.len * dk, g, &rows, 1, dk,
-                               scores + kh * g * kKeyBlock + at, kKeyBlock);
-      tokens = at + rows.rows;
-    });
-    for (int64_t h = 0; h < kvh * g; ++h)
-      rescale[h] = Softmax(parts[h], scores + h * kKeyBlock, tokens);
-    pass(false, [&](int k, int at, int64_t kh, const ops::math::CodeRows& rows) {
-      ops::math::GroupCodeWeightedRowSums(scores + kh * g * kKeyBlock + at, kKeyBlock, g, &rows, 1,
-                                          dv, k == 0 ? rescale + kh * g : nullptr,
-                                          outs + kh * g * dv, dv);
-    });
+  // Points `rows` (head kh of a slice, `keys` or values, width d) at the same head's rows of
+  // `next` (the next group's slice at the same place) for the kernels to prefetch line by
+  // line as they read (math::CodeRows::ahead): asked for in one burst per block instead, the
+  // reads stalled the arithmetic and the two did not overlap on one core (FLOAT 32k 28 -> 21
+  // ms, FLOAT16 18.5 -> 10 ms; the next head's rows, one block ahead, were slower than this
+  // group's distance). False (the caller prefetches `next` itself) when the kernels cannot:
+  // another code, fewer rows, no AVX-512.
+  static bool Ahead(const Slice* next, bool keys, int64_t pb, int64_t kh, int64_t d,
+                    ops::math::CodeRows* rows) {
+    if (next == nullptr || next->n < rows->rows || !ops::math::PrefetchesAhead(*rows, d))
+      return false;
+    ops::math::CodeRows n;
+    const PageView& view = keys ? next->page->key : next->page->value;
+    if (!view.CodeRowsAt(pb, kh, next->r0, rows->rows, &n) || n.code != rows->code ||
+        !ops::math::PrefetchesAhead(n, d))
+      return false;
+    rows->ahead = ops::math::RunBytes(n);
     return true;
   }
 
@@ -311,44 +284,44 @@ class BlockedAttention {
       }
     };
     // The rows the next block will read, asked for while this one is computed (the
-    // hardware prefetcher restarts at every 4 KiB page and every head's rows).
-    auto prefetch = [&](const Group& gr, int64_t kh) {
-      for (int k = 0; k < gr.count; ++k) {
+    // hardware prefetcher restarts at every 4 KiB page and every head's rows): by the
+    // kernels as they go where Ahead can point them there, else here.
+    auto prefetch = [&](const Group& gr, int from, int64_t kh) {
+      for (int k = from; k < gr.count; ++k) {
         gr.slices[k].page->key.Prefetch(pb, kh, gr.slices[k].r0, gr.slices[k].n);
         gr.slices[k].page->value.Prefetch(pb, kh, gr.slices[k].r0, gr.slices[k].n);
       }
     };
     Group groups[2];
-    // Long dense FLOAT ranges (past what stays cached between calls) read payload by payload.
-    const bool payload_order =
-        (hi - lo) * c_.kv_heads * (dk + dv) * static_cast<int64_t>(sizeof(float)) >=
-        kPayloadOrderBytes;
-    std::vector<float> all_scores, all_rescale;
-    if (payload_order) {
-      all_scores.resize(static_cast<size_t>(c_.heads * kKeyBlock));
-      all_rescale.resize(static_cast<size_t>(c_.heads));
-    }
     int64_t t = t0;
     size_t pi = t < past_end ? rp.PageAt(t) : 0;
     next_group(t, pi, groups[0]);
     for (int cur = 0; groups[cur].count > 0; cur ^= 1) {
       const Group& gr = groups[cur];
       next_group(t, pi, groups[cur ^ 1]);
-      if (payload_order && ByPayload(gr.slices, gr.count, groups[cur ^ 1], pb, b, i, parts, outs,
-                                     all_scores.data(), all_rescale.data()))
-        continue;
+      const Group& nx = groups[cur ^ 1];
       for (int64_t kh = 0; kh < c_.kv_heads; ++kh) {
-        prefetch(groups[cur ^ 1], kh);
+        prefetch(nx, gr.count, kh);  // the next group's slices past this one's
         blk.runs = 0;
         blk.tokens = 0;
         for (int k = 0; k < gr.count; ++k) {
           const Slice& sl = gr.slices[k];
+          const Slice* next = k < nx.count ? &nx.slices[k] : nullptr;
           CodeRows& kr = blk.keys[blk.runs];
           CodeRows& vr = blk.values[blk.runs];
-          if (!sl.page->key.CodeRowsAt(pb, kh, sl.r0, sl.n, &kr))
+          bool key_ahead = false, value_ahead = false;
+          if (sl.page->key.CodeRowsAt(pb, kh, sl.r0, sl.n, &kr))
+            key_ahead = Ahead(next, true, pb, kh, dk, &kr);
+          else
             kr = dense(sl.page->key.Rows(pb, kh, sl.r0, sl.n, kbuf + blk.tokens * dk), sl.n);
-          if (!sl.page->value.CodeRowsAt(pb, kh, sl.r0, sl.n, &vr))
+          if (sl.page->value.CodeRowsAt(pb, kh, sl.r0, sl.n, &vr))
+            value_ahead = Ahead(next, false, pb, kh, dv, &vr);
+          else
             vr = dense(sl.page->value.Rows(pb, kh, sl.r0, sl.n, vbuf + blk.tokens * dv), sl.n);
+          if (next != nullptr && !(key_ahead && value_ahead)) {
+            if (!key_ahead) next->page->key.Prefetch(pb, kh, next->r0, next->n);
+            if (!value_ahead) next->page->value.Prefetch(pb, kh, next->r0, next->n);
+          }
           // The spec's dequantized_bytes: FLOAT bytes of the visible quantized tokens, per
           // query (what reading them as FLOAT stands for, in registers or in a buffer).
           if (sl.page->key.quantized()) decoded += static_cast<size_t>(sl.n * dk) * sizeof(float);

@@ -44,7 +44,19 @@ struct CodeRows {
   int64_t rows = 0;
   float scale = 1.0f;
   float zero = 0.0f;
+  // Optional: the first byte of rows laid out as these (same code, width and count) that the
+  // caller reads next. The AVX-512 kernels prefetch each of their lines into L2 as they read
+  // the same line here, so the next block's reads are spread over this block's arithmetic
+  // instead of asked for in one burst that stalls it (see PrefetchesAhead).
+  const void* ahead = nullptr;
 };
+
+// True when GroupCodeDots / GroupCodeWeightedRowSums (path kAuto) honour `run.ahead`: the
+// AVX-512 kernels, on rows of whole bytes per element.
+bool PrefetchesAhead(const CodeRows& run, int64_t d);
+
+// The first byte of the run's rows (its element `first`, which starts a byte).
+const void* RunBytes(const CodeRows& run);
 
 // Element (t, d) of a run as FLOAT (the reference the kernels are tested against).
 float CodeValue(const CodeRows& run, int64_t t, int64_t d, int64_t width);

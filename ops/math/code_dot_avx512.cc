@@ -72,10 +72,17 @@ OL_CODE512 inline __m128 Sum4(__m512 a, __m512 b, __m512 c, __m512 e) {
 
 // Dots of G query heads with R consecutive rows (R x G accumulators; each chunk of a row
 // widened once for the G heads, each query chunk loaded once for the R rows).
+// The line of `ahead` (null: none) at the offset of chunk i of a row, into L2, once per line.
+template <RowCode C>
+OL_CODE512 inline void PrefetchChunk(const uint8_t* ahead, uint64_t i) {
+  if constexpr (PerByte(C) == 1)  // (math::PrefetchesAhead: never for packed rows)
+    if (ahead != nullptr && Bytes<C>(i) % 64 == 0) _mm_prefetch(ahead + Bytes<C>(i), _MM_HINT_T1);
+}
+
 template <RowCode C, int G, int R, bool Z>
 OL_CODE512 inline void DotRows(const float* q, int64_t q_stride, const uint8_t* row, uint64_t step,
                                int64_t d, __m512 zero, __m512i shifts, float scale, float* s,
-                               int64_t s_stride) {
+                               int64_t s_stride, const uint8_t* ahead) {
   __m512 acc[R][4];
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < 4; ++g) acc[r][g] = _mm512_setzero_ps();
@@ -85,6 +92,7 @@ OL_CODE512 inline void DotRows(const float* q, int64_t q_stride, const uint8_t* 
     for (int r = 0; r < R; ++r) {
       k[r] = Load16<C>(row + r * step, i, shifts);
       if constexpr (Z) k[r] = _mm512_sub_ps(k[r], zero);
+      PrefetchChunk<C>(ahead == nullptr ? nullptr : ahead + r * step, i);
     }
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
@@ -110,11 +118,15 @@ OL_CODE512 void Dots(const float* q, int64_t q_stride, const CodeRows& run, int6
   asm("" : "+v"(shifts));
   const uint64_t step = Bytes<C>(static_cast<uint64_t>(d));
   const uint8_t* row = ElementPtr<C>(run.data, run.first);
+  const auto* ahead = static_cast<const uint8_t*>(run.ahead);
+  auto next = [&](uint64_t rows) { return ahead == nullptr ? nullptr : ahead + rows * step; };
   int64_t t = 0;
   for (; t + 4 <= run.rows; t += 4, row += 4 * step)
-    DotRows<C, G, 4, Z>(q, q_stride, row, step, d, zero, shifts, run.scale, s + t, s_stride);
+    DotRows<C, G, 4, Z>(q, q_stride, row, step, d, zero, shifts, run.scale, s + t, s_stride,
+                        next(static_cast<uint64_t>(t)));
   for (; t < run.rows; ++t, row += step)
-    DotRows<C, G, 1, Z>(q, q_stride, row, step, d, zero, shifts, run.scale, s + t, s_stride);
+    DotRows<C, G, 1, Z>(q, q_stride, row, step, d, zero, shifts, run.scale, s + t, s_stride,
+                        next(static_cast<uint64_t>(t)));
 }
 
 // y[g][col .. col + 16W) += sum over the rows of runs[0..n) of ws[g][at] * code: G x W
@@ -132,11 +144,16 @@ OL_CODE512 void SumsStrip(const float* ws, int64_t w_stride, const CodeRows* run
   int64_t at = 0;
   for (int r = 0; r < n; at += runs[r++].rows) {
     const uint8_t* row = ElementPtr<C>(runs[r].data, runs[r].first);
+    const auto* ahead = static_cast<const uint8_t*>(runs[r].ahead);
     const float* w = ws + at;
     for (int64_t t = 0; t < runs[r].rows; ++t, row += step) {
       __m512 x[W];
 #pragma GCC unroll 4
-      for (int c = 0; c < W; ++c) x[c] = Load16<C>(row, c0 + 16 * c, shifts);
+      for (int c = 0; c < W; ++c) {
+        x[c] = Load16<C>(row, c0 + 16 * c, shifts);
+        PrefetchChunk<C>(ahead == nullptr ? nullptr : ahead + static_cast<uint64_t>(t) * step,
+                         c0 + 16 * c);
+      }
 #pragma GCC unroll 4
       for (int g = 0; g < G; ++g) {
         const __m512 wt = _mm512_set1_ps(w[g * w_stride + t]);
