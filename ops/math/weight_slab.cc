@@ -2,6 +2,9 @@
 
 #include <cstdint>
 #include <mutex>
+#include <new>
+
+#include <sys/mman.h>
 
 #include "core/allocator.h"
 
@@ -25,6 +28,17 @@ Slabs& TheSlabs() {
   return *slabs;
 }
 
+// Mapped directly, so not in the default allocator's live bytes (math::PackedWeightBytes()
+// counts the packs themselves).
+std::shared_ptr<void> MapSlab(size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+#if defined(MADV_HUGEPAGE)
+  ::madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+  return std::shared_ptr<void>(p, [bytes](void* q) { ::munmap(q, bytes); });
+}
+
 }  // namespace
 
 std::shared_ptr<void> AllocateWeightStorage(size_t bytes) {
@@ -35,8 +49,10 @@ std::shared_ptr<void> AllocateWeightStorage(size_t bytes) {
   std::lock_guard<std::mutex> lock(s.mu);
   std::shared_ptr<void> slab = s.slab.lock();
   if (slab == nullptr || static_cast<size_t>(s.end - s.next) < rounded) {
-    // One huge page more than the slab: its 2 MiB-aligned interior holds kSlabBytes.
-    slab = heap.Allocate(kSlabBytes + kHugePage);
+    // Fresh pages, advised before the first touch (a block recycled by the heap may already
+    // be backed by 4 KiB pages); one huge page more than the slab: its 2 MiB-aligned
+    // interior holds kSlabBytes.
+    slab = MapSlab(kSlabBytes + kHugePage);
     s.slab = slab;
     const auto base = reinterpret_cast<uintptr_t>(slab.get());
     s.next = reinterpret_cast<char*>((base + kHugePage - 1) & ~(kHugePage - 1));
