@@ -1,10 +1,10 @@
 #include "ops/math/weight_slab.h"
 
+#include <sys/mman.h>
+
 #include <cstdint>
 #include <mutex>
 #include <new>
-
-#include <sys/mman.h>
 
 #include "core/allocator.h"
 
@@ -19,7 +19,7 @@ constexpr size_t kMinSlabBlock = size_t{1} << 20;  // smaller packs gain little 
 struct Slabs {
   std::mutex mu;
   std::weak_ptr<void> slab;  // the slab blocks are carved from now, while alive (guarded by mu)
-  char* next = nullptr;        // its first free byte
+  char* next = nullptr;      // its first free byte
   char* end = nullptr;
 };
 
