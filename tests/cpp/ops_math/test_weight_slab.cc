@@ -26,7 +26,8 @@ TEST_CASE("weight slabs: packs of 1-32 MiB lie one after another, 64-byte aligne
   for (size_t i = 0; i < blocks.size(); ++i)
     CHECK(static_cast<unsigned char*>(blocks[i].get())[kMiB - 1] == i);
   // Smaller and larger blocks come from the default allocator, aligned all the same.
-  const auto small = math::AllocateWeightStorage(4096), large = math::AllocateWeightStorage(40 * kMiB);
+  const auto small = math::AllocateWeightStorage(4096),
+             large = math::AllocateWeightStorage(40 * kMiB);
   CHECK(reinterpret_cast<uintptr_t>(small.get()) % 64 == 0);
   CHECK(reinterpret_cast<uintptr_t>(large.get()) % 64 == 0);
   // A block outlives the others of its slab.
