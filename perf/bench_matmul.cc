@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "executor/parallel.h"
 #include "ops/math/gemm.h"
 #include "ops/math/vector_ops.h"
 
@@ -161,7 +162,9 @@ struct LayerWeights {
   }
 };
 
-void BM_GemvLayers(benchmark::State& state) {
+// spin: the products run as an inline decode step runs them, the arena's other thread
+// spinning between them (SpinTeamScope, spin_wait_us = 1000).
+void GemvLayers(benchmark::State& state, bool spin) {
   const int threads = static_cast<int>(state.range(0));
   const LayerWeights w(static_cast<int>(state.range(1)), static_cast<int>(state.range(2)));
   const std::vector<float> a = RandomVector(4864);
@@ -169,6 +172,8 @@ void BM_GemvLayers(benchmark::State& state) {
   tbb::task_arena arena(threads);
   for (auto _ : state) {
     arena.execute([&] {
+      const onnx_light::core::runtime::SpinTeamScope team(
+          std::chrono::microseconds(spin ? 1000 : 0));
       for (size_t i = 0; i < w.packs.size(); ++i)
         math::Sgemm(RowTimesWeight(w.shapes[i][0], w.shapes[i][1], a.data(), c.data()),
                     w.packs[i].get());
@@ -282,20 +287,25 @@ void BM_RowsPackedShape(benchmark::State& state) {
       benchmark::Counter(2.0 * rows * k * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_ReadLayers(benchmark::State& state) {
+void ReadLayers(benchmark::State& state, bool spin) {
   const int threads = static_cast<int>(state.range(0));
   const LayerWeights w(static_cast<int>(state.range(1)), static_cast<int>(state.range(2)));
   tbb::task_arena arena(threads);
   std::vector<float> sums(w.packs.size() * 64);
   for (auto _ : state) {
     arena.execute([&] {
+      const onnx_light::core::runtime::SpinTeamScope team(
+          std::chrono::microseconds(spin ? 1000 : 0));
       for (size_t i = 0; i < w.packs.size(); ++i) {
         const float* data = w.packs[i]->block(0);
         const int64_t n = static_cast<int64_t>(w.packs[i]->bytes() / sizeof(float));
-        tbb::parallel_for(int64_t{0}, int64_t{threads}, [&](int64_t t) {
-          const int64_t b = n * t / threads, e = n * (t + 1) / threads;
-          // Each line is fetched once (the second operand hits L1).
-          sums[i * 64 + static_cast<size_t>(t)] = math::Dot(data + b, data + b, e - b);
+        // One piece per thread (the runtime's ParallelFor, as the GEMVs use it).
+        onnx_light::core::runtime::ParallelFor(threads, 1, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t) {
+            const int64_t b = n * t / threads, e = n * (t + 1) / threads;
+            // Each line is fetched once (the second operand hits L1).
+            sums[i * 64 + static_cast<size_t>(t)] = math::Dot(data + b, data + b, e - b);
+          }
         });
       }
     });
@@ -305,6 +315,11 @@ void BM_ReadLayers(benchmark::State& state) {
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.bytes) / 1e9,
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
+
+void BM_GemvLayers(benchmark::State& state) { GemvLayers(state, false); }
+void BM_GemvLayersSpin(benchmark::State& state) { GemvLayers(state, true); }
+void BM_ReadLayers(benchmark::State& state) { ReadLayers(state, false); }
+void BM_ReadLayersSpin(benchmark::State& state) { ReadLayers(state, true); }
 
 // memcpy of the weight's bytes: reads + writes them (twice the traffic of a GEMV read).
 void BM_Memcpy(benchmark::State& state) {
@@ -389,18 +404,20 @@ BENCHMARK(BM_GemvPackedShape)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 // {threads, layers, shape}: 8 Qwen2.5 layers; 30 SmolLM2 layers (425 MB, its whole step).
-BENCHMARK(BM_GemvLayers)->Args({1, 8, 0})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ReadLayers)->Args({1, 8, 0})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GemvLayers)->Args({1, 8, 0})->Args({1, 30, 1})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ReadLayers)->Args({1, 8, 0})->Args({1, 30, 1})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GemvLayers)
     ->Args({2, 8, 0})
     ->Args({2, 30, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK(BM_GemvLayersSpin)->Args({2, 30, 1})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ReadLayers)
     ->Args({2, 8, 0})
     ->Args({2, 30, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK(BM_ReadLayersSpin)->Args({2, 30, 1})->Unit(benchmark::kMillisecond)->UseRealTime();
 // {threads, layers, rows}: 30 SmolLM2 layers (425 MB) times 1, 8 and 16 rows.
 BENCHMARK(BM_RowsLayers)
     ->ArgsProduct({{1, 2}, {30}, {1, 8, 16}})

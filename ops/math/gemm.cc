@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "ops/math/common.h"
 #include "ops/math/vector_ops.h"
+#include "ops/math/weight_slab.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -895,8 +896,7 @@ PackedB::PackedB(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb
   OL_CHECK(
       k > 0 && n > 0, core::ErrorCode::kInvalidArgument,
       "PackedB needs a non-empty B, got K = " + std::to_string(k) + ", N = " + std::to_string(n));
-  storage_ = core::runtime::DefaultAllocator().Allocate(static_cast<size_t>(k * padded_n_) *
-                                                        sizeof(float));
+  storage_ = AllocateWeightStorage(static_cast<size_t>(k * padded_n_) * sizeof(float));
   data_ = static_cast<float*>(storage_.get());
   GemmArgs g;
   g.trans_b = trans_b;

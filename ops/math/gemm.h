@@ -40,8 +40,9 @@ struct GemmArgs {
 // op(B)[K, N] in the panel layout of the packed path (zero padded to a multiple of 16
 // columns): what Sgemm would otherwise rebuild on every call with M > 1. Immutable once
 // built, so any number of concurrent Sgemm calls may read it. Holds a copy: about
-// 4 * K * round_up(N, 16) bytes from the default allocator (counted in its live bytes;
-// large blocks are recycled), independent of the source, which it does not keep alive.
+// 4 * K * round_up(N, 16) bytes from the default allocator (counted in its live bytes),
+// or for 1-32 MiB carved from huge-page slabs (ops/math/weight_slab.h), independent of
+// the source, which it does not keep alive.
 class PackedB {
  public:
   PackedB(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb);
