@@ -468,9 +468,12 @@ def test_grow_and_refuse_fails_the_request_that_cannot_grow(paged_model, context
     scheduler = runtime.RequestScheduler(context, max_in_flight=4, max_kv_tokens=20,
                                          kv_admission="grow_and_refuse")
     streamed = []
-    first = scheduler.submit(paged_model, paged_feeds(older), older_options)
+    submitted = threading.Event()  # the older one must not end before the newer one joins
+    first = scheduler.submit(paged_model, paged_feeds(older), older_options,
+                             on_token=held_until(submitted))
     second = scheduler.submit(paged_model, paged_feeds(newer), newer_options,
                               on_token=lambda step, tokens: streamed.append(tokens[0]))
+    submitted.set()
     with pytest.raises(MemoryError, match=r"request 1 cannot grow its KV cache: its next step "
                                           r"needs \d+ KV tokens, the other requests hold \d+ of "
                                           r"max_kv_tokens 20 \(kv_admission grow_and_refuse\)"):

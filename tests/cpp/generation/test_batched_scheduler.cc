@@ -464,10 +464,12 @@ TEST_CASE("grow_and_preempt: per-request-mode requests still reserve their worst
   SchedulerOptions per_request = Preempting(20);
   per_request.batch_rows = false;
   RequestScheduler scheduler(context, per_request);
+  test_util::SubmitGate gate;  // a must not end before b is submitted
   RequestHandle a =
-      scheduler.Submit({model, nullptr, RowsFeeds({3, 1, 4}), options, {}, nullptr, nullptr});
+      scheduler.Submit({model, nullptr, RowsFeeds({3, 1, 4}), options, {}, gate.Hold(), nullptr});
   RequestHandle b =
       scheduler.Submit({model, nullptr, RowsFeeds({2, 7, 1}), options, {}, nullptr, nullptr});
+  gate.Open();
   CHECK(TokenRow(a.Get().tokens) ==
         TokenRow(Generate(model, context, RowsFeeds({3, 1, 4}), options)));
   CHECK(TokenRow(b.Get().tokens) ==
@@ -492,12 +494,14 @@ TEST_CASE(
       context,
       {.max_in_flight = 4, .max_kv_tokens = 20, .kv_admission = KvAdmission::kGrowAndRefuse});
   Streamed newer_streamed;
+  test_util::SubmitGate gate;  // the older one must not end before the newer one joins
   RequestHandle older = scheduler.Submit(
-      {model, nullptr, RowsFeeds(older_prompt), older_options, {}, nullptr, nullptr});
+      {model, nullptr, RowsFeeds(older_prompt), older_options, {}, gate.Hold(), nullptr});
   GenerationRequest request{model,   nullptr, RowsFeeds(newer_prompt), newer_options, {},
                             nullptr, nullptr};
   request.on_token = newer_streamed.Callback();
   RequestHandle newer = scheduler.Submit(std::move(request));
+  gate.Open();
   test_util::ExpectError([&] { newer.Get(); }, ErrorCode::kResourceExhausted,
                          {"RequestScheduler: request 1 cannot grow its KV cache: its next step "
                           "needs ",
