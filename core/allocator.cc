@@ -85,6 +85,8 @@ SmallClass ClassOf(size_t rounded) {
   return {kSmallExactBytes / 64 + (log2 - 9) * 8 + (k - 8), k * step};
 }
 
+}  // namespace
+
 // Large blocks (packed weights, caches, prompt activations) are read as long streams: 2 MiB
 // pages cut the TLB misses of a decode step's 0.5-1 GB of weight reads, where the kernel
 // grants them (transparent huge pages in "madvise" mode, Debian's default). Only the 2 MiB
@@ -102,8 +104,6 @@ void AdviseHugePages(void* p, size_t bytes) {
   (void)bytes;
 #endif
 }
-
-}  // namespace
 
 struct HeapAllocator::LargeCache {
   explicit LargeCache(size_t max_bytes)

@@ -452,7 +452,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
   // The tokens a call's request caches hold once the call ran (whole pages when paged).
   static int64_t NeedOf(const PendingCall& p) {
     const RowHistory& h = p.record->history;
-    if (p.record->page_tokens == 1 || p.fed_ids.rank() != 2) return h.Tokens() + p.fed_ids.numel();
+    if (p.fed_ids.rank() != 2) return h.Tokens() + p.fed_ids.numel();
     const auto held = h.ids.empty() ? int64_t{0} : static_cast<int64_t>(h.ids[0].size());
     return Slots(*p.record, p.fed_ids.dim(0), held + p.fed_ids.dim(1));
   }

@@ -1,7 +1,5 @@
 #include "ops/ai_rt/page_pool.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -84,9 +82,7 @@ std::shared_ptr<void> PagePool::Allocate(size_t bytes) {
       if (c.carve == nullptr || c.carved + rounded > kSlabBytes) {
         c.carve = static_cast<char*>(std::aligned_alloc(kSlabBytes, kSlabBytes));
         if (c.carve == nullptr) throw std::bad_alloc();
-#if defined(MADV_HUGEPAGE)
-        ::madvise(c.carve, kSlabBytes, MADV_HUGEPAGE);
-#endif
+        core::runtime::AdviseHugePages(c.carve, kSlabBytes);
         OL_POISON(c.carve, kSlabBytes);
         c.carved = 0;
         state_->slab_bytes += kSlabBytes;

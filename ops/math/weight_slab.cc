@@ -33,9 +33,7 @@ Slabs& TheSlabs() {
 std::shared_ptr<void> MapSlab(size_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
-#if defined(MADV_HUGEPAGE)
-  ::madvise(p, bytes, MADV_HUGEPAGE);
-#endif
+  core::runtime::AdviseHugePages(p, bytes);
   return std::shared_ptr<void>(p, [bytes](void* q) { ::munmap(q, bytes); });
 }
 
