@@ -1,6 +1,7 @@
 #include "core/allocator.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -103,6 +104,11 @@ void AdviseHugePages(void* p, size_t bytes) {
   (void)p;
   (void)bytes;
 #endif
+}
+
+size_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
 }
 
 struct HeapAllocator::LargeCache {

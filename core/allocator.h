@@ -124,4 +124,8 @@ HeapAllocator& DefaultAllocator();
 // fewer TLB misses; only 2 MiB ranges wholly inside the block can become huge pages.
 void AdviseHugePages(void* p, size_t bytes);
 
+// The machine's physical memory in bytes; 0 when the system does not say. Default budgets
+// (packed weights, tensor sizes, memory the page pool keeps) are fractions of it.
+size_t PhysicalMemoryBytes();
+
 }  // namespace onnx_light::core::runtime

@@ -1,11 +1,10 @@
 #include "core/checked_math.h"
 
-#include <unistd.h>
-
 #include <cmath>
 #include <limits>
 #include <string>
 
+#include "core/allocator.h"
 #include "core/error.h"
 
 namespace onnx_light::core {
@@ -92,10 +91,8 @@ int64_t CheckedCountFromDouble(double value, std::string_view what) {
 
 size_t DefaultMaxTensorBytes() {
   static const size_t kDefault = [] {
-    const long pages = sysconf(_SC_PHYS_PAGES);
-    const long page = sysconf(_SC_PAGE_SIZE);
-    if (pages <= 0 || page <= 0) return std::numeric_limits<size_t>::max();
-    return static_cast<size_t>(pages) / 2 * static_cast<size_t>(page);
+    const size_t memory = runtime::PhysicalMemoryBytes();
+    return memory == 0 ? std::numeric_limits<size_t>::max() : memory / 2;
   }();
   return kDefault;
 }

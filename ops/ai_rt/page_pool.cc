@@ -40,9 +40,16 @@ struct PagePool::State {
   std::unordered_map<size_t, Class> classes;   // by rounded size
   std::unordered_map<uintptr_t, size_t> live;  // blocks in use, by slab
   size_t slab_bytes = 0, free_bytes = 0;
+  size_t max_free_bytes = 0;
 };
 
-PagePool::PagePool() : state_(std::make_unique<State>()) {}
+size_t PagePool::DefaultMaxFreeBytes() {
+  return std::max(core::runtime::PhysicalMemoryBytes() / 8, size_t{64} << 20);
+}
+
+PagePool::PagePool(size_t max_free_bytes) : state_(std::make_unique<State>()) {
+  state_->max_free_bytes = max_free_bytes;
+}
 PagePool::~PagePool() {
   for (const auto& [slab, count] : state_->live) {
     OL_UNPOISON(reinterpret_cast<void*>(slab), kSlabBytes);
@@ -106,7 +113,8 @@ void PagePool::Release(void* block, size_t rounded) {
   c.free.push_back(block);
   state_->free_bytes += rounded;
   const uintptr_t slab = SlabOf(block);
-  if (--state_->live[slab] != 0 || state_->free_bytes <= kMaxFreeBytes || slab == SlabOf(c.carve))
+  if (--state_->live[slab] != 0 || state_->free_bytes <= state_->max_free_bytes ||
+      slab == SlabOf(c.carve))
     return;
   // A wholly free slab while many blocks wait: its blocks leave the free list, it is freed.
   state_->live.erase(slab);

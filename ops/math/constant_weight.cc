@@ -1,10 +1,9 @@
 #include "ops/math/constant_weight.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <new>
 
+#include "core/allocator.h"
 #include "core/tensor_proto.h"
 
 namespace onnx_light::ops::math {
@@ -14,10 +13,7 @@ namespace {
 // Half of the machine's memory, at least 1 GiB: the packs replace reading the model's own
 // weight bytes, which then stay untouched in the page cache.
 size_t DefaultBudget() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  const size_t half =
-      pages > 0 && page > 0 ? static_cast<size_t>(pages) / 2 * static_cast<size_t>(page) : 0;
-  return std::max(half, size_t{1} << 30);
+  return std::max(core::runtime::PhysicalMemoryBytes() / 2, size_t{1} << 30);
 }
 
 std::atomic<size_t> budget{DefaultBudget()};

@@ -18,7 +18,8 @@ def test_bench_batching_quick_json(tmp_path):
                     "--json", str(out)], check=True, env=env, cwd=REPO, timeout=600)
     result = json.loads(out.read_text())
     for key in ("requests", "sequential_tokens_per_s", "concurrent_tokens_per_s",
-                "identical_tokens", "ttft_ms_p50", "decode_gap_ms_p99"):
+                "identical_tokens", "ttft_ms_p50", "decode_gap_ms_p99",
+                "cold_concurrent_tokens_per_s", "cold_decode_gap_ms_p99"):
         assert key in result, key
     assert result["requests"] == 8
     assert result["identical_tokens"] is True

@@ -49,6 +49,30 @@ TEST_CASE("the page pool carves consecutive blocks from 2 MiB slabs and reuses f
   for (const auto& p : more) CHECK(p.get() != c.get());
 }
 
+TEST_CASE("the page pool keeps free slabs up to its limit and gives back the rest") {
+  // Three slabs of 64 KiB blocks, all freed: a pool keeping 2 MiB free returns the wholly
+  // free slabs beyond that (not the one it carves from); the default keeps them all.
+  auto fill_and_free = [](PagePool& pool) {
+    std::vector<std::shared_ptr<void>> blocks;
+    for (int i = 0; i < 96; ++i) blocks.push_back(pool.Allocate(64 << 10));
+    CHECK(pool.slab_bytes() == 3 * PagePool::kSlabBytes);
+    blocks.clear();
+  };
+  PagePool small(PagePool::kSlabBytes);
+  fill_and_free(small);
+  CHECK(small.slab_bytes() < 3 * PagePool::kSlabBytes);
+  CHECK(small.free_bytes() <= small.slab_bytes());
+  PagePool kept;
+  CHECK(PagePool::DefaultMaxFreeBytes() >= (size_t{64} << 20));
+  fill_and_free(kept);
+  CHECK(kept.slab_bytes() == 3 * PagePool::kSlabBytes);
+  CHECK(kept.free_bytes() == 3 * PagePool::kSlabBytes);
+  // Blocks of 4 KiB (a 16-row page of one KV head of 64 FLOAT) come from the pool too.
+  auto page = kept.Allocate(16 * 64 * 4);
+  REQUIRE(page != nullptr);
+  CHECK(kept.free_bytes() == 3 * PagePool::kSlabBytes);  // a new class: its own slab
+}
+
 TEST_CASE("page pool blocks are charged to the run's budget and refunded") {
   PagePool pool;
   auto budget = std::make_shared<core::runtime::RunBudget>(100 << 10);
