@@ -56,6 +56,26 @@ CONFIGS = {
     ("qwen2", "qwen05_2l"): dict(_QWEN05, num_hidden_layers=2),
 }
 
+# Other decoder architectures a user exports the same way (tests/python/
+# test_more_architectures.py): Mistral, Qwen3 (per-head q/k norms), Gemma (GELU, scaled
+# embedding, 1 + weight norms), Gemma2 (a sliding window of 8 tokens, soft-capped logits,
+# norms around each block), Phi (LayerNorm, partial rotary, parallel attention and MLP), OLMo
+# (non-parametric LayerNorm), Granite (residual, attention and logit multipliers).
+_OTHER_TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+OTHER_ARCHS = ("mistral", "qwen3", "gemma", "gemma2", "phi", "olmo", "granite")
+CONFIGS.update({
+    ("mistral", "tiny"): dict(_OTHER_TINY, rms_norm_eps=1e-6),
+    ("qwen3", "tiny"): dict(_OTHER_TINY, head_dim=16, rms_norm_eps=1e-6),
+    ("gemma", "tiny"): dict(_OTHER_TINY, head_dim=16, rms_norm_eps=1e-6),
+    ("gemma2", "tiny"): dict(_OTHER_TINY, head_dim=16, rms_norm_eps=1e-6, sliding_window=8),
+    ("phi", "tiny"): dict(_OTHER_TINY, hidden_size=128, partial_rotary_factor=0.5),
+    ("olmo", "tiny"): dict(_OTHER_TINY, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+    ("granite", "tiny"): dict(_OTHER_TINY, rms_norm_eps=1e-6, residual_multiplier=0.5,
+                              attention_multiplier=0.2, logits_scaling=2.0,
+                              embedding_multiplier=3.0),
+})
+
 
 def build(arch: str, size: str = "tiny"):
     """The transformers model for a named config, seeded random weights, eval mode."""
@@ -71,6 +91,17 @@ def build(arch: str, size: str = "tiny"):
     if arch == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
         return GPT2LMHeadModel(GPT2Config(**CONFIGS[(arch, size)])).eval()
+    if arch in OTHER_ARCHS:
+        from transformers import AutoConfig, AutoModelForCausalLM
+        config = AutoConfig.for_model(arch, **CONFIGS[(arch, size)])
+        # Eager attention: the reference the tests compare with, and what the exporter traces.
+        config._attn_implementation = "eager"
+        model = AutoModelForCausalLM.from_config(config).eval()
+        with torch.no_grad():  # random (not zero) biases and norm weights: their paths count
+            for name, p in model.named_parameters():
+                if name.endswith("bias") or "norm" in name:
+                    p.normal_(0, 0.1) if name.endswith("bias") else p.uniform_(0.5, 1.5)
+        return model
     raise ValueError(f"unknown architecture {arch!r}")
 
 
@@ -85,10 +116,10 @@ def tiny_gpt2():
 def cache_shape(arch: str, size: str = "tiny") -> tuple[int, int, int]:
     """(layers, kv_heads, head_dim) of the KV cache of a named config."""
     c = CONFIGS[(arch, size)]
-    if arch in ("llama", "qwen2"):
-        return (c["num_hidden_layers"], c["num_key_value_heads"],
-                c["hidden_size"] // c["num_attention_heads"])
-    return c["n_layer"], c["n_head"], c["n_embd"] // c["n_head"]
+    if arch == "gpt2":
+        return c["n_layer"], c["n_head"], c["n_embd"] // c["n_head"]
+    return (c["num_hidden_layers"], c["num_key_value_heads"],
+            c.get("head_dim", c["hidden_size"] // c["num_attention_heads"]))
 
 
 def vocab_size(arch: str, size: str = "tiny") -> int:

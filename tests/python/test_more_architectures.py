@@ -1,0 +1,77 @@
+"""Decoder architectures beyond Llama/Qwen2/GPT-2, the path a user takes with their own
+checkpoint: transformers builds each from a tiny config (random seeded weights, random biases
+and norm weights, no download), torch.onnx.export (dynamo) writes it with a KV cache
+(tests/python/models/export_hf.py, the raw exporter file), `prepare_decoder(..., bind="auto")`
+binds the caches, and onnx-light must give transformers' own logits on a prompt (within 1e-4)
+and its greedy tokens over 12 new tokens (transformers' eager attention is the reference).
+
+Mistral, Qwen3 (per-head q/k RMS norms), Gemma (GELU, scaled embedding, 1 + weight norms),
+Gemma2 (sliding window of 8 tokens, shorter than the prompt; soft-capped attention and
+logits; norms after each block), Phi (LayerNorm, partial rotary, parallel attention and MLP),
+OLMo (non-parametric LayerNorm), Granite (embedding, attention, residual and logit
+multipliers)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from models import export_hf
+from onnx_light import onnx as ol_onnx
+from onnx_light import prepare
+from onnx_light.onnx_py._onnxpykernels import runtime
+
+PROMPT = [5, 17, 33, 9, 41, 7, 100, 3, 200, 64, 12]  # 11 tokens: past Gemma2's window of 8
+NEW_TOKENS = 12
+
+
+@pytest.fixture(scope="module", params=export_hf.OTHER_ARCHS)
+def exported(request):
+    """(arch, transformers model, prepared onnx-light model)."""
+    arch = request.param
+    raw = export_hf.ensure(arch, with_cache=True, raw=True)
+    path = raw[: -len(".onnx")] + ".prepared.onnx"
+    if not os.path.exists(path):
+        prepare.prepare_decoder(raw, path, bind="auto")
+    return arch, export_hf.build(arch), ol_onnx.load_model(path)
+
+
+def empty_caches(model, arch):
+    _, kv_heads, head_dim = export_hf.cache_shape(arch)
+    return {i.name: np.zeros((1, kv_heads, 0, head_dim), np.float32)
+            for i in model.graph.input if i.name.startswith("past_key_values.")}
+
+
+def context():
+    return runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+
+
+def test_prompt_logits_match_transformers(exported):
+    import torch
+
+    arch, reference, model = exported
+    with torch.no_grad():
+        expected = reference(torch.tensor([PROMPT])).logits[0].numpy()
+    state = runtime.PersistentValueState(model, initial=empty_caches(model, arch))
+    n = len(PROMPT)
+    out = state.run(context(), {"input_ids": np.array([PROMPT], np.int64),
+                                "attention_mask": np.ones((1, n), np.int64),
+                                "position_ids": np.arange(n, dtype=np.int64)[None]})
+    got = np.from_dlpack(out["logits"])[0]
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0, err_msg=arch)
+
+
+def test_greedy_tokens_match_transformers(exported):
+    import torch
+
+    arch, reference, model = exported
+    with torch.no_grad():
+        expected = reference.generate(torch.tensor([PROMPT]), max_new_tokens=NEW_TOKENS,
+                                      min_new_tokens=NEW_TOKENS, do_sample=False)
+    tokens = runtime.generate(model, context(),
+                              {"input_ids": np.array([PROMPT], np.int64),
+                               **empty_caches(model, arch)},
+                              runtime.GenerationOptions(max_new_tokens=NEW_TOKENS))
+    assert np.from_dlpack(tokens)[0].tolist() == expected[0].tolist(), arch
