@@ -35,8 +35,9 @@ def write_checkpoint(out: str, arch: str, config: dict, seed: int = 0) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     torch.manual_seed(seed)
-    config_class = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}[arch]
-    model = transformers.AutoModelForCausalLM.from_config(config_class(**config))
+    # Any architecture transformers knows by its model_type ("llama", "qwen2", "mistral", ...).
+    model = transformers.AutoModelForCausalLM.from_config(
+        transformers.AutoConfig.for_model(arch, **config))
     with torch.no_grad():  # random (not zero) attention biases, so Qwen2's bias path is built
         for name, p in model.named_parameters():
             if name.endswith("bias"):

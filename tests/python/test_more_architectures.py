@@ -9,7 +9,11 @@ Mistral, Qwen3 (per-head q/k RMS norms), Gemma (GELU, scaled embedding, 1 + weig
 Gemma2 (sliding window of 8 tokens, shorter than the prompt; soft-capped attention and
 logits; norms after each block), Phi (LayerNorm, partial rotary, parallel attention and MLP),
 OLMo (non-parametric LayerNorm), Granite (embedding, attention, residual and logit
-multipliers)."""
+multipliers).
+
+The same seven through onnxruntime-genai's model builder (fp32 and int4 CPU builds:
+GroupQueryAttention, MatMulNBits, the builder's fused norms), prepared the same way, give
+onnxruntime-genai's own greedy tokens on the same build."""
 from __future__ import annotations
 
 import os
@@ -75,3 +79,41 @@ def test_greedy_tokens_match_transformers(exported):
                                **empty_caches(model, arch)},
                               runtime.GenerationOptions(max_new_tokens=NEW_TOKENS))
     assert np.from_dlpack(tokens)[0].tolist() == expected[0].tolist(), arch
+
+
+# The same architectures through onnxruntime-genai's model builder (fp32 and int4 CPU
+# builds, tests/python/models/genai_builder.py, `prepare --bind auto`), against
+# onnxruntime-genai's own greedy search on the same build.
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+@pytest.mark.parametrize("arch", export_hf.OTHER_ARCHS)
+def test_genai_builds_give_onnxruntime_genai_tokens(arch, precision):
+    import json
+
+    import onnxruntime_genai as og
+
+    from models import genai_builder
+
+    path = genai_builder.ensure(arch, precision)
+    folder = os.path.dirname(path)
+    generator_model = og.Model(folder)
+    params = og.GeneratorParams(generator_model)
+    params.set_search_options(max_length=len(PROMPT) + NEW_TOKENS, do_sample=False)
+    generator = og.Generator(generator_model, params)
+    generator.append_tokens(PROMPT)
+    expected = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        expected.append(int(generator.get_next_tokens()[0]))
+    prepared = os.path.join(folder, "model.prepared.onnx")
+    if not os.path.exists(prepared):
+        prepare.prepare_decoder(path, prepared, bind="auto")
+    model = ol_onnx.load_model(prepared)
+    with open(os.path.join(folder, "genai_config.json")) as f:
+        decoder = json.load(f)["model"]["decoder"]
+    caches = {i.name: np.zeros((1, decoder["num_key_value_heads"], 0, decoder["head_size"]),
+                               np.float32)
+              for i in model.graph.input if i.name.startswith("past_key_values.")}
+    tokens = runtime.generate(model, context(), {"input_ids": np.array([PROMPT], np.int64),
+                                                 **caches},
+                              runtime.GenerationOptions(max_new_tokens=NEW_TOKENS))
+    assert np.from_dlpack(tokens)[0, len(PROMPT):].tolist() == expected, (arch, precision)
