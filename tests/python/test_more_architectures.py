@@ -9,9 +9,11 @@ Mistral, Qwen3 (per-head q/k RMS norms), Gemma (GELU, scaled embedding, 1 + weig
 Gemma2 (sliding window of 8 tokens, shorter than the prompt; soft-capped attention and
 logits; norms after each block), Phi (LayerNorm, partial rotary, parallel attention and MLP),
 OLMo (non-parametric LayerNorm), Granite (embedding, attention, residual and logit
-multipliers).
+multipliers), Phi-3 (fused qkv and gate/up projections), StableLM (partial rotary,
+LayerNorm), StarCoder2 (GELU MLP with biases), Cohere (bias-free LayerNorm, parallel blocks,
+logit scale), Falcon (the new decoder architecture, grouped KV heads).
 
-The same seven through onnxruntime-genai's model builder (fp32 and int4 CPU builds:
+The first seven through onnxruntime-genai's model builder (fp32 and int4 CPU builds:
 GroupQueryAttention, MatMulNBits, the builder's fused norms), prepared the same way, give
 onnxruntime-genai's own greedy tokens on the same build."""
 from __future__ import annotations
@@ -84,8 +86,13 @@ def test_greedy_tokens_match_transformers(exported):
 # The same architectures through onnxruntime-genai's model builder (fp32 and int4 CPU
 # builds, tests/python/models/genai_builder.py, `prepare --bind auto`), against
 # onnxruntime-genai's own greedy search on the same build.
+# Phi-3: the builder installed here fails on its own (KeyError: 'multi_cache'); StableLM,
+# StarCoder2, Cohere and Falcon are not among the builder's architectures.
+GENAI_ARCHS = ("mistral", "qwen3", "gemma", "gemma2", "phi", "olmo", "granite")
+
+
 @pytest.mark.parametrize("precision", ["fp32", "int4"])
-@pytest.mark.parametrize("arch", export_hf.OTHER_ARCHS)
+@pytest.mark.parametrize("arch", GENAI_ARCHS)
 def test_genai_builds_give_onnxruntime_genai_tokens(arch, precision):
     import json
 

@@ -60,10 +60,15 @@ CONFIGS = {
 # test_more_architectures.py): Mistral, Qwen3 (per-head q/k norms), Gemma (GELU, scaled
 # embedding, 1 + weight norms), Gemma2 (a sliding window of 8 tokens, soft-capped logits,
 # norms around each block), Phi (LayerNorm, partial rotary, parallel attention and MLP), OLMo
-# (non-parametric LayerNorm), Granite (residual, attention and logit multipliers).
+# (non-parametric LayerNorm), Granite (residual, attention and logit multipliers), Phi-3
+# (fused qkv and gate/up projections), StableLM (partial rotary, LayerNorm), StarCoder2
+# (GELU MLP with biases), Cohere (LayerNorm without bias, parallel blocks, logit scale),
+# Falcon (the new decoder architecture, grouped KV heads). GPT-NeoX, Mixtral and Qwen2-MoE
+# fail in torch.onnx.export itself (this torch), so they are not here.
 _OTHER_TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-OTHER_ARCHS = ("mistral", "qwen3", "gemma", "gemma2", "phi", "olmo", "granite")
+OTHER_ARCHS = ("mistral", "qwen3", "gemma", "gemma2", "phi", "olmo", "granite", "phi3",
+               "stablelm", "starcoder2", "cohere", "falcon")
 CONFIGS.update({
     ("mistral", "tiny"): dict(_OTHER_TINY, rms_norm_eps=1e-6),
     ("qwen3", "tiny"): dict(_OTHER_TINY, head_dim=16, rms_norm_eps=1e-6),
@@ -74,6 +79,13 @@ CONFIGS.update({
     ("granite", "tiny"): dict(_OTHER_TINY, rms_norm_eps=1e-6, residual_multiplier=0.5,
                               attention_multiplier=0.2, logits_scaling=2.0,
                               embedding_multiplier=3.0),
+    ("phi3", "tiny"): dict(_OTHER_TINY, rms_norm_eps=1e-6, pad_token_id=0),
+    ("stablelm", "tiny"): dict(_OTHER_TINY, partial_rotary_factor=0.5),
+    ("starcoder2", "tiny"): dict(_OTHER_TINY),
+    ("cohere", "tiny"): dict(_OTHER_TINY),
+    ("falcon", "tiny"): dict(vocab_size=256, hidden_size=64, num_hidden_layers=2,
+                             num_attention_heads=4, num_kv_heads=2,
+                             new_decoder_architecture=True),
 })
 
 
@@ -118,7 +130,7 @@ def cache_shape(arch: str, size: str = "tiny") -> tuple[int, int, int]:
     c = CONFIGS[(arch, size)]
     if arch == "gpt2":
         return c["n_layer"], c["n_head"], c["n_embd"] // c["n_head"]
-    return (c["num_hidden_layers"], c["num_key_value_heads"],
+    return (c["num_hidden_layers"], c.get("num_key_value_heads", c.get("num_kv_heads")),
             c.get("head_dim", c["hidden_size"] // c["num_attention_heads"]))
 
 
