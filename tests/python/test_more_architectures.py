@@ -124,3 +124,44 @@ def test_genai_builds_give_onnxruntime_genai_tokens(arch, precision):
                                                  **caches},
                               runtime.GenerationOptions(max_new_tokens=NEW_TOKENS))
     assert np.from_dlpack(tokens)[0, len(PROMPT):].tolist() == expected, (arch, precision)
+
+
+# The batched path (docs/generation.md, "Continuous batching"): `prepare_decoder(...,
+# paged="rows")` rewrites the export's attention onto ai.rt::PagedAttention over row caches,
+# and RequestScheduler runs two requests as rows of one call per step; each gets
+# transformers' greedy tokens. Gemma2 is refused with a clear error: its soft-capped scores
+# (Div, Tanh, Mul between the scores and the Softmax) are not a form the rewrite takes.
+PAGED_ARCHS = tuple(a for a in export_hf.OTHER_ARCHS if a != "gemma2")
+
+
+@pytest.mark.parametrize("arch", PAGED_ARCHS)
+def test_paged_rows_batched_give_transformers_tokens(arch):
+    import torch
+
+    raw = export_hf.ensure(arch, with_cache=True, raw=True)
+    path = raw[: -len(".onnx")] + ".paged_rows.onnx"
+    if not os.path.exists(path):
+        prepare.prepare_decoder(raw, path, bind="auto", paged="rows")
+    with torch.no_grad():
+        expected = export_hf.build(arch).generate(
+            torch.tensor([PROMPT]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+            do_sample=False)[0].tolist()
+    model = ol_onnx.load_model(path)
+    layers = export_hf.cache_shape(arch)[0]
+    feeds = {"input_ids": np.array([PROMPT], np.int64),
+             **{f"past_key_values.{i}": [{"blocks": []}] for i in range(layers)}}
+    scheduler = runtime.RequestScheduler(context(), max_in_flight=2)
+    handles = [scheduler.submit(model, feeds, runtime.GenerationOptions(max_new_tokens=NEW_TOKENS))
+               for _ in range(2)]
+    for handle in handles:
+        assert np.from_dlpack(handle.result())[0].tolist() == expected, arch
+    scheduler.wait_idle()
+    assert scheduler.stats()["mode"] == "batched"
+
+
+def test_gemma2_soft_capped_attention_is_refused_by_the_paged_rewrite():
+    raw = export_hf.ensure("gemma2", with_cache=True, raw=True)
+    out = raw[: -len(".onnx")] + ".paged_rows_refused.onnx"  # beside its external data
+    with pytest.raises(prepare.PrepareError, match="does not read MatMul\\(q, k\\) scores"):
+        prepare.prepare_decoder(raw, out, bind="auto", paged="rows")
+    assert not os.path.exists(out)  # nothing written
