@@ -29,6 +29,7 @@
 #include "executor/attributes.h"
 #include "ops/fused/tiled_attention.h"
 #include "ops/kernel_factory.h"
+#include "ops/math/code_dot.h"
 #include "ops/math/vector_ops.h"
 #include "ops/math/vexp.h"
 
@@ -153,13 +154,33 @@ struct RowAttention {
     float scores[kMaxGroup][kKeyBlock];
     float buffer[kKeyBlock];
     bool live[kMaxGroup];
+    // Rows back to back (a cache's head, capacity or not, is): the code-domain kernels read
+    // them and prefetch the next block's lines as they go (math::CodeRows::ahead), where a
+    // burst of the whole next block stalled the arithmetic and left the reads at half the
+    // memory rate at long caches.
+    const bool dense = keys.stride == dk && values.stride == dv;
     Prefetch(keys, values, j_begin, std::min(kKeyBlock, j_end - j_begin));
     for (int64_t j0 = j_begin; j0 < j_end; j0 += kKeyBlock) {
       const int64_t n = std::min(kKeyBlock, j_end - j0);
-      Prefetch(keys, values, j0 + n, std::min(kKeyBlock, j_end - j0 - n));
+      const int64_t next = std::min(kKeyBlock, j_end - j0 - n);
       // A mask shared by the heads that kills the whole block: nothing to score.
-      if (mask != nullptr && ms[1] == 0 && AllDead(Bias(b, h0, i, j0, n, buffer), n)) continue;
-      math::GroupDots(q0, sq * dk, group, keys.Row(j0), keys.stride, n, dk, scores[0], kKeyBlock);
+      if (mask != nullptr && ms[1] == 0 && AllDead(Bias(b, h0, i, j0, n, buffer), n)) {
+        Prefetch(keys, values, j0 + n, next);
+        continue;
+      }
+      math::CodeRows krows{math::RowCode::kFloat, keys.Row(j0), 0, n};
+      math::CodeRows vrows{math::RowCode::kFloat, values.Row(j0), 0, n};
+      if (dense && next == n) {
+        krows.ahead = keys.Row(j0 + n);
+        vrows.ahead = values.Row(j0 + n);
+      }
+      if (krows.ahead == nullptr || !math::PrefetchesAhead(krows, dk) ||
+          !math::PrefetchesAhead(vrows, dv))
+        Prefetch(keys, values, j0 + n, next);
+      if (dense)
+        math::GroupCodeDots(q0, sq * dk, group, &krows, 1, dk, scores[0], kKeyBlock);
+      else
+        math::GroupDots(q0, sq * dk, group, keys.Row(j0), keys.stride, n, dk, scores[0], kKeyBlock);
       bool all_live = true;
       for (int64_t g = 0; g < group; ++g) {
         live[g] = Softmax(part[g], scores[g], n, Bias(b, h0 + g, i, j0, n, buffer), out + g * dv);
@@ -167,6 +188,11 @@ struct RowAttention {
       }
       // Values: the block's rows (in L1 after the first pass) weighted and summed with the
       // outputs' chunks in registers.
+      if (all_live && dense) {
+        math::GroupCodeWeightedRowSums(scores[0], kKeyBlock, group, &vrows, 1, dv, nullptr, out,
+                                       dv);
+        continue;
+      }
       if (all_live) {
         math::GroupWeightedRowSums(scores[0], kKeyBlock, group, values.Row(j0), values.stride, n,
                                    out, dv, dv);
