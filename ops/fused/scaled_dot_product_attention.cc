@@ -198,9 +198,14 @@ struct RowAttention {
                                    out, dv, dv);
         continue;
       }
-      for (int64_t g = 0; g < group; ++g)
-        if (live[g])
+      for (int64_t g = 0; g < group; ++g) {
+        if (!live[g]) continue;
+        if (dense)  // also asks for the next block's value rows, as the all-live call does
+          math::GroupCodeWeightedRowSums(scores[g], kKeyBlock, 1, &vrows, 1, dv, nullptr,
+                                         out + g * dv, dv);
+        else
           math::WeightedRowSum(scores[g], n, values.Row(j0), values.stride, out + g * dv, dv);
+      }
     }
   }
 

@@ -167,6 +167,43 @@ TEST_CASE("fused attention equals the decomposed computation for grouped heads a
       }
 }
 
+TEST_CASE("a per-head mask that kills some heads' key blocks and not others' decodes exactly") {
+  // One query, 4 heads over 2 KV heads, 200 keys in blocks of 64 read in place from a cache
+  // with spare capacity: head 0 sees no key of the first block, head 2 none of the second,
+  // head 3 only the first 10 keys, head 1 every key. Blocks where some heads of a group are
+  // live and others not take the per-head value sums.
+  const int64_t hkv = 2, t = 200, rep = 2;
+  const auto q = Random(static_cast<size_t>(4 * 64), 21);
+  const auto k = Random(static_cast<size_t>(hkv * t * 64), 22);
+  const auto v = Random(static_cast<size_t>(hkv * t * 64), 23);
+  std::vector<float> mask(static_cast<size_t>(4 * t), 0.0f);
+  for (int64_t j = 0; j < t; ++j) {
+    if (j < 64) mask[0 * t + j] = -kInf;
+    if (j >= 64 && j < 128) mask[2 * t + j] = -kInf;
+    if (j >= 10) mask[3 * t + j] = -kInf;
+  }
+  std::shared_ptr<std::vector<float>> k_store, v_store;
+  const Tensor qt = Tensor::FromFloat("q", {1, 4, 1, 64}, q);
+  const Tensor kt = CacheView(k, 1, hkv, t, 64, t + 9, k_store);
+  const Tensor vt = CacheView(v, 1, hkv, t, 64, t + 9, v_store);
+  const Tensor mt = Tensor::FromFloat("m", {1, 4, 1, t}, mask);
+  const Tensor ek = Ints({1, hkv, rep, t, 64}), rk = Ints({1, 4, t, 64});
+  const Tensor ev = Ints({1, hkv, rep, t, 64}), rv = Ints({0, -1, t, 64});
+  Run run(0.5f, 0.25f);
+  const Tensor y = run({&qt, &kt, &vt, &mt, &ek, &rk, nullptr, nullptr, &ev, &rv});
+  REQUIRE(y.shape() == Shape{1, 4, 1, 64});
+  const auto got = y.ToFloatVector();
+  for (int64_t h = 0; h < 4; ++h) {  // each head against the reference with its own mask row
+    const int64_t kh = h / rep;
+    const std::vector<float> qh(q.begin() + h * 64, q.begin() + (h + 1) * 64);
+    const std::vector<float> kk(k.begin() + kh * t * 64, k.begin() + (kh + 1) * t * 64);
+    const std::vector<float> vv(v.begin() + kh * t * 64, v.begin() + (kh + 1) * t * 64);
+    const std::vector<float> mh(mask.begin() + h * t, mask.begin() + (h + 1) * t);
+    const auto want = Reference(qh, kk, vv, mh, Shape4{1, 1, 1, 64}, 1, t, 0.125f);
+    CheckClose(std::vector<float>(got.begin() + h * 64, got.begin() + (h + 1) * 64), want, 2e-5f);
+  }
+}
+
 TEST_CASE("a long decode row is split over tasks and merged by log-sum-exp to the reference") {
   // One query row (1 batch, 1 KV head, 4 query heads) over 3000 keys: 1.5M multiply-adds, so
   // the keys are cut into chunks whose partial softmax states are merged.
