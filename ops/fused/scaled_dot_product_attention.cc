@@ -188,14 +188,13 @@ struct RowAttention {
       }
       // Values: the block's rows (in L1 after the first pass) weighted and summed with the
       // outputs' chunks in registers.
-      if (all_live && dense) {
-        math::GroupCodeWeightedRowSums(scores[0], kKeyBlock, group, &vrows, 1, dv, nullptr, out,
-                                       dv);
-        continue;
-      }
       if (all_live) {
-        math::GroupWeightedRowSums(scores[0], kKeyBlock, group, values.Row(j0), values.stride, n,
-                                   out, dv, dv);
+        if (dense)
+          math::GroupCodeWeightedRowSums(scores[0], kKeyBlock, group, &vrows, 1, dv, nullptr, out,
+                                         dv);
+        else
+          math::GroupWeightedRowSums(scores[0], kKeyBlock, group, values.Row(j0), values.stride, n,
+                                     out, dv, dv);
         continue;
       }
       for (int64_t g = 0; g < group; ++g) {

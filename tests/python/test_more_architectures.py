@@ -43,12 +43,6 @@ def exported(request):
     return arch, export_hf.build(arch), ol_onnx.load_model(path)
 
 
-def empty_caches(model, arch):
-    _, kv_heads, head_dim = export_hf.cache_shape(arch)
-    return {i.name: np.zeros((1, kv_heads, 0, head_dim), np.float32)
-            for i in model.graph.input if i.name.startswith("past_key_values.")}
-
-
 def context():
     return runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
 
@@ -59,7 +53,7 @@ def test_prompt_logits_match_transformers(exported):
     arch, reference, model = exported
     with torch.no_grad():
         expected = reference(torch.tensor([PROMPT])).logits[0].numpy()
-    state = runtime.PersistentValueState(model, initial=empty_caches(model, arch))
+    state = runtime.PersistentValueState(model, initial=export_hf.empty_cache(arch))
     n = len(PROMPT)
     out = state.run(context(), {"input_ids": np.array([PROMPT], np.int64),
                                 "attention_mask": np.ones((1, n), np.int64),
@@ -78,7 +72,7 @@ def test_greedy_tokens_match_transformers(exported):
                                       min_new_tokens=NEW_TOKENS, do_sample=False)
     tokens = runtime.generate(model, context(),
                               {"input_ids": np.array([PROMPT], np.int64),
-                               **empty_caches(model, arch)},
+                               **export_hf.empty_cache(arch)},
                               runtime.GenerationOptions(max_new_tokens=NEW_TOKENS))
     assert np.from_dlpack(tokens)[0].tolist() == expected[0].tolist(), arch
 

@@ -111,8 +111,10 @@ def build(arch: str, size: str = "tiny"):
         model = AutoModelForCausalLM.from_config(config).eval()
         with torch.no_grad():  # random (not zero) biases and norm weights: their paths count
             for name, p in model.named_parameters():
-                if name.endswith("bias") or "norm" in name:
-                    p.normal_(0, 0.1) if name.endswith("bias") else p.uniform_(0.5, 1.5)
+                if name.endswith("bias"):
+                    p.normal_(0, 0.1)
+                elif "norm" in name:
+                    p.uniform_(0.5, 1.5)
         return model
     raise ValueError(f"unknown architecture {arch!r}")
 
