@@ -163,11 +163,20 @@ def _named_template(value) -> str | None:
 def empty_caches(model, head_size: int | None = None) -> dict:
     """Zeros for every bound input: a symbolic first dimension (batch) 1, the symbolic last
     dimension of a rank-4 cache [batch, kv_heads, past, head] `head_size` (an empty cache
-    still has its head width), the others (the past length) 0."""
+    still has its head width), the others (the past length) 0. A paged cache (`prepare
+    --paged cache`) starts as {"blocks": []}, a sequence of row caches (`--paged rows`) as one
+    empty row."""
     declared = {v.name: v for v in model.graph.input}
     caches = {}
     for binding in model.graph.persistent_bindings:
         value = declared.get(binding.input_name)
+        if value is not None and value.type.HasField("struct_type"):
+            caches[binding.input_name] = {"blocks": []}
+            continue
+        if value is not None and value.type.HasField("sequence_type") and \
+                value.type.sequence_type.elem_type.HasField("struct_type"):
+            caches[binding.input_name] = [{"blocks": []}]
+            continue
         if value is None or not value.type.HasField("tensor_type"):
             raise ValueError(f"bound input '{binding.input_name}' has no declared tensor type")
         tensor = value.type.tensor_type

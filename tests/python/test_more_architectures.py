@@ -15,7 +15,9 @@ logit scale), Falcon (the new decoder architecture, grouped KV heads).
 
 The first seven through onnxruntime-genai's model builder (fp32 and int4 CPU builds:
 GroupQueryAttention, MatMulNBits, the builder's fused norms), prepared the same way, give
-onnxruntime-genai's own greedy tokens on the same build."""
+onnxruntime-genai's own greedy tokens on the same build; prepared with paged="rows" (each
+GroupQueryAttention rewritten onto PagedAttention), the same builds give those tokens to
+every request of the batched RequestScheduler and of `serve`."""
 from __future__ import annotations
 
 import os
@@ -85,18 +87,11 @@ def test_greedy_tokens_match_transformers(exported):
 GENAI_ARCHS = ("mistral", "qwen3", "gemma", "gemma2", "phi", "olmo", "granite")
 
 
-@pytest.mark.parametrize("precision", ["fp32", "int4"])
-@pytest.mark.parametrize("arch", GENAI_ARCHS)
-def test_genai_builds_give_onnxruntime_genai_tokens(arch, precision):
-    import json
-
+def genai_tokens(path):
+    """onnxruntime-genai's own greedy tokens for PROMPT on the build in `path`'s folder."""
     import onnxruntime_genai as og
 
-    from models import genai_builder
-
-    path = genai_builder.ensure(arch, precision)
-    folder = os.path.dirname(path)
-    generator_model = og.Model(folder)
+    generator_model = og.Model(os.path.dirname(path))
     params = og.GeneratorParams(generator_model)
     params.set_search_options(max_length=len(PROMPT) + NEW_TOKENS, do_sample=False)
     generator = og.Generator(generator_model, params)
@@ -105,6 +100,19 @@ def test_genai_builds_give_onnxruntime_genai_tokens(arch, precision):
     while not generator.is_done():
         generator.generate_next_token()
         expected.append(int(generator.get_next_tokens()[0]))
+    return expected
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+@pytest.mark.parametrize("arch", GENAI_ARCHS)
+def test_genai_builds_give_onnxruntime_genai_tokens(arch, precision):
+    import json
+
+    from models import genai_builder
+
+    path = genai_builder.ensure(arch, precision)
+    folder = os.path.dirname(path)
+    expected = genai_tokens(path)
     prepared = os.path.join(folder, "model.prepared.onnx")
     if not os.path.exists(prepared):
         prepare.prepare_decoder(path, prepared, bind="auto")
@@ -159,3 +167,111 @@ def test_gemma2_soft_capped_attention_is_refused_by_the_paged_rewrite():
     with pytest.raises(prepare.PrepareError, match="does not read MatMul\\(q, k\\) scores"):
         prepare.prepare_decoder(raw, out, bind="auto", paged="rows")
     assert not os.path.exists(out)  # nothing written
+
+
+# onnxruntime-genai's builds through the batched path: the rewrite turns each
+# GroupQueryAttention (packed or separate q/k/v, rotary inside, positions from the mask) into
+# PagedAttention over row caches with the rotary as RotaryEmbedding over a new position_ids
+# input; two requests as rows of one call each get onnxruntime-genai's own tokens, fp32 and
+# int4 (the builds CPU users run). Gemma2's soft cap is refused.
+GENAI_PAGED_ARCHS = tuple(a for a in GENAI_ARCHS if a != "gemma2")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+@pytest.mark.parametrize("arch", GENAI_PAGED_ARCHS)
+def test_genai_builds_batched_on_paged_rows_give_onnxruntime_genai_tokens(arch, precision):
+    from models import genai_builder
+
+    path = genai_builder.ensure(arch, precision)
+    paged = os.path.join(os.path.dirname(path), "model.paged_rows.onnx")
+    report = prepare.prepare_decoder(path, paged, bind="auto", paged="rows")
+    assert ("input", "attention_mask") in {(r.op_type, r.input_name) for r in report.rewrites}
+    assert "logits equal onnx-light's on the original within" in report.checks[0]
+    model = ol_onnx.load_model(paged)
+    inputs = {i.name for i in model.graph.input}
+    assert "position_ids" in inputs and "attention_mask" not in inputs
+    assert not any(n.op_type == "GroupQueryAttention" for n in model.graph.node)
+    layers = [name for name in inputs if name.startswith("past_key_values.")]
+    feeds = {"input_ids": np.array([PROMPT], np.int64),
+             **{name: [{"blocks": []}] for name in layers}}
+    scheduler = runtime.RequestScheduler(context(), max_in_flight=2)
+    handles = [scheduler.submit(model, feeds, runtime.GenerationOptions(max_new_tokens=NEW_TOKENS))
+               for _ in range(2)]
+    expected = genai_tokens(path)
+    for handle in handles:
+        assert np.from_dlpack(handle.result())[0, len(PROMPT):].tolist() == expected, \
+            (arch, precision)
+    scheduler.wait_idle()
+    assert scheduler.stats()["mode"] == "batched"
+
+
+def test_genai_gemma2_soft_cap_is_refused_by_the_paged_rewrite():
+    from models import genai_builder
+
+    path = genai_builder.ensure("gemma2", "fp32")
+    out = os.path.join(os.path.dirname(path), "model.paged_rows_refused.onnx")
+    with pytest.raises(prepare.PrepareError, match="GroupQueryAttention node .* soft-caps its "
+                                                   "scores \\(softcap 50\\)"):
+        prepare.prepare_decoder(path, out, bind="auto", paged="rows")
+    assert not os.path.exists(out)
+
+
+def test_serve_batches_a_paged_int4_build_and_answers_as_generate_alone():
+    """`serve` on an int4 build prepared with paged="rows": the server's RequestScheduler
+    steps in batched mode, and two completions sent at once are each the text of the tokens
+    runtime.generate gives for that prompt alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    openai = pytest.importorskip("openai")
+    from models import genai_builder
+    from onnx_light.serve import OpenAIApp, ServerThread
+    from onnx_light.text import TextGenerator, empty_caches
+
+    path = genai_builder.ensure("qwen3", "int4")
+    folder = os.path.dirname(path)
+    paged = os.path.join(folder, "model.paged_rows_serve.onnx")
+    prepare.prepare_decoder(path, paged, bind="auto", paged="rows")
+    app = OpenAIApp(TextGenerator(paged, folder), "qwen3-int4")
+    prompts = ["the quick brown fox", "jumps over the lazy dog again and again"]
+    with ServerThread(app, port=0) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0,
+                               timeout=120)
+
+        def complete(prompt):
+            return client.completions.create(model="qwen3-int4", prompt=prompt, max_tokens=8,
+                                             temperature=0)
+
+        with ThreadPoolExecutor(2) as pool:
+            replies = list(pool.map(complete, prompts))
+        assert app.scheduler.stats()["mode"] == "batched"
+    gen = app.generator
+    for prompt, reply in zip(prompts, replies):
+        ids = gen.prompt_ids(prompt)
+        feeds = {"input_ids": np.asarray([ids], np.int64), **empty_caches(gen.model)}
+        alone = np.from_dlpack(runtime.generate(gen.model, gen.context, feeds,
+                                                runtime.GenerationOptions(max_new_tokens=8)))
+        assert reply.choices[0].text == gen.tokenizer.decode(alone[0, len(ids):].tolist())
+        assert reply.usage.completion_tokens == alone.shape[1] - len(ids)
+
+
+def test_genai_local_window_becomes_paged_left_window():
+    """A GroupQueryAttention local_window_size of 4 (the last 4 keys, onnxruntime 1.32) becomes
+    left_window_size 3; the rewrite's logits check runs past the window (a 6-token prompt and
+    3 steps) against onnxruntime on the windowed original, so a window off by one is refused."""
+    from models import genai_builder
+
+    path = genai_builder.ensure("qwen3", "fp32")
+    folder = os.path.dirname(path)
+    model = ol_onnx.load_model(path)
+    for node in model.graph.node:
+        for attribute in node.attribute:
+            if node.op_type == "GroupQueryAttention" and attribute.name == "local_window_size":
+                attribute.i = 4
+    windowed = os.path.join(folder, "model.window4.onnx")  # beside its external data
+    ol_onnx.save_model(model, windowed)
+    out = os.path.join(folder, "model.window4.paged_rows.onnx")
+    report = prepare.prepare_decoder(windowed, out, bind="auto", paged="rows")
+    assert "and onnxruntime's within" in report.checks[0]
+    windows = [a.i for n in ol_onnx.load_model(out).graph.node if n.op_type == "PagedAttention"
+               for a in n.attribute if a.name == "left_window_size"]
+    assert windows == [3, 3]
