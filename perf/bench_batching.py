@@ -23,7 +23,9 @@ reported too (`cold_concurrent_tokens_per_s`, `cold_decode_gap_ms_p99`).
 
 --export ARCH:SIZE runs the same on a torch.onnx export instead (tests/python/models/export_hf.py,
 e.g. llama:smollm2, the SmolLM2-135M shape, random weights) prepared with
-`prepare_decoder(..., paged="rows")`: the path for the models users have.
+`prepare_decoder(..., paged="rows")`: the path for the models users have. --genai
+ARCH:SIZE:PRECISION does the same on onnxruntime-genai's builder's build
+(tests/python/models/genai_builder.py, e.g. llama:smollm2:int4: the int4 build CPU users run).
 """
 from __future__ import annotations
 
@@ -129,25 +131,23 @@ class Bench:
         return out, elapsed, [h.stats() for h in handles], scheduler.stats()
 
 
-class ExportBench(Bench):
-    """The same runs on an export_hf export prepared with paged row caches (cached beside it)."""
+class PreparedBench(Bench):
+    """The same runs on a decoder file prepared with paged row caches (cached beside it)."""
 
-    def __init__(self, arch, size, new_tokens):
-        sys.path.insert(0, os.path.join(REPO, "tests", "python"))
-        from models import export_hf
-
+    def __init__(self, original, vocab, new_tokens):
         from onnx_light import onnx as ol_onnx
         from onnx_light import prepare
+        from onnx_light.text import empty_caches
 
-        raw = export_hf.ensure(arch, with_cache=True, size=size, raw=True)
-        path = raw[: -len(".onnx")] + ".paged_rows.onnx"
+        path = original[: -len(".onnx")] + ".paged_rows.onnx"
         if not os.path.exists(path):
-            print(prepare.prepare_decoder(raw, path, bind="auto", paged="rows").format(),
+            print(prepare.prepare_decoder(original, path, bind="auto", paged="rows").format(),
                   file=sys.stderr)
         self.cfg = None
-        self.layers = export_hf.cache_shape(arch, size)[0]
-        self._vocab = export_hf.vocab_size(arch, size)
         self.model = ol_onnx.load_model(path)
+        self.caches = empty_caches(self.model)
+        self.layers = len(self.caches)
+        self._vocab = vocab
         self.context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
         self.options = runtime.GenerationOptions(max_new_tokens=new_tokens)
 
@@ -157,7 +157,25 @@ class ExportBench(Bench):
 
     def feeds(self, prompt):
         return {"input_ids": np.array([prompt], np.int64),
-                **{f"past_key_values.{i}": [{"blocks": []}] for i in range(self.layers)}}
+                **{name: [{"blocks": []}] for name in self.caches}}
+
+
+def prepared_bench(args, new_tokens) -> PreparedBench:
+    """--export ARCH:SIZE (a torch export) or --genai ARCH:SIZE:PRECISION (the builder's)."""
+    sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+    if args.export:
+        from models import export_hf
+
+        arch, size = args.export.split(":")
+        return PreparedBench(export_hf.ensure(arch, with_cache=True, size=size, raw=True),
+                             export_hf.vocab_size(arch, size), new_tokens)
+    from models import genai_builder
+
+    arch, size, precision = args.genai.split(":")
+    path = genai_builder.ensure(arch, precision, size)
+    with open(os.path.join(os.path.dirname(path), "genai_config.json")) as f:
+        vocab = json.load(f)["model"]["vocab_size"]
+    return PreparedBench(path, vocab, new_tokens)
 
 
 def main_row(bench, ps, seq_tokens, prompt):
@@ -201,8 +219,11 @@ def main(argv=None):
     ap.add_argument("--chunk", type=int, default=None, help="its prefill chunk")
     ap.add_argument("--sections", default="main,curve,long")
     ap.add_argument("--export", metavar="ARCH:SIZE",
-                    help="a prepared torch export (e.g. llama:smollm2) instead of the builder's "
+                    help="a prepared torch export (e.g. llama:smollm2) instead of the tiny "
                          "decoder")
+    ap.add_argument("--genai", metavar="ARCH:SIZE:PRECISION",
+                    help="onnxruntime-genai's builder's build (e.g. llama:smollm2:int4) "
+                         "instead of the tiny decoder")
     args = ap.parse_args(argv)
     layers = args.layers or (2 if args.quick else 30)
     prompt = args.prompt or (16 if args.quick else 128)
@@ -211,9 +232,8 @@ def main(argv=None):
         64 if args.quick else 1024)
     chunk = args.chunk or (16 if args.quick else 128)
     sections = args.sections.split(",")
-    if args.export:
-        arch, size = args.export.split(":")
-        bench = ExportBench(arch, size, new_tokens)
+    if args.export or args.genai:
+        bench = prepared_bench(args, new_tokens)
         layers = bench.layers
     else:
         bench = Bench(config(layers), new_tokens)
@@ -222,7 +242,7 @@ def main(argv=None):
     bench.sequential(ps[:1])  # compile and warm up the shared session
     cold = main_row(bench, ps[:args.requests], None, prompt) if "main" in sections else None
     result = {"requests": args.requests, "prompt_tokens": prompt, "new_tokens": new_tokens,
-              "model": args.export or "tiny_decoder (paged rows)",
+              "model": args.export or args.genai or "tiny_decoder (paged rows)",
               "layers": layers, "hidden": 576, "vocab": bench.vocab,
               "identical_tokens": True}
     seq_tokens, seq_s, seq_gaps = bench.sequential(ps[:args.requests])

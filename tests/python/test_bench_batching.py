@@ -37,3 +37,17 @@ def test_bench_batching_quick_json(tmp_path):
     for key, chunk in (("chunk_0", 0), ("chunk_16", 16)):
         assert join[key]["prefill_chunk"] == chunk
         assert join[key]["decode_gap_ms_max"] > 0 and join[key]["long_prompt_ttft_ms"] > 0
+
+
+def test_bench_batching_on_an_int4_genai_build(tmp_path):
+    """--genai: the same run on onnxruntime-genai's builder's int4 build (2 layers of the
+    SmolLM2-135M shape), prepared with paged row caches; batched, tokens identical."""
+    out = tmp_path / "batching_int4.json"
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+    subprocess.run([sys.executable, os.path.join(REPO, "perf", "bench_batching.py"), "--quick",
+                    "--genai", "llama:smollm2_2l:int4", "--sections", "main", "--json",
+                    str(out)], check=True, env=env, cwd=REPO, timeout=900)
+    result = json.loads(out.read_text())
+    assert result["model"] == "llama:smollm2_2l:int4" and result["layers"] == 2
+    assert result["mode"] == "batched" and result["identical_tokens"] is True
+    assert result["concurrent_tokens_per_s"] > 0
