@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "ops/math/common.h"
+#include "ops/math/cpu_features.h"
 #include "ops/math/gemm.h"
 #include "ops/math/x86_intrinsics.h"
 
@@ -433,27 +434,91 @@ float GroupScale(const float* a, int64_t begin, int64_t end) {
 
 }  // namespace
 
-void QuantizeActivations(const float* a, int64_t k, int64_t k_pad, int8_t* q, float* scales) {
-  for (int64_t g = 0; g < k_pad / kGroup; ++g) {
-    const int64_t begin = g * kGroup, end = std::min(k, begin + kGroup);
-    // A NaN or infinite activation has no int8 code (casting NaN to int8 is undefined: a
-    // libFuzzer finding, tests/fuzz/regressions/model/matmulnbits-nan-activation): its group
-    // gets codes 0 and a NaN scale, so the group's products are NaN, as in float.
-    const float scale = GroupScale(a, begin, end);
-    const float inv = std::isfinite(scale) && scale != 0.0f ? 1.0f / scale : 0.0f;
-    scales[g] = scale;
-    for (int64_t i = begin; i < begin + kGroup; ++i)
-      q[i] = i < end && inv != 0.0f
-                 ? static_cast<int8_t>(std::clamp(std::nearbyint(a[i] * inv), -127.0f, 127.0f))
-                 : int8_t{0};
+namespace {
+
+// One group of kGroup values: its scale (NaN with a NaN or infinite value, then codes 0) and
+// codes round(a / scale) (to nearest even, as nearbyint in the default rounding mode).
+float QuantizeGroupPortable(const float* a, int64_t n, int8_t* q) {
+  const float scale = GroupScale(a, 0, n);
+  // No codes for a zero scale, nor for one so small (subnormal) that 1 / scale overflows.
+  float inv = std::isfinite(scale) && scale != 0.0f ? 1.0f / scale : 0.0f;
+  if (!std::isfinite(inv)) inv = 0.0f;
+  for (int64_t i = 0; i < kGroup; ++i)
+    q[i] = i < n && inv != 0.0f
+               ? static_cast<int8_t>(std::clamp(std::nearbyint(a[i] * inv), -127.0f, 127.0f))
+               : int8_t{0};
+  return scale;
+}
+
+#if defined(__x86_64__)
+// The same for a whole group on AVX-512F, bit for bit: the same max, the same product
+// a * (1 / scale), cvtps rounding to nearest even; clamping in integers is clamping in float
+// (the values are whole numbers). The activation rows of int4 decode and batched steps were
+// 7-9% of a step in scalar code.
+__attribute__((target("avx512f"))) float QuantizeGroupAvx512(const float* a, int8_t* q) {
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+  const __m512i x0 = _mm512_and_si512(_mm512_loadu_si512(a), magnitude);
+  const __m512i x1 = _mm512_and_si512(_mm512_loadu_si512(a + 16), magnitude);
+  const __m512i inf = _mm512_set1_epi32(0x7f800000);
+  if ((_mm512_cmpge_epu32_mask(x0, inf) | _mm512_cmpge_epu32_mask(x1, inf)) != 0) {
+    std::memset(q, 0, kGroup);
+    return std::numeric_limits<float>::quiet_NaN();
   }
+  const float amax =
+      _mm512_reduce_max_ps(_mm512_max_ps(_mm512_castsi512_ps(x0), _mm512_castsi512_ps(x1)));
+  const float scale = amax / 127.0f;
+  const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+  if (inverse == 0.0f || !std::isfinite(inverse)) {
+    std::memset(q, 0, kGroup);
+    return scale;
+  }
+  const __m512 inv = _mm512_set1_ps(inverse);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  for (int h = 0; h < 2; ++h) {
+    const __m512i c = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(a + 16 * h), inv));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * h),
+                     _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(c, lo), hi)));
+  }
+  return scale;
+}
+#endif
+
+}  // namespace
+
+void QuantizeActivationsPortable(const float* a, int64_t k, int64_t k_pad, int8_t* q,
+                                 float* scales) {
+  // A NaN or infinite activation has no int8 code (casting NaN to int8 is undefined: a
+  // libFuzzer finding, tests/fuzz/regressions/model/matmulnbits-nan-activation): its group
+  // gets codes 0 and a NaN scale, so the group's products are NaN, as in float.
+  for (int64_t g = 0; g < k_pad / kGroup; ++g) {
+    const int64_t begin = g * kGroup;
+    scales[g] =
+        QuantizeGroupPortable(a + begin, std::clamp<int64_t>(k - begin, 0, kGroup), q + begin);
+  }
+}
+
+void QuantizeActivations(const float* a, int64_t k, int64_t k_pad, int8_t* q, float* scales) {
+#if defined(__x86_64__)
+  if (math::CpuHasAvx512()) {
+    const int64_t whole = std::min(k, k_pad) / kGroup;
+    for (int64_t g = 0; g < whole; ++g)
+      scales[g] = QuantizeGroupAvx512(a + g * kGroup, q + g * kGroup);
+    const int64_t begin = whole * kGroup;
+    return QuantizeActivationsPortable(a + begin, k - begin, k_pad - begin, q + begin,
+                                       scales + whole);
+  }
+#endif
+  QuantizeActivationsPortable(a, k, k_pad, q, scales);
 }
 
 void QuantizeActivationsWithSums(const float* a, int64_t k, int64_t k_pad, int8_t* q, float* scales,
                                  int32_t* sums) {
   QuantizeActivations(a, k, k_pad, q, scales);
-  std::fill(sums, sums + k_pad / kGroup, 0);
-  for (int64_t i = 0; i < k_pad; ++i) sums[i / kGroup] += q[i];
+  for (int64_t g = 0; g < k_pad / kGroup; ++g) {
+    int32_t sum = 0;
+    for (int64_t i = g * kGroup; i < (g + 1) * kGroup; ++i) sum += q[i];
+    sums[g] = sum;
+  }
 }
 
 void NBitsGemv(const PackedNBits& w, const float* a, float* y, NBitsPath path,

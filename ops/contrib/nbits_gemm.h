@@ -106,6 +106,9 @@ bool NBitsGemmInt8(const PackedNBits& w, int64_t m, const float* a, float* c);
 
 // The int8 activation row of kInt8 (exposed for tests): q[k] and one scale per 32 values.
 void QuantizeActivations(const float* a, int64_t k, int64_t k_pad, int8_t* q, float* scales);
+// The scalar code of QuantizeActivations, which equals it bit for bit on every CPU (tests).
+void QuantizeActivationsPortable(const float* a, int64_t k, int64_t k_pad, int8_t* q,
+                                 float* scales);
 // The same, plus the sum of q per group of 32 (the zero-point term): `sums` has k_pad / 32
 // entries.
 void QuantizeActivationsWithSums(const float* a, int64_t k, int64_t k_pad, int8_t* q, float* scales,

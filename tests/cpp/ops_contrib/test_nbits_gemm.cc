@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -288,5 +289,37 @@ TEST_CASE("int8 activations of a group with a NaN or an infinity get a NaN scale
     for (int i = 0; i < 32; ++i) CHECK(q[static_cast<size_t>(i)] == 0);
     CHECK(scales[1] == doctest::Approx(0.01f));
     CHECK(q[33] == 127);
+  }
+}
+
+// The AVX-512 groups of QuantizeActivations equal the scalar code bit for bit: random rows of
+// several magnitudes, exact half steps, a row that ends inside a group, groups with a NaN or
+// an infinity, all-zero groups and subnormal ones (whose 1 / scale overflows: codes 0).
+TEST_CASE("int8 activations: the vector path equals the scalar code bit for bit") {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const int64_t k : {int64_t{32}, int64_t{576}, int64_t{1536}, int64_t{1000}}) {
+    const int64_t k_pad = (k + 31) / 32 * 32 + 32;  // one group past the row: codes 0
+    std::vector<float> a(static_cast<size_t>(k_pad), 0.0f);
+    for (int64_t i = 0; i < k; ++i)
+      a[static_cast<size_t>(i)] = normal(rng) * std::pow(10.0f, static_cast<float>(i % 7) - 3.0f);
+    if (k >= 576) {
+      a[64] = 1.27f;  // group 2: its scale is 0.01, so 0.005 is exactly half a step
+      for (int i = 65; i < 96; ++i) a[static_cast<size_t>(i)] = 0.005f * static_cast<float>(i % 5);
+      a[100] = std::nanf("");
+      a[170] = -INFINITY;
+      for (int i = 192; i < 224; ++i) a[static_cast<size_t>(i)] = 0.0f;
+      for (int i = 224; i < 256; ++i)
+        a[static_cast<size_t>(i)] = 1e-44f * static_cast<float>(i % 3);
+    }
+    std::vector<int8_t> q(static_cast<size_t>(k_pad)), q_ref(q.size());
+    std::vector<float> scales(static_cast<size_t>(k_pad / 32)), scales_ref(scales.size());
+    contrib::QuantizeActivations(a.data(), k, k_pad, q.data(), scales.data());
+    contrib::QuantizeActivationsPortable(a.data(), k, k_pad, q_ref.data(), scales_ref.data());
+    CHECK(q == q_ref);
+    for (size_t g = 0; g < scales.size(); ++g) {
+      INFO("k " << k << " group " << g);
+      CHECK(std::memcmp(&scales[g], &scales_ref[g], sizeof(float)) == 0);
+    }
   }
 }
