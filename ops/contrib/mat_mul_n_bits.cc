@@ -7,10 +7,10 @@
 // nibble); scales [N * ceil(K / block)]; optional zero_points (uint8 packed the same way per
 // column, or FLOAT like scales; absent = 2^(bits - 1)); g_idx (refused); optional bias [N].
 // Attributes K, N, bits (4 or 8), block_size (16..256, a power of two), accuracy_level: 4
-// means int8 compute in onnxruntime, and here too for decode rows (M <= 4) of 4-bit weights
-// with blocks of a multiple of 32 (ops/contrib/nbits_gemm.h, NBitsCompute::kInt8: A
-// quantized to int8 per 32 values); every other case computes in float (level 4 prompts
-// included, more exact than onnxruntime's int8 there).
+// means int8 compute in onnxruntime, and here too for 4-bit weights with blocks of a multiple
+// of 32 (ops/contrib/nbits_gemm.h, NBitsCompute::kInt8: A quantized to int8 per 32 values):
+// one row on the int8 GEMV, several (a batched step, a prompt) on NBitsGemmInt8 where the CPU
+// has AVX-512 VNNI; every other case computes in float.
 // B is repacked once (ops/contrib/nbits_gemm.h) when B, scales and zero points are plan
 // constants, and the copy is kept with the kernel (counted in PackedWeightBytes()); any
 // other B is repacked for the call.

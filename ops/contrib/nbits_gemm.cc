@@ -612,12 +612,15 @@ void DequantizeTiles(const PackedNBits& w, int64_t k0, int64_t kc, int64_t t0, i
 void NBitsGemm(const PackedNBits& w, int64_t m, const float* a, float* c, NBitsPath path,
                NBitsCompute compute) {
   const int64_t n = w.n(), k = w.k();
-  if (m <= 4) {  // a few rows: the GEMV reads the packed weights at memory speed
+  const bool int8 = compute == NBitsCompute::kInt8 && path != NBitsPath::kPortable;
+  const bool few_rows = m > 1 && int8 && (path == NBitsPath::kAuto || path == NBitsPath::kAvx512) &&
+                        Int8Eligible(w) && NBitsGemmInt8FewRows(m);
+  if (m <= 4 && !few_rows) {
+    // A few rows: the GEMV reads the packed weights at memory speed.
     for (int64_t r = 0; r < m; ++r) NBitsGemv(w, a + r * k, c + r * n, path, compute);
     return;
   }
-  if (compute == NBitsCompute::kInt8 && path != NBitsPath::kPortable && NBitsGemmInt8(w, m, a, c))
-    return;
+  if (int8 && NBitsGemmInt8(w, m, a, c)) return;
   // The SGEMM micro-kernel reads B as 16-column panels, the width of a weight tile: each
   // task dequantizes its tiles for one depth block straight into that layout (in L2, just
   // before use), so no float copy of the weight is made and none is packed again.

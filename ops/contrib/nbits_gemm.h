@@ -93,8 +93,9 @@ bool Int8Eligible(const PackedNBits& w);
 void NBitsGemv(const PackedNBits& w, const float* a, float* y, NBitsPath path = NBitsPath::kAuto,
                NBitsCompute compute = NBitsCompute::kFloat);
 
-// C[M, N] = A[M, K] W (row-major, lda = K, ldc = N): GEMV per row for small M; else, with
-// kInt8 on AVX-512 VNNI, NBitsGemmInt8; else W dequantized panel by panel straight into the
+// C[M, N] = A[M, K] W (row-major, lda = K, ldc = N): GEMV per row for M <= 4 (but kInt8
+// takes NBitsGemmInt8 from 2 rows where NBitsGemmInt8FewRows); else, with kInt8 on AVX-512
+// VNNI, NBitsGemmInt8; else W dequantized panel by panel straight into the
 // packed SGEMM's layout (math::SgemmFromPanels; never the whole weight).
 void NBitsGemm(const PackedNBits& w, int64_t m, const float* a, float* c,
                NBitsPath path = NBitsPath::kAuto, NBitsCompute compute = NBitsCompute::kFloat);
@@ -103,6 +104,9 @@ void NBitsGemm(const PackedNBits& w, int64_t m, const float* a, float* c,
 // GEMV of that row bit for bit. False, with nothing written, when w is not Int8Eligible or
 // the CPU lacks AVX-512 VNNI.
 bool NBitsGemmInt8(const PackedNBits& w, int64_t m, const float* a, float* c);
+// Whether NBitsGemmInt8 reads each weight tile once for all of m rows in registers (m <= 8
+// with AVX-512 VBMI): then it beats one GEMV per row even for 2-4 rows.
+bool NBitsGemmInt8FewRows(int64_t m);
 
 // The int8 activation row of kInt8 (exposed for tests): q[k] and one scale per 32 values.
 void QuantizeActivations(const float* a, int64_t k, int64_t k_pad, int8_t* q, float* scales);

@@ -233,7 +233,7 @@ TEST_CASE("the int8 prompt product (AVX-512 VNNI) equals the int8 GEMV of every 
   for (int64_t block : {32, 64, 128, 256})
     for (bool with_zp : {false, true})
       for (auto nk : {std::pair<int64_t, int64_t>{37, 3 * block - 5}, {16, block}, {300, 600}})
-        for (int64_t m : {5, 7, 19, 150}) {
+        for (int64_t m : {2, 3, 5, 7, 8, 9, 19, 150}) {  // up to 8: unpacked in registers
           const int64_t n = nk.first, k = nk.second;
           CAPTURE(block);
           CAPTURE(with_zp);
