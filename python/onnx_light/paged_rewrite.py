@@ -406,18 +406,52 @@ def _declare_positions(graph):
 
 def _swap_io(model, layers, rows):
     graph = model.graph
+    declared = {i.name: i for i in graph.input}
+    structs = [_cache_struct(model, declared[l.past_key], l.head_size) for l in layers]
     old_in = {n for l in layers for n in (l.past_key, l.past_value)}
     old_out = {n for l in layers for n in (l.present_key, l.present_value)}
     _keep(graph.input, lambda i: i.name not in old_in)
     _keep(graph.output, lambda o: o.name not in old_out)
     del graph.persistent_bindings[:]
-    for layer in layers:
+    for layer, struct in zip(layers, structs):
         for value in (graph.input.add(name=layer.past), graph.output.add(name=layer.present)):
             cache = value.type.sequence_type.elem_type if rows else value.type
-            cache.struct_type.name = "cache"
+            if struct:
+                cache.struct_type.type_ref = struct
+            else:
+                cache.struct_type.name = "cache"
         graph.persistent_bindings.add(input_name=layer.past, output_name=layer.present)
     if not any(o.domain == "ai.rt" for o in model.opset_import):
         model.opset_import.add(domain="ai.rt", version=1)
+
+
+def _cache_struct(model, past_key, head_size) -> str:
+    """The paged cache's declared layout (a model struct type: blocks of start, length and
+    FLOAT key/value [rows, kv_heads, capacity, head]), named after its heads and width, so the
+    scheduler's max_kv_bytes knows a token's bytes; "" when the dense cache's heads or width
+    are not concrete (then the cache is declared without a layout)."""
+    dims = past_key.type.tensor_type.shape.dim
+    heads = dims[1].dim_value if len(dims) == 4 and dims[1].HasField("dim_value") else 0
+    head = dims[3].dim_value if len(dims) == 4 and dims[3].HasField("dim_value") else head_size
+    if not heads or not head:
+        return ""
+    name = f"ai.rt.PagedKvCache.{heads}x{head}"
+    if any(s.name == name for s in model.struct_types):
+        return name
+    cache = model.struct_types.add(name=name)
+    block = cache.field.add(name="blocks").type.sequence_type.elem_type.struct_type
+    for field, elem in (("start", 7), ("length", 7), ("key", 1), ("value", 1)):
+        tensor = block.field.add(name=field).type.tensor_type
+        tensor.elem_type = elem
+        tensor.shape.CopyFrom(type(tensor.shape)())  # start, length: scalars
+        if field in ("key", "value"):
+            for dim in ("rows", heads, "capacity", head):
+                added = tensor.shape.dim.add()
+                if isinstance(dim, str):
+                    added.dim_param = dim
+                else:
+                    added.dim_value = dim
+    return name
 
 
 def _key(node) -> tuple:

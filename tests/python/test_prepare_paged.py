@@ -218,3 +218,37 @@ def test_a_prepared_export_runs_batched_in_the_request_scheduler(tmp_path):
         assert handle.stats()["mode"] == "batched"
     stats = scheduler.stats()
     assert stats["mode"] == "batched" and stats["max_batch_size"] > 1
+
+
+def test_a_prepared_export_declares_its_page_layout_for_a_kv_budget_in_bytes(tmp_path):
+    """The rewrite declares each paged cache's layout (blocks of start, length and FLOAT
+    key/value [rows, kv_heads, capacity, head]), so max_kv_bytes knows a token's bytes:
+    layers x (key + value) x kv_heads x head x 4, charged in whole pages of 16 tokens."""
+    arch, size = "llama", "tiny"
+    original = _raw_copy(tmp_path, arch, size)
+    prepare.prepare_decoder(original, tmp_path / "rows.onnx", bind="auto", paged="rows")
+    model = ol_onnx.load_model(tmp_path / "rows.onnx")
+    layers, kv_heads, head = export_hf.cache_shape(arch, size)
+    name = f"ai.rt.PagedKvCache.{kv_heads}x{head}"
+    assert [s.name for s in model.struct_types] == [name]
+    past = next(i for i in model.graph.input if i.name == "past_key_values.0")
+    assert past.type.sequence_type.elem_type.struct_type.type_ref == name
+    per_token = layers * 2 * kv_heads * head * 4
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+    options = runtime.GenerationOptions(max_new_tokens=6)  # 5 + 6 tokens: one page per row
+    prompt = np.arange(1, 6, dtype=np.int64)[None]
+    feeds = {"input_ids": prompt, **{f"past_key_values.{i}": [{"blocks": []}]
+                                     for i in range(layers)}}
+    scheduler = runtime.RequestScheduler(context, max_in_flight=2,
+                                         max_kv_bytes=2 * 16 * per_token)
+    handles = [scheduler.submit(model, feeds, options) for _ in range(2)]
+    alone = np.from_dlpack(runtime.generate(model, context, feeds, options)).tolist()
+    for handle in handles:
+        assert np.from_dlpack(handle.result()).tolist() == alone
+    scheduler.wait_idle()
+    stats = scheduler.stats()
+    assert stats["mode"] == "batched" and stats["kv_bytes_reserved"] == 0
+    assert 16 * per_token <= stats["peak_kv_bytes_reserved"] <= 2 * 16 * per_token
+    too_big = scheduler.submit(model, {**feeds, "input_ids": np.ones((1, 40), np.int64)}, options)
+    with pytest.raises(MemoryError, match=rf"needs {48 * per_token} KV bytes"):
+        too_big.result()
