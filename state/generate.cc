@@ -33,26 +33,29 @@ std::vector<float> LastLogits(const Tensor& logits, int64_t b, const std::string
            "logits output '" + name + "' is empty: " + ShapeToString(logits.shape()));
   const int64_t start = (b * seq + seq - 1) * vocab;
   std::vector<float> row(static_cast<size_t>(vocab));
-  for (int64_t v = 0; v < vocab; ++v) {
-    const int64_t i = start + v;
-    switch (logits.dtype()) {
-      case DataType::kFloat:
-        row[static_cast<size_t>(v)] = logits.data<float>()[i];
-        break;
-      case DataType::kDouble:
-        row[static_cast<size_t>(v)] = static_cast<float>(logits.data<double>()[i]);
-        break;
-      case DataType::kFloat16:
-        row[static_cast<size_t>(v)] = HalfToFloat(logits.data<uint16_t>()[i]);
-        break;
-      case DataType::kBFloat16:
-        row[static_cast<size_t>(v)] = BFloat16ToFloat(logits.data<uint16_t>()[i]);
-        break;
-      default:
-        Throw(ErrorCode::kInvalidArgument,
-              "logits output '" + name + "' must be FLOAT, DOUBLE, FLOAT16 or BFLOAT16, got " +
-                  DataTypeName(logits.dtype()));
+  // One loop per type (not a switch per element): this runs on every row of every step.
+  const auto widen = [&](auto convert) {
+    for (int64_t v = 0; v < vocab; ++v) row[static_cast<size_t>(v)] = convert(start + v);
+  };
+  switch (logits.dtype()) {
+    case DataType::kFloat: {
+      const float* src = logits.data<float>() + start;
+      std::copy(src, src + vocab, row.begin());
+      break;
     }
+    case DataType::kDouble:
+      widen([&](int64_t i) { return static_cast<float>(logits.data<double>()[i]); });
+      break;
+    case DataType::kFloat16:
+      widen([&](int64_t i) { return HalfToFloat(logits.data<uint16_t>()[i]); });
+      break;
+    case DataType::kBFloat16:
+      widen([&](int64_t i) { return BFloat16ToFloat(logits.data<uint16_t>()[i]); });
+      break;
+    default:
+      Throw(ErrorCode::kInvalidArgument, "logits output '" + name +
+                                             "' must be FLOAT, DOUBLE, FLOAT16 or BFLOAT16, got " +
+                                             DataTypeName(logits.dtype()));
   }
   return row;
 }

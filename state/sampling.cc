@@ -26,9 +26,22 @@ Sampler::Sampler(SamplingOptions options) : options_(options) {
   rng_.seed(options_.seed ? *options_.seed : std::random_device{}());
 }
 
+// The first index of the largest logit, in one pass (every decode step of every greedy row).
+int64_t Sampler::Greedy(std::span<const float> logits) {
+  size_t best = 0;
+  bool nan = false;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    nan |= std::isnan(logits[i]);
+    if (logits[i] > logits[best]) best = i;
+  }
+  OL_CHECK(!nan, ErrorCode::kRuntime, "the model produced NaN logits");
+  return static_cast<int64_t>(best);
+}
+
 int64_t Sampler::Next(std::span<const float> logits, std::span<const int64_t> history) {
   const size_t n = logits.size();
   OL_CHECK(n > 0, ErrorCode::kInvalidArgument, "empty logits row");
+  if (options_.temperature == 0.0f && options_.repetition_penalty == 1.0f) return Greedy(logits);
   scratch_.assign(logits.begin(), logits.end());
   if (options_.repetition_penalty != 1.0f) {
     // CTRL-style: shrink positive logits, amplify negative ones, once per distinct token.

@@ -27,6 +27,8 @@ class Sampler {
   int64_t Next(std::span<const float> logits, std::span<const int64_t> history);
 
  private:
+  int64_t Greedy(std::span<const float> logits);
+
   SamplingOptions options_;
   std::mt19937_64 rng_;
   std::vector<float> scratch_;
