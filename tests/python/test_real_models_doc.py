@@ -11,7 +11,7 @@ DOC = ROOT / "docs" / "real-models.md"
 
 def test_every_shell_block_of_the_real_model_walkthrough_runs(tmp_path):
     blocks = re.findall(r"```sh\n(.*?)```", DOC.read_text(), flags=re.S)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     env = dict(os.environ, OUT=str(tmp_path))
     outputs = []
     for block in blocks:
@@ -27,3 +27,7 @@ def test_every_shell_block_of_the_real_model_walkthrough_runs(tmp_path):
     stats = re.search(r"\[5 prompt tokens, prefill [\d.]+ ms, (\d+) new tokens", outputs[3])
     assert stats, outputs[3]
     assert 1 <= int(stats.group(1)) <= 16
+    # Step 5: the paged-rows rewrite of the same build, checked by logits, generates.
+    assert "PagedAttention 'past_key_values.0/paged_attention'" in outputs[4]
+    assert "logits equal onnx-light's on the original" in outputs[4]
+    assert re.search(r"\[5 prompt tokens, prefill [\d.]+ ms, \d+ new tokens", outputs[4])
