@@ -275,3 +275,40 @@ def test_genai_local_window_becomes_paged_left_window():
     windows = [a.i for n in ol_onnx.load_model(out).graph.node if n.op_type == "PagedAttention"
                for a in n.attribute if a.name == "left_window_size"]
     assert windows == [3, 3]
+
+
+@pytest.mark.parametrize("change,message", [
+    ("position_ids", r"GroupQueryAttention node '.*' reads \['gqa_positions'\] \(position_ids, "
+                     r"attention_bias or head_sink inputs\): the rewrite takes none of them"),
+    ("no_cos_cache", r"GroupQueryAttention node '.*' rotates without a constant cos_cache"),
+    ("no_projection", r"cannot tell the head size of GroupQueryAttention node '.*': its output "
+                      r"is not read by a MatMul over an initializer or a MatMulNBits"),
+])
+def test_genai_attention_the_rewrite_cannot_take_is_refused_naming_it(change, message):
+    """A GroupQueryAttention with inputs the rewrite does not map, a rotary without a
+    constant cache, or an output the head size cannot be read from: PrepareError naming the
+    node and the reason, nothing written."""
+    from models import genai_builder
+
+    path = genai_builder.ensure("qwen3", "fp32")
+    folder = os.path.dirname(path)
+    model = ol_onnx.load_model(path)
+    gqa = next(n for n in model.graph.node if n.op_type == "GroupQueryAttention")
+    if change == "position_ids":
+        gqa.input[9] = "gqa_positions"
+        model.graph.input.add(name="gqa_positions").type.tensor_type.elem_type = 7
+    elif change == "no_cos_cache":
+        model.graph.input.add(name="cos_input").type.tensor_type.elem_type = 1
+        gqa.input[7] = "cos_input"
+    else:
+        for node in model.graph.node:
+            for i, name in enumerate(node.input):
+                if name == gqa.output[0]:
+                    node.input[i] = gqa.input[0]  # the projection reads something else
+        model.graph.output.add(name=gqa.output[0])
+    edited = os.path.join(folder, f"model.refused_{change}.onnx")
+    ol_onnx.save_model(model, edited)
+    out = os.path.join(folder, f"model.refused_{change}.paged_rows.onnx")
+    with pytest.raises(prepare.PrepareError, match=message):
+        prepare.prepare_decoder(edited, out, bind="auto", paged="rows")
+    assert not os.path.exists(out)
