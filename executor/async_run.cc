@@ -18,10 +18,10 @@ tbb::task_arena& AsyncRunArena() {
     tbb::global_control* workers;
     tbb::task_arena* arena;
   };
-  static Held* const held = new Held{
-      new tbb::global_control(tbb::global_control::max_allowed_parallelism,
-                              static_cast<size_t>(tbb::info::default_concurrency()) + 1),
-      new tbb::task_arena()};
+  static Held* const held =
+      new Held{new tbb::global_control(tbb::global_control::max_allowed_parallelism,
+                                       static_cast<size_t>(tbb::info::default_concurrency()) + 1),
+               new tbb::task_arena()};
   return *held->arena;
 }
 
