@@ -96,7 +96,24 @@ PageView PageView::Of(const RuntimeValue& payload, const std::string& where) {
   for (int64_t d : view.dims_)
     if (d <= 0)
       Fail(where, "page dims " + core::runtime::ShapeToString(view.dims_) + " must be positive");
+  view.PrepareRows();
   return view;
+}
+
+void PageView::PrepareRows() {
+  heads_ = dims_[1];
+  capacity_ = dims_[2];
+  width_ = dims_[3];
+  math::CodeRows rows;
+  // Dense, or one parameter for the whole payload (per-axis along the batch or the heads
+  // stays with CodeRowsSlow: its parameter follows the coordinates).
+  rows_uniform_ = false;
+  if (CodeRowsSlow(0, 0, 0, 1, &rows) && (!affine_ || axis_ < 0)) {
+    rows_uniform_ = true;
+    rows_code_ = rows.code;
+    rows_scale_ = rows.scale;
+    rows_zero_ = rows.zero;
+  }
 }
 
 int64_t PageView::ParamIndex(const int64_t coord[4]) const {
@@ -225,7 +242,8 @@ const float* PageView::Rows(int64_t b, int64_t h, int64_t r0, int64_t n, float* 
   return buffer;
 }
 
-bool PageView::CodeRowsAt(int64_t b, int64_t h, int64_t r0, int64_t n, math::CodeRows* out) const {
+bool PageView::CodeRowsSlow(int64_t b, int64_t h, int64_t r0, int64_t n,
+                            math::CodeRows* out) const {
   using math::RowCode;
   RowCode code;
   switch (format_) {

@@ -40,7 +40,16 @@ class PageView {
   // Rows [r0, r0 + n) of (b, h) as stored, for math::GroupCodeDots/GroupCodeWeightedRowSums
   // (no decoding): false when their affine parameters vary within the rows (per-axis along
   // the rows or the width, blocked), which only Rows can read.
-  bool CodeRowsAt(int64_t b, int64_t h, int64_t r0, int64_t n, math::CodeRows* out) const;
+  bool CodeRowsAt(int64_t b, int64_t h, int64_t r0, int64_t n, math::CodeRows* out) const {
+    if (!rows_uniform_) return CodeRowsSlow(b, h, r0, n, out);
+    *out = {rows_code_, data_,       ((b * heads_ + h) * capacity_ + r0) * width_,
+            n,          rows_scale_, rows_zero_};
+    return true;
+  }
+  // True when CodeRowsAt reads every (batch, head) with the same code, scale and zero point:
+  // head h + 1's rows then start HeadElements() elements after head h's.
+  bool HeadsUniform() const { return rows_uniform_; }
+  int64_t HeadElements() const { return capacity_ * width_; }
   // Asks for rows [r0, r0 + n) of (b, h) to be brought into L2 (the next block's rows while
   // this one is scored: the hardware prefetcher stops at page boundaries).
   void Prefetch(int64_t b, int64_t h, int64_t r0, int64_t n) const;
@@ -49,16 +58,26 @@ class PageView {
 
  private:
   int64_t FirstElement(int64_t b, int64_t h, int64_t r) const {
-    return ((b * dims_[1] + h) * dims_[2] + r) * dims_[3];
+    return ((b * heads_ + h) * capacity_ + r) * width_;
   }
   // Index of the scale/zero point of element (b, h, r, d) for per-axis and blocked layouts.
   int64_t ParamIndex(const int64_t coord[4]) const;
   void DecodeAffine(int64_t e0, int64_t n, const int64_t coord[4], float* out) const;
+  bool CodeRowsSlow(int64_t b, int64_t h, int64_t r0, int64_t n, math::CodeRows* out) const;
+  // Prepares the fields below (the end of Of).
+  void PrepareRows();
 
-  DataType format_ = DataType::kUndefined;
-  Shape dims_;
+  // What CodeRowsAt, Rows and Prefetch read, first (one cache line, no heap): the dims and,
+  // when one scale and zero point hold for every row (dense, or per-tensor affine), the code
+  // and those parameters.
   const void* data_ = nullptr;
+  int64_t heads_ = 0, capacity_ = 0, width_ = 0;
+  float rows_scale_ = 1.0f, rows_zero_ = 0.0f;
+  DataType format_ = DataType::kUndefined;
+  math::RowCode rows_code_ = math::RowCode::kFloat;
+  bool rows_uniform_ = false;
   bool affine_ = false;
+  Shape dims_;
   // Affine parameters: one each for a per-tensor layout, else per parameter index.
   std::vector<float> scales_;
   std::vector<int32_t> zero_points_;

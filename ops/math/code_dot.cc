@@ -312,16 +312,23 @@ float CodeValue(const CodeRows& run, int64_t t, int64_t d, int64_t width) {
 void GroupCodeDots(const float* q, int64_t q_stride, int64_t heads, const CodeRows* runs, int nruns,
                    int64_t d, float* s, int64_t s_stride, VecPath path) {
   int64_t at = 0;
-  for (int r = 0; r < nruns; at += runs[r++].rows) {
+  for (int r = 0; r < nruns;) {
     const CodeRows& run = runs[r];
-    if (Wide(run, d, path)) {
+    if (Wide(run, d, path)) {  // with the next runs of the same code in one call
+      int n = 1;
+      int64_t rows = run.rows;
+      while (r + n < nruns && runs[r + n].code == run.code && Wide(runs[r + n], d, path))
+        rows += runs[r + n++].rows;
       for (int64_t g0 = 0; g0 < heads; g0 += 4)
-        CodeDotsAvx512(q + g0 * q_stride, q_stride, std::min<int64_t>(4, heads - g0), run, d,
-                       s + g0 * s_stride + at, s_stride);
+        CodeDotsAvx512(q + g0 * q_stride, q_stride, std::min<int64_t>(4, heads - g0), runs + r, n,
+                       d, s + g0 * s_stride + at, s_stride);
+      at += rows;
+      r += n;
       continue;
     }
     if (!Vectorisable(run, d, path)) {
       DotsPortable(q, q_stride, heads, run, d, s + at, s_stride);
+      at += runs[r++].rows;
       continue;
     }
 #if defined(__x86_64__)
@@ -334,12 +341,24 @@ void GroupCodeDots(const float* q, int64_t q_stride, int64_t heads, const CodeRo
       });
     }
 #endif
+    at += runs[r++].rows;
   }
 }
 
 void GroupCodeWeightedRowSums(float* w, int64_t w_stride, int64_t heads, const CodeRows* runs,
                               int nruns, int64_t d, const float* rescale, float* y,
                               int64_t y_stride, VecPath path) {
+  // Every run of one code on AVX-512 (the paged cache's common case): one pass per group of
+  // four heads, the scales and zero points applied in registers.
+  bool wide = nruns > 0;
+  for (int r = 0; r < nruns && wide; ++r)
+    wide = runs[r].code == runs[0].code && Wide(runs[r], d, path);
+  if (wide) {
+    for (int64_t g0 = 0; g0 < heads; g0 += 4)
+      CodeSumsAvx512(w + g0 * w_stride, w_stride, std::min<int64_t>(4, heads - g0), runs, nruns, d,
+                     rescale == nullptr ? nullptr : rescale + g0, y + g0 * y_stride, y_stride);
+    return;
+  }
   for (int64_t g0 = 0; g0 < heads; g0 += 4) {
     const int64_t group = std::min<int64_t>(4, heads - g0);
     float* wg = w + g0 * w_stride;
@@ -379,8 +398,8 @@ void GroupCodeWeightedRowSums(float* w, int64_t w_stride, int64_t heads, const C
       while (r + n < nruns && runs[r + n].code == runs[r].code &&
              Vectorisable(runs[r + n], d, path) && Wide(runs[r + n], d, path) == wide)
         rows += runs[r + n++].rows;
-      if (wide) {
-        CodeSumsAvx512(wg + at, w_stride, group, runs + r, n, d, yg, y_stride);
+      if (wide) {  // (weights scaled and zero points folded above: nothing more to apply)
+        CodeSumsAvx512(wg + at, w_stride, group, runs + r, n, d, nullptr, yg, y_stride, true);
         at += rows;
         r += n;
         continue;

@@ -215,3 +215,18 @@ TEST_CASE("Weighted sums without a rescale leave y's running sum and accumulate 
                                                        0.5 * p.expect[static_cast<size_t>(16 + j)])
                                            .epsilon(1e-6));
 }
+
+TEST_CASE(
+    "AVX-512 code-domain kernels: 4-bit heads wider than the laid-out query (512 elements), "
+    "runs of one code merged in one call, and single-row tails, against the reference") {
+  // Beyond 512 elements a head the 4-bit dots interleave each query chunk as they read it
+  // instead of once per call; 5 and 3 rows leave single rows after the groups of four.
+  const std::vector<Case> cases = {
+      {528, 4, {5, 3}, 0},
+      {512, 3, {4, 1}, 0},
+      {1024, 2, {2, 2}, 0},
+  };
+  for (VecPath path : {VecPath::kAuto, VecPath::kAvx512})
+    for (const Format& f : kFormats)
+      for (const Case& cs : cases) CheckFormat(f, cs, path);
+}
