@@ -1,7 +1,8 @@
 """Decode speed of onnxruntime-genai builder models (tests/python/models/genai_builder.py:
 random-weight checkpoints of the SmolLM2-135M and Qwen2.5-0.5B shapes built by
 `python -m onnxruntime_genai.models.builder -e cpu -p int4|fp32`), onnx-light against
-onnxruntime on the same file in the same run, rounds interleaved.
+onnxruntime on the same file in the same run, rounds interleaved, and onnxruntime-genai's own
+generator on the build's folder where the package is installed.
 
     PYTHONPATH=python python perf/bench_genai_decode.py [--shapes smollm2 qwen05]
         [--precision int4] [--prompt 128] [--new-tokens 32] [--rounds 2] [--threads 2]
@@ -98,6 +99,34 @@ def onnxruntime_decode(session, spec, prompt, new_tokens):
     return tokens, steps
 
 
+def genai_decode(model, prompt, new_tokens):
+    """onnxruntime-genai's own greedy loop on the build's folder (its Generator): the times of
+    the prompt step and of each next token, as the other two report them."""
+    import onnxruntime_genai as og
+
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=prompt.shape[1] + new_tokens + 1, do_sample=False)
+    generator = og.Generator(model, params)
+    tokens, steps = [], []
+    t0 = time.perf_counter()
+    generator.append_tokens(prompt[0].tolist())
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+        steps.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+    return tokens, steps
+
+
+def genai_model(path):
+    """onnxruntime-genai's model for the build, or None when the package is not installed."""
+    try:
+        import onnxruntime_genai as og
+    except ImportError:
+        return None
+    return og.Model(os.path.dirname(path))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", nargs="+", default=["smollm2", "qwen05"])
@@ -115,23 +144,34 @@ def main():
         session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         ol_session = onnx_light_session(path, spec, args.threads)
         prompt = np.random.default_rng(0).integers(3, 120, (1, args.prompt), dtype=np.int64)
+        generator_model = genai_model(path)
         best = {"onnx-light": [], "onnxruntime": []}
-        same = 0
+        if generator_model is not None:
+            best["onnxruntime-genai"] = []
+        same = same_genai = 0
         for _ in range(args.rounds):
             ours = onnx_light_decode(ol_session, spec, prompt, args.new_tokens)
             theirs = onnxruntime_decode(session, spec, prompt, args.new_tokens)
             best["onnx-light"].append(ours[1])
             best["onnxruntime"].append(theirs[1])
             same = sum(a == b for a, b in zip(ours[0], theirs[0]))
+            if generator_model is not None:
+                genai = genai_decode(generator_model, prompt, args.new_tokens)
+                best["onnxruntime-genai"].append(genai[1])
+                same_genai = sum(a == b for a, b in zip(ours[0], genai[0]))
         print(f"{shape} {args.precision}, prompt {args.prompt}, {args.new_tokens} new tokens, "
-              f"{args.threads} threads; same greedy tokens {same}/{args.new_tokens + 1}")
+              f"{args.threads} threads; same greedy tokens {same}/{args.new_tokens + 1}"
+              + (f" (onnxruntime-genai {same_genai}/{args.new_tokens + 1})"
+                 if generator_model is not None else ""))
         decode = {}
         for engine, rounds in best.items():
             prefill = min(r[0] for r in rounds) * 1e3
             decode[engine] = min(float(np.median(r[1:])) for r in rounds) * 1e3
-            print(f"  {engine:<12} prefill {prefill:8.1f} ms   decode {decode[engine]:6.2f} ms/token")
-        print(f"  decode ratio onnx-light / onnxruntime: "
-              f"{decode['onnx-light'] / decode['onnxruntime']:.2f}")
+            print(f"  {engine:<17} prefill {prefill:8.1f} ms   decode {decode[engine]:6.2f} ms/token")
+        for engine in decode:
+            if engine != "onnx-light":
+                print(f"  decode ratio onnx-light / {engine}: "
+                      f"{decode['onnx-light'] / decode[engine]:.2f}")
 
 
 if __name__ == "__main__":
