@@ -12,8 +12,8 @@ per layer (or, with ``rows=True``, a sequence of row caches, one per batch row: 
 batched RequestScheduler steps). The export's mask is dropped: PagedAttention is causal over
 each row's own cached tokens, which is what the mask computes when the attention mask is all
 ones (no padding). So the rewrite is checked by numbers, not by structure: ``verify`` runs the
-original on onnxruntime and the rewrite on onnx-light, a prompt and decode steps with the
-caches fed back, and the logits must agree. Nodes left without readers (the mask subgraph,
+original on onnxruntime and on onnx-light and the rewrite on onnx-light, a prompt and decode
+steps with the caches fed back, and the logits must agree. Nodes left without readers (the mask subgraph,
 Shape reads of the old caches) are removed; an input left unread (attention_mask) is dropped.
 Anything else that still reads an old cache is refused, naming the node.
 
