@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <span>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -20,8 +21,10 @@ bool Declares(const GraphProto& graph, const std::string& name) {
   return false;
 }
 
-// Row `b`'s logits for the last position, as floats.
-std::vector<float> LastLogits(const Tensor& logits, int64_t b, const std::string& name) {
+// Row `b`'s logits for the last position, as floats: FLOAT logits read in place, others
+// widened into `buffer` (reused across rows and steps: no allocation per token).
+std::span<const float> LastLogits(const Tensor& logits, int64_t b, const std::string& name,
+                                  std::vector<float>& buffer) {
   OL_CHECK(logits.rank() == 2 || logits.rank() == 3, ErrorCode::kInvalidArgument,
            "logits output '" + name +
                "' must be [batch, sequence, vocabulary] or "
@@ -32,17 +35,14 @@ std::vector<float> LastLogits(const Tensor& logits, int64_t b, const std::string
   OL_CHECK(seq > 0 && vocab > 0, ErrorCode::kInvalidArgument,
            "logits output '" + name + "' is empty: " + ShapeToString(logits.shape()));
   const int64_t start = (b * seq + seq - 1) * vocab;
-  std::vector<float> row(static_cast<size_t>(vocab));
+  if (logits.dtype() == DataType::kFloat)
+    return {logits.data<float>() + start, static_cast<size_t>(vocab)};
+  buffer.resize(static_cast<size_t>(vocab));
   // One loop per type (not a switch per element): this runs on every row of every step.
   const auto widen = [&](auto convert) {
-    for (int64_t v = 0; v < vocab; ++v) row[static_cast<size_t>(v)] = convert(start + v);
+    for (int64_t v = 0; v < vocab; ++v) buffer[static_cast<size_t>(v)] = convert(start + v);
   };
   switch (logits.dtype()) {
-    case DataType::kFloat: {
-      const float* src = logits.data<float>() + start;
-      std::copy(src, src + vocab, row.begin());
-      break;
-    }
     case DataType::kDouble:
       widen([&](int64_t i) { return static_cast<float>(logits.data<double>()[i]); });
       break;
@@ -57,7 +57,7 @@ std::vector<float> LastLogits(const Tensor& logits, int64_t b, const std::string
                                              "' must be FLOAT, DOUBLE, FLOAT16 or BFLOAT16, got " +
                                              DataTypeName(logits.dtype()));
   }
-  return row;
+  return buffer;
 }
 
 Tensor Int64Tensor(const std::string& name, int64_t rows, int64_t cols,
@@ -374,10 +374,12 @@ bool IsStop(const GenerationOptions& o, int64_t token) {
 std::vector<int64_t> AppendNextTokens(TokenRows& rows, const Tensor& logits, Sampler& sampler,
                                       const GenerationOptions& o, int64_t pad) {
   std::vector<int64_t> chosen(static_cast<size_t>(rows.batch), pad);
+  std::vector<float> widened;  // non-FLOAT logits only
   for (size_t b = 0; b < chosen.size(); ++b) {
     auto& row = rows.tokens[b];
     if (!rows.finished[b]) {
-      const std::vector<float> l = LastLogits(logits, static_cast<int64_t>(b), o.logits_name);
+      const std::span<const float> l =
+          LastLogits(logits, static_cast<int64_t>(b), o.logits_name, widened);
       chosen[b] = sampler.Next(l, row);
       if (IsStop(o, chosen[b])) rows.finished[b] = true;
     }

@@ -432,10 +432,6 @@ float GroupScale(const float* a, int64_t begin, int64_t end) {
   return amax / 127.0f;
 }
 
-}  // namespace
-
-namespace {
-
 // One group of kGroup values: its scale (NaN with a NaN or infinite value, then codes 0) and
 // codes round(a / scale) (to nearest even, as nearbyint in the default rounding mode).
 float QuantizeGroupPortable(const float* a, int64_t n, int8_t* q) {

@@ -78,6 +78,46 @@ OL_VNNI void UnpackTile(const PackedNBits& w, int64_t t, uint8_t* out) {
   }
 }
 
+#define OL_VNNI_INLINE OL_VNNI __attribute__((always_inline)) inline
+
+// The four activation bytes at `at` of rows r0 .. r0 + R times one 64-weight step `wq`,
+// added to the rows' integer sums.
+template <int R>
+OL_VNNI_INLINE void DotStep(const Int8Rows& a, int64_t r0, int64_t at, __m512i wq, __m512i* acc) {
+  for (int r = 0; r < R; ++r) {
+    int32_t four;
+    std::memcpy(&four, a.q.data() + (r0 + r) * a.k_pad + at, 4);
+    acc[r] = _mm512_dpbusd_epi32(acc[r], wq, _mm512_set1_epi32(four));
+  }
+}
+
+// Group gi's integer sums in float: out[r] += float(acc[r] - zp * sum) * (s * s_a) (+ the
+// scaled zero points z * s_a * sum), the GEMV's epilogue and operation order.
+template <int R>
+OL_VNNI_INLINE void AddGroup(const PackedNBits& w, const Int8Rows& a, int64_t r0, int64_t gi,
+                             const __m512i* acc, __m512 s, const float* zp, __m512 z, __m512* out) {
+  for (int r = 0; r < R; ++r) {
+    const size_t at = static_cast<size_t>((r0 + r) * a.groups + gi);
+    const float sa = a.scales[at];
+    const int32_t sum = a.sums[at];
+    __m512i d = acc[r];
+    if (zp == nullptr)
+      d = _mm512_sub_epi32(d, _mm512_set1_epi32(static_cast<int32_t>(w.uniform_zp()) * sum));
+    out[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s, _mm512_set1_ps(sa)), out[r]);
+    if (zp != nullptr)
+      out[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(sa * static_cast<float>(sum)), out[r]);
+  }
+}
+
+// Rows r0 .. r0 + R of C at tile t's columns (the last tile may be narrower).
+template <int R>
+OL_VNNI_INLINE void StoreRows(const PackedNBits& w, int64_t t, int64_t r0, const __m512* out,
+                              float* c) {
+  const int64_t cols = std::min(kTile, w.n() - t * kTile);
+  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(c + (r0 + r) * w.n() + t * kTile, mask, out[r]);
+}
+
 // C[r0 .. r0 + R) x tile t's columns from the unpacked tile `wv`.
 template <int R>
 OL_VNNI void TileRows(const PackedNBits& w, int64_t t, const uint8_t* wv, const Int8Rows& a,
@@ -94,31 +134,12 @@ OL_VNNI void TileRows(const PackedNBits& w, int64_t t, const uint8_t* wv, const 
       __m512i acc[R];
       for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
       const uint8_t* wg = wv + gi * kGroup * kTile;
-      for (int step = 0; step < kGroup / 4; ++step) {
-        const __m512i wq = _mm512_loadu_si512(wg + step * 64);
-        for (int r = 0; r < R; ++r) {
-          int32_t four;
-          std::memcpy(&four, a.q.data() + (r0 + r) * a.k_pad + gi * kGroup + step * 4, 4);
-          acc[r] = _mm512_dpbusd_epi32(acc[r], wq, _mm512_set1_epi32(four));
-        }
-      }
-      for (int r = 0; r < R; ++r) {
-        const size_t at = static_cast<size_t>((r0 + r) * a.groups + gi);
-        const float sa = a.scales[at];
-        const int32_t sum = a.sums[at];
-        __m512i d = acc[r];
-        if (zp == nullptr)
-          d = _mm512_sub_epi32(d, _mm512_set1_epi32(static_cast<int32_t>(w.uniform_zp()) * sum));
-        out[r] =
-            _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s, _mm512_set1_ps(sa)), out[r]);
-        if (zp != nullptr)
-          out[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(sa * static_cast<float>(sum)), out[r]);
-      }
+      for (int step = 0; step < kGroup / 4; ++step)
+        DotStep<R>(a, r0, gi * kGroup + step * 4, _mm512_loadu_si512(wg + step * 64), acc);
+      AddGroup<R>(w, a, r0, gi, acc, s, zp, z, out);
     }
   }
-  const int64_t cols = std::min(kTile, w.n() - t * kTile);
-  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
-  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(c + (r0 + r) * w.n() + t * kTile, mask, out[r]);
+  StoreRows<R>(w, t, r0, out, c);
 }
 
 #define OL_VNNI_VBMI __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi")))
@@ -145,7 +166,7 @@ OL_VNNI_VBMI __m512i VnniOrder() {
 // C[r0 .. r0 + R) x tile t's columns straight from the packed tile: each 64-weight step is
 // unpacked once in a register and used for all R rows (a few rows of a batched decode step:
 // UnpackTile's store and reload cost as much as the products there). The integer sums and
-// the epilogue are TileRows', so the results are the same bit for bit.
+// the epilogue are TileRows' (DotStep, AddGroup), so the results are the same bit for bit.
 template <int R>
 OL_VNNI_VBMI void PackedTileRows(const PackedNBits& w, int64_t t, const Int8Rows& a, int64_t r0,
                                  float* c) {
@@ -162,31 +183,12 @@ OL_VNNI_VBMI void PackedTileRows(const PackedNBits& w, int64_t t, const Int8Rows
       const int64_t gi = kb * per_block + g;
       __m512i acc[R];
       for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
-      for (int step = 0; step < kGroup / 4; ++step, q += 32) {
-        const __m512i wq = VnniQuad(q, order);
-        for (int r = 0; r < R; ++r) {
-          int32_t four;
-          std::memcpy(&four, a.q.data() + (r0 + r) * a.k_pad + gi * kGroup + step * 4, 4);
-          acc[r] = _mm512_dpbusd_epi32(acc[r], wq, _mm512_set1_epi32(four));
-        }
-      }
-      for (int r = 0; r < R; ++r) {
-        const size_t at = static_cast<size_t>((r0 + r) * a.groups + gi);
-        const float sa = a.scales[at];
-        const int32_t sum = a.sums[at];
-        __m512i d = acc[r];
-        if (zp == nullptr)
-          d = _mm512_sub_epi32(d, _mm512_set1_epi32(static_cast<int32_t>(w.uniform_zp()) * sum));
-        out[r] =
-            _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s, _mm512_set1_ps(sa)), out[r]);
-        if (zp != nullptr)
-          out[r] = _mm512_fmadd_ps(z, _mm512_set1_ps(sa * static_cast<float>(sum)), out[r]);
-      }
+      for (int step = 0; step < kGroup / 4; ++step, q += 32)
+        DotStep<R>(a, r0, gi * kGroup + step * 4, VnniQuad(q, order), acc);
+      AddGroup<R>(w, a, r0, gi, acc, s, zp, z, out);
     }
   }
-  const int64_t cols = std::min(kTile, w.n() - t * kTile);
-  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
-  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(c + (r0 + r) * w.n() + t * kTile, mask, out[r]);
+  StoreRows<R>(w, t, r0, out, c);
 }
 
 // Rows [r, r + n) of tile t, n <= kPackedRows, on PackedTileRows.

@@ -398,10 +398,17 @@ def _declare_positions(graph):
     """position_ids [batch, length] INT64 as a graph input, unless declared already."""
     if any(i.name == "position_ids" for i in graph.input):
         return
-    value = graph.input.add(name="position_ids")
-    value.type.tensor_type.elem_type = 7  # INT64
-    for dim in ("batch_size", "sequence_length"):
-        value.type.tensor_type.shape.dim.add(dim_param=dim)
+    _tensor_type(graph.input.add(name="position_ids").type.tensor_type, 7,  # INT64
+                 ("batch_size", "sequence_length"))
+
+
+def _tensor_type(tensor, elem_type, dims):
+    """Sets a TypeProto.Tensor: element type and shape (str: a dim_param, int: a dim_value)."""
+    tensor.elem_type = elem_type
+    tensor.shape.CopyFrom(type(tensor.shape)())  # declared, even with no dims (a scalar)
+    for dim in dims:
+        tensor.shape.dim.add(**({"dim_param": dim} if isinstance(dim, str) else
+                                {"dim_value": dim}))
 
 
 def _swap_io(model, layers, rows):
@@ -440,17 +447,10 @@ def _cache_struct(model, past_key, head_size) -> str:
         return name
     cache = model.struct_types.add(name=name)
     block = cache.field.add(name="blocks").type.sequence_type.elem_type.struct_type
-    for field, elem in (("start", 7), ("length", 7), ("key", 1), ("value", 1)):
-        tensor = block.field.add(name=field).type.tensor_type
-        tensor.elem_type = elem
-        tensor.shape.CopyFrom(type(tensor.shape)())  # start, length: scalars
-        if field in ("key", "value"):
-            for dim in ("rows", heads, "capacity", head):
-                added = tensor.shape.dim.add()
-                if isinstance(dim, str):
-                    added.dim_param = dim
-                else:
-                    added.dim_value = dim
+    page = ("rows", heads, "capacity", head)
+    for field, elem, dims in (("start", 7, ()), ("length", 7, ()), ("key", 1, page),
+                              ("value", 1, page)):
+        _tensor_type(block.field.add(name=field).type.tensor_type, elem, dims)
     return name
 
 
