@@ -78,6 +78,9 @@ class RuntimeValue {
   // How many values share this struct's field list (1 = this one alone; 0 for non-structs):
   // with the payloads' owner counts, whether a retained cache may be extended in place.
   long fields_use_count() const { return fields_.use_count(); }
+  // The struct's shared field list (null for other kinds): an identity for memos of values
+  // a kernel built itself (key on it, hold it weakly).
+  const std::shared_ptr<const std::vector<Field>>& fields_ptr() const { return fields_; }
   const RuntimeValue& field(const std::string& name) const;  // throws when absent
 
   const RuntimeSequence& elements() const;

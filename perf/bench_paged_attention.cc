@@ -249,6 +249,53 @@ void BM_RowsDecode(benchmark::State& state) {
   state.SetLabel(batched ? "one call, 8 rows" : "8 calls");
 }
 
+// One batched decode step of a SmolLM2-shaped layer (issue 15): 8 rows with their own FLOAT
+// caches of 128-184 tokens (9 query / 3 KV heads of 64), one new token each, the last pages
+// filled in place (PagedTail::kExclusive, as in a scheduler's run) and the present split back
+// into the rows; every 64 steps the rows restart from their first caches. What this times is
+// mostly the call's per-row bookkeeping (pages, memo, append), not its arithmetic. Second
+// arg: MiB read between calls (64: the cache hierarchy as a decoder's layers leave it).
+void BM_RowsStep(benchmark::State& state) {
+  constexpr int64_t kRows = 8, kKv = 3, kHeads = 9, kD = 64;
+  tbb::task_arena arena(static_cast<int>(state.range(0)));
+  KernelContext ctx;
+  PagedAttention kernel(ctx);
+  kernel.set_node(PagedNode());
+  std::vector<RuntimeValue> first;
+  for (int64_t b = 0; b < kRows; ++b) {
+    const std::vector<float> rows = Random(kKv * 128 * kD, 11 + static_cast<uint32_t>(b));
+    const Tensor k = Tensor::FromFloat("k", {1, kKv, 128, kD}, rows);
+    const Tensor q = Tensor::FromFloat("q", {1, kHeads, 128, kD},
+                                       Random(kHeads * 128 * kD, 5 + static_cast<uint32_t>(b)));
+    first.push_back(
+        kernel.Run(q, k, k, PagedAttention::EmptyCache(), DefaultAllocator(), PagedTail::kExclusive)
+            .present);
+  }
+  auto tensor = [](const char* name, int64_t heads, uint32_t seed) {
+    return Tensor::FromFloat(name, {kRows, heads, 1, kD}, Random(kRows * heads * kD, seed));
+  };
+  const Tensor q = tensor("q", kHeads, 1), k = tensor("k", kKv, 2), v = tensor("v", kKv, 3);
+  std::vector<RuntimeValue> caches = first;
+  std::vector<float> evict(static_cast<size_t>(state.range(1)) << 18);  // MiB
+  int64_t step = 0;
+  for (auto _ : state) {
+    if (step++ % 64 == 0) caches = first;
+    if (!evict.empty()) {  // what a layer's weights do to the caches between its calls
+      state.PauseTiming();
+      float sum = 0;  // read, as weights are
+      for (size_t e = 0; e < evict.size(); e += 16) sum += evict[e];
+      benchmark::DoNotOptimize(sum);
+      state.ResumeTiming();
+    }
+    arena.execute([&] {
+      auto r = kernel.Run(q, k, v, PagedAttention::AssembleRows(std::move(caches)),
+                          DefaultAllocator(), PagedTail::kExclusive);
+      caches = PagedAttention::SplitRows(r.present);
+    });
+  }
+  state.SetLabel("8 rows, SmolLM2 layer");
+}
+
 void PagedArgs(benchmark::internal::Benchmark* b) {
   for (int64_t tokens : {1024, 8192, 32768})
     for (int format = 0; format < 5; ++format)
@@ -265,6 +312,10 @@ void ContiguousArgs(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_PagedDecode)->Apply(PagedArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_RowsDecode)
     ->ArgsProduct({{1, 2}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK(BM_RowsStep)
+    ->ArgsProduct({{1, 2}, {0, 64}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(BM_ContiguousDecode)->Apply(ContiguousArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -68,30 +69,70 @@ FloatInput AsFloat(const Tensor& t) {
   return in;
 }
 
+// Whether rows of `width` elements in `f` start and end on whole bytes (no byte holds codes
+// of two rows).
+bool WholeByteRows(const PageFormat& f, int64_t width) {
+  return core::StorageBytes(f.storage, width) * 8 ==
+         static_cast<size_t>(width) * static_cast<size_t>(core::ElementBits(f.storage));
+}
+
 PageFormat ToPageFormat(const PagedAttention::Format& f) {
   return {static_cast<DataType>(f.storage), f.scale, f.zero_point};
 }
 
 }  // namespace
 
+// The pages of a cache this kernel returned as `present`, in order, with the shapes they
+// were checked against. The pages belong to the page memo's entries, which live as long as
+// their blocks, which the cache holds: valid while the cache is.
+struct PagedAttention::KnownPages {
+  std::vector<const Page*> pages;
+  std::vector<const RuntimeValue*> blocks;
+  int64_t past = 0;
+  int64_t page_batch = 0, kv_heads = 0, dk = 0, dv = 0;
+};
+
 // Pages already checked by this kernel instance, keyed by their block value; the weak
-// handle proves the address still denotes that block. Locked only while pages are analysed.
+// handle proves the address still denotes that block. An entry is replaced or pruned only
+// once its block is gone, so a call's raw page pointers stay valid while its past lives.
+// `known`: the presents this kernel returned, keyed by their field lists, so that a decode
+// step feeding one back takes its pages in one lookup: walking a batch's blocks and their
+// memo entries cost 5-8 us a row in a decoder's step, every line evicted by the layer's
+// weights (issue 15). Locked only while pages are analysed or recorded.
 struct PagedAttention::PageMemo {
   struct Entry {
     std::weak_ptr<const RuntimeValue> block;
-    std::shared_ptr<const Page> page;  // shared with the calls reading it: no copy per call
+    std::shared_ptr<const Page> page;
+  };
+  struct Known {
+    std::weak_ptr<const void> cache;
+    std::shared_ptr<const KnownPages> pages;
   };
   std::mutex mutex;
   std::unordered_map<const RuntimeValue*, Entry> entries;
-  size_t prune_at = 256;
+  std::unordered_map<const void*, Known> known;
+  size_t prune_at = 256, prune_known_at = 256;
+
+  // Drops the entries of blocks and caches that are gone, once their count has doubled.
+  void Prune() {
+    if (entries.size() >= prune_at) {
+      std::erase_if(entries, [](const auto& e) { return e.second.block.expired(); });
+      prune_at = std::max<size_t>(256, 2 * entries.size());
+    }
+    if (known.size() >= prune_known_at) {
+      std::erase_if(known, [](const auto& e) { return e.second.cache.expired(); });
+      prune_known_at = std::max<size_t>(256, 2 * known.size());
+    }
+  }
 };
 
 // The past of one batch row: the pages of its cache (every row's, for a single cache) and
-// the formats of the pages its new tokens become.
+// the formats of the pages its new tokens become. Raw pointers: the pages are the memo's
+// and the blocks the cache's (see KnownPages).
 struct PagedAttention::RowPast {
-  std::vector<std::shared_ptr<const Page>> pages;
-  std::vector<std::shared_ptr<const RuntimeValue>> blocks;  // the cache's, in order
-  int64_t past = 0;                                         // retained tokens
+  std::vector<const Page*> pages;
+  std::vector<const RuntimeValue*> blocks;  // the cache's, in order
+  int64_t past = 0;                         // retained tokens
   PageFormat key_format, value_format;
   core::runtime::PagedTail tail = core::runtime::PagedTail::kNone;
 
@@ -164,7 +205,8 @@ class BlockedAttention {
  public:
   BlockedAttention(const Call& c, float* y) : c_(c), y_(y) {}
 
-  size_t Run() {
+  // `side(j)` for j in [0, side_tasks) runs among the attention's tasks (the rows' appends).
+  size_t Run(int64_t side_tasks = 0, const std::function<void(int64_t)>& side = nullptr) {
     const int64_t threads = core::runtime::IntraOpThreads();
     rows_ = c_.batch * c_.len;
     int64_t longest = 0;
@@ -180,8 +222,9 @@ class BlockedAttention {
     partials_.assign(static_cast<size_t>(rows_ * chunks_ * c_.heads), Partial{});
     acc_.assign(static_cast<size_t>(rows_ * chunks_ * c_.heads * c_.dv), 0.0f);
     decoded_.assign(static_cast<size_t>(rows_ * chunks_), 0);
-    core::runtime::ParallelFor(rows_ * chunks_, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t task = t0; task < t1; ++task) RunTask(task);
+    const int64_t tasks = rows_ * chunks_;
+    core::runtime::ParallelFor(tasks + side_tasks, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t task = t0; task < t1; ++task) task < tasks ? RunTask(task) : side(task - tasks);
     });
     core::runtime::ParallelFor(rows_, 1, [&](int64_t r0, int64_t r1) {
       for (int64_t row = r0; row < r1; ++row) MergeRow(row);
@@ -587,14 +630,15 @@ void PagedAttention::AnalysePages(const RuntimeValue& cache, int64_t row, RowPas
     return row < 0 ? where_ + ": past"
                    : PastName(row) + " (row " + std::to_string(row) + " of the batch's caches)";
   };
+  // A single cache's pages hold every batch row; a row cache's, its row alone.
+  const int64_t page_batch = row < 0 ? c.batch : 1;
+  if (FindKnown(cache, page_batch, rp, c)) return;
   // The blocks' fields are checked below for the blocks the memo has not seen: a memo hit is
   // the same (immutable) block, checked when first read. Checking every block on every call
   // chased each page's field list through memory a batched step had evicted (issue 15).
-  rp.blocks = ops::ai_rt::CacheBlocks(cache, cache_name(), /*check_blocks=*/false);
-  const auto& items = rp.blocks;
+  const auto items = ops::ai_rt::CacheBlocks(cache, cache_name(), /*check_blocks=*/false);
   rp.pages.resize(items.size());
-  // A single cache's pages hold every batch row; a row cache's, its row alone.
-  const int64_t page_batch = row < 0 ? c.batch : 1;
+  rp.blocks.resize(items.size());
   std::lock_guard<std::mutex> lock(memo_->mutex);
   for (size_t i = 0; i < items.size(); ++i) {
     // Messages are built only on failure: no string per page per call.
@@ -625,12 +669,70 @@ void PagedAttention::AnalysePages(const RuntimeValue& cache, int64_t row, RowPas
                  std::to_string(c.kv_heads) + ", *, " + std::to_string(c.dk) + "/" +
                  std::to_string(c.dv) + "]" + (row < 0 ? "" : " (one batch row per row cache)"));
     rp.past += page.length;
-    rp.pages[i] = std::move(shared);
+    rp.pages[i] = &page;
+    rp.blocks[i] = items[i].get();
   }
-  if (memo_->entries.size() >= memo_->prune_at) {
-    std::erase_if(memo_->entries, [](const auto& e) { return e.second.block.expired(); });
-    memo_->prune_at = std::max<size_t>(256, 2 * memo_->entries.size());
+  memo_->Prune();
+}
+
+bool PagedAttention::FindKnown(const RuntimeValue& cache, int64_t page_batch, RowPast& rp,
+                               Call& c) const {
+  if (!cache.is_struct()) return false;
+  std::shared_ptr<const KnownPages> known;
+  {
+    std::lock_guard<std::mutex> lock(memo_->mutex);
+    auto it = memo_->known.find(cache.fields_ptr().get());
+    if (it == memo_->known.end() || it->second.cache.lock() != cache.fields_ptr()) return false;
+    known = it->second.pages;
   }
+  // Checked against other inputs' shapes: a mismatch takes the full path, which names it.
+  if (known->page_batch != page_batch || known->kv_heads != c.kv_heads || known->dk != c.dk ||
+      known->dv != c.dv)
+    return false;
+  rp.pages = known->pages;
+  rp.blocks = known->blocks;
+  rp.past = known->past;
+  return true;
+}
+
+void PagedAttention::RememberPresent(const RuntimeValue& present, const RowPast& rp,
+                                     int64_t extended, size_t first_new, const Call& c) const {
+  auto known = std::make_shared<KnownPages>();
+  known->pages = rp.pages;
+  known->blocks = rp.blocks;
+  known->past = rp.past + c.len;
+  known->page_batch = c.per_row ? 1 : c.batch;
+  known->kv_heads = c.kv_heads, known->dk = c.dk, known->dv = c.dv;
+  const auto& seq = present.fields().front().second.elements();
+  // The changed blocks' handles (the memo holds them weakly): the last leaf's, or all.
+  std::vector<std::shared_ptr<const RuntimeValue>> items;
+  const size_t changed = seq.size() - first_new + (extended > 0 ? 1 : 0);
+  const RuntimeSequence::Node* leaf = seq.root().get();
+  while (leaf != nullptr && !leaf->leaf) leaf = leaf->children.back().get();
+  if (leaf != nullptr && leaf->items.size() >= changed) {
+    items.assign(leaf->items.end() - static_cast<std::ptrdiff_t>(changed), leaf->items.end());
+  } else if (changed > 0) {
+    items = ops::ai_rt::CacheBlocks(present, where_);
+    items.erase(items.begin(), items.end() - static_cast<std::ptrdiff_t>(changed));
+  }
+  std::lock_guard<std::mutex> lock(memo_->mutex);
+  size_t at = 0;
+  if (extended > 0) {  // the same payloads, `extended` more valid rows
+    auto page = std::make_shared<Page>(*known->pages.back());
+    page->length += extended;
+    known->pages.back() = page.get();
+    known->blocks.back() = items[at].get();
+    memo_->entries[items[at].get()] = {items[at], std::move(page)};
+    ++at;
+  }
+  for (; at < items.size(); ++at) {
+    auto page = std::make_shared<const Page>(ops::ai_rt::ReadCachePage(*items[at], where_));
+    known->pages.push_back(page.get());
+    known->blocks.push_back(items[at].get());
+    memo_->entries[items[at].get()] = {items[at], std::move(page)};
+  }
+  memo_->known[present.fields_ptr().get()] = {present.fields_ptr(), std::move(known)};
+  memo_->Prune();
 }
 
 void PagedAttention::AnalysePast(const RuntimeValue& past, const Tensor& k, const Tensor& v,
@@ -741,14 +843,33 @@ PagedAttention::Result PagedAttention::RunWith(const Tensor& q, const Tensor& k,
     y_float.resize(static_cast<size_t>(y.numel()));
     yp = y_float.data();
   }
+  // Each row's present: its cache with the current tokens appended, built beside the
+  // attention when no byte is both written and read (the appends write past the pages'
+  // valid rows, the attention reads up to them): in a batched decoder step the serial appends
+  // took about a third of the call (issue 15).
+  std::vector<RuntimeValue> presents(c.rows.size());
+  std::vector<size_t> copied(c.rows.size(), 0);
+  auto append_row = [&](int64_t r) {
+    const auto i = static_cast<size_t>(r);
+    presents[i] = Append(c.per_row ? past.elements()[i] : past, c.rows[i], c.per_row ? r : 0, c,
+                         &copied[i], allocator);
+  };
   size_t workspace = converted + y_float.size() * sizeof(float);
+  bool appended = false;
   if (c.dk < kSmallHead || c.dv < kSmallHead) {
     workspace += SmallAttention(c, yp, &c.stats.dequantized_bytes);
   } else {
     BlockedAttention attention(c, yp);
-    c.stats.dequantized_bytes = attention.Run();
+    appended = std::all_of(c.rows.begin(), c.rows.end(), [&](const RowPast& rp) {
+      return WholeByteRows(rp.key_format, c.dk) && WholeByteRows(rp.value_format, c.dv);
+    });
+    const auto side = static_cast<int64_t>(appended ? c.rows.size() : 0);
+    c.stats.dequantized_bytes = attention.Run(side, append_row);
     workspace += attention.WorkspaceBytes();
   }
+  if (!appended)
+    for (size_t r = 0; r < c.rows.size(); ++r) append_row(static_cast<int64_t>(r));
+  for (size_t n : copied) c.stats.copied_bytes += n;
   if (!y_float.empty()) {  // FLOAT16 / BFLOAT16 Q: Y in Q's type
     auto* out = y.mutable_data<uint16_t>();
     for (size_t e = 0; e < y_float.size(); ++e)
@@ -757,24 +878,18 @@ PagedAttention::Result PagedAttention::RunWith(const Tensor& q, const Tensor& k,
   }
   c.stats.peak_workspace_bytes = workspace;
 
-  if (!c.per_row) {
-    result.present = Append(past, c.rows.front(), 0, c, allocator);
-  } else {  // each row cache extended by its own tokens; the sequence keeps past's type
-    std::vector<RuntimeValue> present;
-    present.reserve(c.rows.size());
-    for (size_t r = 0; r < c.rows.size(); ++r)
-      present.push_back(
-          Append(past.elements()[r], c.rows[r], static_cast<int64_t>(r), c, allocator));
-    result.present = RuntimeValue::Sequence(RuntimeSequence::FromValues(std::move(present)),
+  if (!c.per_row)
+    result.present = std::move(presents.front());
+  else  // each row cache extended by its own tokens; the sequence keeps past's type
+    result.present = RuntimeValue::Sequence(RuntimeSequence::FromValues(std::move(presents)),
                                             past.sequence_elem_type());
-  }
   result.y = std::move(y);
   result.statistics = c.stats;
   return result;
 }
 
 RuntimeValue PagedAttention::Append(const RuntimeValue& cache, const RowPast& rp, int64_t row,
-                                    Call& c, Allocator& allocator) const {
+                                    const Call& c, size_t* copied, Allocator& allocator) const {
   using core::runtime::PagedTail;
   RuntimeSequence seq = cache.fields().front().second.elements();
   // A single cache's pages take every batch row's tokens; a row cache's, row `row`'s.
@@ -786,7 +901,8 @@ RuntimeValue PagedAttention::Append(const RuntimeValue& cache, const RowPast& rp
         ops::ai_rt::RowSource{k0 + t0 * c.dk, c.kv_heads * c.len * c.dk, c.len * c.dk},
         ops::ai_rt::RowSource{v0 + t0 * c.dv, c.kv_heads * c.len * c.dv, c.len * c.dv}};
   };
-  int64_t t0 = 0;
+  int64_t t0 = 0, extended = 0;
+  const size_t first_new = seq.size();
   if (rp.tail == PagedTail::kExclusive && !rp.pages.empty()) {
     // Nobody else can see the last page: fill its spare rows when it has the same formats.
     const Page& last = *rp.pages.back();
@@ -796,11 +912,11 @@ RuntimeValue PagedAttention::Append(const RuntimeValue& cache, const RowPast& rp
     const int64_t n = std::min(last.key.capacity() - last.length, c.len);
     if (kf != nullptr && vf != nullptr && *kf == rp.key_format && *vf == rp.value_format && n > 0) {
       const auto [ks, vs] = rows(0);
-      ops::ai_rt::WriteRows(block.field("key"), ks, last.length, n, &c.stats.copied_bytes);
-      ops::ai_rt::WriteRows(block.field("value"), vs, last.length, n, &c.stats.copied_bytes);
+      ops::ai_rt::WriteRows(block.field("key"), ks, last.length, n, copied);
+      ops::ai_rt::WriteRows(block.field("value"), vs, last.length, n, copied);
       seq.Set(seq.size() - 1, ops::ai_rt::MakeBlock(last.start, last.length + n, block.field("key"),
                                                     block.field("value")));
-      t0 = n;
+      t0 = extended = n;
     }
   }
   for (; t0 < c.len; t0 += block_size_) {
@@ -808,14 +924,16 @@ RuntimeValue PagedAttention::Append(const RuntimeValue& cache, const RowPast& rp
     // In a state's run the page keeps room to be filled by the next calls.
     const int64_t capacity = rp.tail == PagedTail::kNone ? n : block_size_;
     const auto [ks, vs] = rows(t0);
-    seq.PushBack(ops::ai_rt::MakeBlock(
-        rp.past + t0, n,
-        ops::ai_rt::EncodePage(rp.key_format, ks, batch, c.kv_heads, capacity, c.dk, n, allocator,
-                               &c.stats.copied_bytes),
-        ops::ai_rt::EncodePage(rp.value_format, vs, batch, c.kv_heads, capacity, c.dv, n, allocator,
-                               &c.stats.copied_bytes)));
+    seq.PushBack(
+        ops::ai_rt::MakeBlock(rp.past + t0, n,
+                              ops::ai_rt::EncodePage(rp.key_format, ks, batch, c.kv_heads, capacity,
+                                                     c.dk, n, allocator, copied),
+                              ops::ai_rt::EncodePage(rp.value_format, vs, batch, c.kv_heads,
+                                                     capacity, c.dv, n, allocator, copied)));
   }
-  return ops::ai_rt::WithBlocks(cache, std::move(seq));
+  RuntimeValue present = ops::ai_rt::WithBlocks(cache, std::move(seq));
+  RememberPresent(present, rp, extended, first_new, c);
+  return present;
 }
 
 void PagedAttention::Compute(KernelCall& call) const {

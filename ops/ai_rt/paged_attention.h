@@ -105,6 +105,7 @@ class PagedAttention final : public core::runtime::KernelBase {
 
   // Implementation types (paged_attention.cc).
   struct PageMemo;
+  struct KnownPages;
   struct RowPast;
   struct Call;
 
@@ -125,8 +126,15 @@ class PagedAttention final : public core::runtime::KernelBase {
   std::string PastName(int64_t row) const;
   // `cache` with its blocks shared and row `row`'s current tokens (every row's for a single
   // cache) appended (see Run).
-  RuntimeValue Append(const RuntimeValue& cache, const RowPast& rp, int64_t row, Call& call,
-                      Allocator& allocator) const;
+  // The pages of `cache` when this kernel returned it as a present (no walk, no check).
+  bool FindKnown(const RuntimeValue& cache, int64_t page_batch, RowPast& rp, Call& call) const;
+  // Thread safe: Compute runs the rows' appends beside the attention (RunWith).
+  RuntimeValue Append(const RuntimeValue& cache, const RowPast& rp, int64_t row, const Call& call,
+                      size_t* copied_bytes, Allocator& allocator) const;
+  // Records `present`'s pages: rp's, the last one extended in place by `extended` rows, then
+  // the new blocks from `first_new` on.
+  void RememberPresent(const RuntimeValue& present, const RowPast& rp, int64_t extended,
+                       size_t first_new, const Call& call) const;
 
   FormatSelector select_formats_;
   int64_t block_size_ = 16;
