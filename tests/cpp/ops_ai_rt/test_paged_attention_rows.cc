@@ -154,6 +154,68 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "Decode steps over exclusive row caches fill each row's last page in place while the "
+    "attention runs: Y and present as each row alone, one new page per 16 steps, no page "
+    "checked again after the first step, 1 and 2 threads") {
+  const Dims d{8, 2, 16, 16};
+  const int64_t lengths[] = {0, 5, 37, 16, 1, 33};  // rows 2 and 5 append INT8/UINT4 pages
+  const int64_t batch = 6, steps = 20;
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+      auto builder = MakeKernel(GrowingFormats);
+      std::vector<RuntimeValue> rows, alone_rows;
+      size_t blocks = 0;
+      for (int64_t b = 0; b < batch; ++b) {
+        rows.push_back(RowCache(*builder, d, lengths[b], static_cast<uint32_t>(7 * b + 2)));
+        alone_rows.push_back(rows.back().DeepCopy());  // the alone runs write their own pages
+        blocks += Blocks(rows.back()).size();
+      }
+      // Fresh kernels: the first step checks every page it was given, later ones none.
+      auto kernel = MakeKernel(GrowingFormats), alone_kernel = MakeKernel(GrowingFormats);
+      for (int64_t s = 0; s < steps; ++s) {
+        CAPTURE(s);
+        const auto seed = static_cast<uint32_t>(100 + 3 * s);
+        const Tensor q = Random("q", {batch, d.heads, 1, d.dk}, seed);
+        const Tensor k = Random("k", {batch, d.kv_heads, 1, d.dk}, seed + 1);
+        const Tensor v = Random("v", {batch, d.kv_heads, 1, d.dv}, seed + 2);
+        const auto batched = kernel->Run(q, k, v, PagedAttention::AssembleRows(std::move(rows)),
+                                         DefaultAllocator(), PagedTail::kExclusive);
+        CHECK(batched.statistics.validated_pages == (s == 0 ? blocks : 0u));
+        rows = PagedAttention::SplitRows(batched.present);
+        const auto y = batched.y.ToFloatVector();
+        const size_t per_row = y.size() / static_cast<size_t>(batch);
+        size_t copied = 0;
+        for (int64_t b = 0; b < batch; ++b) {
+          CAPTURE(b);
+          auto& alone_row = alone_rows[static_cast<size_t>(b)];
+          const auto alone = alone_kernel->Run(RowOf(q, b), RowOf(k, b), RowOf(v, b), alone_row,
+                                               DefaultAllocator(), PagedTail::kExclusive);
+          alone_row = alone.present;
+          copied += alone.statistics.copied_bytes;
+          const auto ya = alone.y.ToFloatVector();
+          float err = 0;
+          for (size_t e = 0; e < per_row; ++e)
+            err = std::max(err, std::abs(y[static_cast<size_t>(b) * per_row + e] - ya[e]));
+          CHECK(err <= 1e-6f);
+          CHECK(rows[static_cast<size_t>(b)].ContentEquals(alone_row));
+        }
+        CHECK(batched.statistics.copied_bytes == copied);
+      }
+      for (int64_t b = 0; b < batch; ++b) {
+        CAPTURE(b);
+        // The prompt pages are full (their capacity is their length): the steps open one
+        // page of 16 rows and fill it, then a second one.
+        const size_t prompt_pages = static_cast<size_t>((lengths[b] + 15) / 16);
+        CHECK(Blocks(rows[static_cast<size_t>(b)]).size() == prompt_pages + 2);
+        CHECK(Length(rows[static_cast<size_t>(b)]) == lengths[b] + steps);
+      }
+    });
+  }
+}
+
+TEST_CASE(
     "Assembling a batch from row caches and splitting present back moves owner handles: every "
     "page payload keeps its address, and the rows' field lists are the caches' own") {
   const Dims d{4, 2, 16, 16};
