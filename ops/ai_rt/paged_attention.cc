@@ -6,8 +6,9 @@
 // the affine codes themselves (math::GroupCodeDots / GroupCodeWeightedRowSums, scale and zero
 // point applied per page), and only pages whose parameters vary within a row range are
 // decoded to FLOAT rows first. Long ranges are split into chunks whose (max, sum, partial
-// output) are merged by log-sum-exp. Finally the current K/V are encoded into new pages and
-// appended to a copy-on-write sequence that shares every old page.
+// output) are merged by log-sum-exp. The current K/V are encoded into new pages (or an
+// exclusive last page's spare rows) and appended to a copy-on-write sequence that shares
+// every old page; with several rows, each row's append runs as a task beside the attention.
 #include "ops/ai_rt/paged_attention.h"
 
 #include <algorithm>
@@ -676,7 +677,7 @@ void PagedAttention::AnalysePages(const RuntimeValue& cache, int64_t row, RowPas
 }
 
 bool PagedAttention::FindKnown(const RuntimeValue& cache, int64_t page_batch, RowPast& rp,
-                               Call& c) const {
+                               const Call& c) const {
   if (!cache.is_struct()) return false;
   std::shared_ptr<const KnownPages> known;
   {

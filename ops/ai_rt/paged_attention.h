@@ -127,7 +127,8 @@ class PagedAttention final : public core::runtime::KernelBase {
   // `cache` with its blocks shared and row `row`'s current tokens (every row's for a single
   // cache) appended (see Run).
   // The pages of `cache` when this kernel returned it as a present (no walk, no check).
-  bool FindKnown(const RuntimeValue& cache, int64_t page_batch, RowPast& rp, Call& call) const;
+  bool FindKnown(const RuntimeValue& cache, int64_t page_batch, RowPast& rp,
+                 const Call& call) const;
   // Thread safe: Compute runs the rows' appends beside the attention (RunWith).
   RuntimeValue Append(const RuntimeValue& cache, const RowPast& rp, int64_t row, const Call& call,
                       size_t* copied_bytes, Allocator& allocator) const;
