@@ -317,8 +317,8 @@ Fusion MakeFusion(std::set<int> removed, const char* op, const std::string& name
   return f;
 }
 
-// [W *] X / sqrt(ReduceMean(Pow(X, 2), [-1]) + eps), the reciprocal as Reciprocal + Mul or
-// as Div -> RMSNormalization(X[, W]), W a constant vector.
+// [W *] X / sqrt(ReduceMean(Pow(X, 2) or X * X, [-1]) + eps), the reciprocal as Reciprocal +
+// Mul or as Div -> RMSNormalization(X[, W]), W a constant vector.
 std::optional<Fusion> MatchRmsNorm(const GraphIndex& ix, const ConstantFn& constant,
                                    int final_mul) {
   std::set<int> taken = {final_mul};
@@ -358,9 +358,13 @@ std::optional<Fusion> MatchRmsNorm(const GraphIndex& ix, const ConstantFn& const
     else if (const AttributeProto* a = Attr(reduce, "axes"))
       axes = std::vector<int64_t>(a->ints().begin(), a->ints().end());
     if ((keep != nullptr && keep->i() != 1) || !IsLastAxis(axes)) return false;
-    const int pw = ix.Producer(reduce.input(0), "Pow");
-    if (pw < 0 || ix.node(pw).input(0) != *x || ConstScalar(constant, ix.node(pw).input(1)) != 2.0f)
-      return false;
+    // The square as Pow(X, 2) or as Mul(X, X).
+    int pw = ix.Producer(reduce.input(0), "Pow");
+    if (pw >= 0 && ConstScalar(constant, ix.node(pw).input(1)) != 2.0f) pw = -1;
+    if (pw < 0 && (pw = ix.Producer(reduce.input(0), "Mul")) >= 0 &&
+        ix.node(pw).input(1) != ix.node(pw).input(0))
+      pw = -1;
+    if (pw < 0 || ix.node(pw).input(0) != *x) return false;
     mine.insert({sq, add, rm, pw});
     taken.insert(mine.begin(), mine.end());
     return true;

@@ -97,6 +97,52 @@ TEST_CASE("a subgraph whose inner value is also a graph output is not fused") {
 
 namespace {
 
+// RMS norm written with the square as Mul(x, `other`) and the division as Div (the tiny
+// decoder's form), scaled by a constant gain.
+std::shared_ptr<ModelProto> DivRmsModel(const std::string& other) {
+  return std::make_shared<ModelProto>(
+      core::ParseModel("<ir_version: 10, opset_import: [\"\" : 18]>\n"
+                       "g (float[1, 2, 4] x, float[1, 2, 4] z) => (float[1, 2, 4] y)\n"
+                       "<float eps = {1e-5}, int64[1] last = {-1}, float[4] w = {1, 2, 3, 4}>\n"
+                       "{\n"
+                       "  sq = Mul(x, " +
+                       other +
+                       ")\n"
+                       "  mean = ReduceMean <keepdims = 1> (sq, last)\n"
+                       "  root = Sqrt(Add(mean, eps))\n"
+                       "  y = Mul(Div(x, root), w)\n"
+                       "}\n"));
+}
+
+}  // namespace
+
+TEST_CASE("an RMS norm squared by Mul(x, x) and divided by Div is fused; Mul(x, z) is not") {
+  for (const char* other : {"x", "z"}) {
+    CAPTURE(other);
+    const auto model = DivRmsModel(other);
+    std::vector<float> out[2];
+    for (bool fuse : {false, true}) {
+      RuntimeContext context;
+      RuntimeSessionOptions options;
+      options.fuse_subgraphs = fuse;
+      RuntimeSession session(model, context, options);
+      const bool square = std::string(other) == "x";
+      CHECK(session.plan(context).fused_node_count() == (fuse && square ? 1u : 0u));
+      CHECK(session.plan(context).nodes().size() == (fuse && square ? 1u : 6u));
+      RuntimeValueMap feeds;
+      feeds["x"] =
+          RuntimeValue(Tensor::FromFloat("x", {1, 2, 4}, {0.5f, -1, 2, 3, -2, 0.25f, 1, 4}));
+      feeds["z"] = RuntimeValue(Tensor::FromFloat("z", {1, 2, 4}, {1, 2, 1, 2, 1, 2, 1, 2}));
+      out[fuse] = session.Run(context, std::move(feeds)).at("y").tensor().ToFloatVector();
+    }
+    REQUIRE(out[0].size() == out[1].size());
+    for (size_t i = 0; i < out[0].size(); ++i)
+      CHECK(std::abs(out[1][i] - out[0][i]) <= 1e-6f * (1 + std::abs(out[0][i])));
+  }
+}
+
+namespace {
+
 // A [m, 20] times three FLOAT constants with K = 20 (one narrower than a panel, one not a
 // multiple of 16) and once by a graph input (not a constant: stays a MatMul).
 std::shared_ptr<ModelProto> GroupModel() {
