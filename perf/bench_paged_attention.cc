@@ -296,6 +296,22 @@ void BM_RowsStep(benchmark::State& state) {
   state.SetLabel("8 rows, SmolLM2 layer");
 }
 
+// A 128-token prompt of a SmolLM2-shaped layer (9 query / 3 KV heads of 64) from an empty
+// cache: the prefill call (causal, every query its own task).
+void BM_Prefill(benchmark::State& state) {
+  constexpr int64_t kLen = 128, kKv = 3, kHeads = 9, kD = 64;
+  tbb::task_arena arena(static_cast<int>(state.range(0)));
+  KernelContext ctx;
+  PagedAttention kernel(ctx);
+  kernel.set_node(PagedNode());
+  const Tensor q = Tensor::FromFloat("q", {1, kHeads, kLen, kD}, Random(kHeads * kLen * kD, 1));
+  const Tensor k = Tensor::FromFloat("k", {1, kKv, kLen, kD}, Random(kKv * kLen * kD, 2));
+  const Tensor v = Tensor::FromFloat("v", {1, kKv, kLen, kD}, Random(kKv * kLen * kD, 3));
+  const RuntimeValue empty = PagedAttention::EmptyCache();
+  for (auto _ : state) arena.execute([&] { benchmark::DoNotOptimize(kernel.Run(q, k, v, empty)); });
+  state.SetLabel("128-token prompt, SmolLM2 layer");
+}
+
 void PagedArgs(benchmark::internal::Benchmark* b) {
   for (int64_t tokens : {1024, 8192, 32768})
     for (int format = 0; format < 5; ++format)
@@ -318,6 +334,7 @@ BENCHMARK(BM_RowsStep)
     ->ArgsProduct({{1, 2}, {0, 64}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+BENCHMARK(BM_Prefill)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_ContiguousDecode)->Apply(ContiguousArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_MemoryRead)->Apply(ContiguousArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_PageRead)->Apply(ContiguousArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();

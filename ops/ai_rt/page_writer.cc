@@ -1,5 +1,6 @@
 #include "ops/ai_rt/page_writer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -63,6 +64,21 @@ void FillRows(const RowSource& src, int64_t batch, int64_t heads, int64_t capaci
       const float* row = src.data + b * src.batch_stride + h * src.head_stride;
       for (int64_t r = 0; r < capacity; ++r)
         for (int64_t d = 0; d < width; ++d, ++e) put(e, r < rows ? row[r * width + d] : zero);
+    }
+}
+
+// FillRows for FLOAT pages: each head's rows copied at once, the spare rows zeroed (an
+// element at a time through PutFloat took 6% of a 128-token prompt's call).
+void CopyFloatRows(const RowSource& src, int64_t batch, int64_t heads, int64_t capacity,
+                   int64_t width, int64_t rows, float* out) {
+  const auto valid = static_cast<size_t>(rows * width);
+  const auto spare = static_cast<size_t>((capacity - rows) * width);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h) {
+      std::memcpy(out, src.data + b * src.batch_stride + h * src.head_stride,
+                  valid * sizeof(float));
+      std::fill(out + valid, out + valid + spare, 0.0f);
+      out += valid + spare;
     }
 }
 
@@ -143,8 +159,11 @@ RuntimeValue EncodePage(const PageFormat& format, const RowSource& src, int64_t 
     Tensor page;
     if (storage == nullptr) page = Tensor("", format.storage, dims, allocator);
     void* data = storage != nullptr ? storage.get() : page.mutable_raw_data();
-    FillRows(src, batch, heads, capacity, width, rows, 0.0f,
-             [&](int64_t e, float x) { PutFloat(format.storage, data, e, x); });
+    if (format.storage == DataType::kFloat)
+      CopyFloatRows(src, batch, heads, capacity, width, rows, static_cast<float*>(data));
+    else
+      FillRows(src, batch, heads, capacity, width, rows, 0.0f,
+               [&](int64_t e, float x) { PutFloat(format.storage, data, e, x); });
     std::shared_ptr<const void> owner(
         data, DensePageOwner{storage != nullptr ? std::shared_ptr<const void>(std::move(storage))
                                                 : page.owner(),

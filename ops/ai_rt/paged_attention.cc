@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <utility>
@@ -558,6 +559,16 @@ size_t SmallAttention(const Call& c, float* y, size_t* decoded) {
 }
 
 void CheckFinite(const FloatInput& in, int64_t numel, const std::string& where) {
+  // An integer OR of "exponent all ones" flags (vectorised, unlike a loop that may throw at
+  // each element: a 128-token prompt's Q/K/V took 10% of its call); the element is looked
+  // for only when one is there.
+  uint32_t non_finite = 0;
+  for (int64_t e = 0; e < numel; ++e) {
+    uint32_t bits;
+    std::memcpy(&bits, in.data + e, sizeof bits);
+    non_finite |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  if (non_finite == 0) return;
   for (int64_t e = 0; e < numel; ++e)
     OL_CHECK(std::isfinite(in.data[e]), ErrorCode::kInvalidArgument,
              where + " holds a non-finite value at element " + std::to_string(e));
