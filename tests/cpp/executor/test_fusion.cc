@@ -116,7 +116,8 @@ std::shared_ptr<ModelProto> DivRmsModel(const std::string& other) {
 
 }  // namespace
 
-TEST_CASE("an RMS norm squared by Mul(x, x) and divided by Div is fused, but not one by Mul(x, z)") {
+TEST_CASE(
+    "an RMS norm squared by Mul(x, x) and divided by Div is fused, but not one by Mul(x, z)") {
   for (const char* other : {"x", "z"}) {
     CAPTURE(other);
     const auto model = DivRmsModel(other);
