@@ -109,8 +109,10 @@ std::shared_ptr<ModelProto> DivRmsModel(const std::string& other) {
                        other +
                        ")\n"
                        "  mean = ReduceMean <keepdims = 1> (sq, last)\n"
-                       "  root = Sqrt(Add(mean, eps))\n"
-                       "  y = Mul(Div(x, root), w)\n"
+                       "  var = Add(mean, eps)\n"
+                       "  root = Sqrt(var)\n"
+                       "  normed = Div(x, root)\n"
+                       "  y = Mul(normed, w)\n"
                        "}\n"));
 }
 
