@@ -44,6 +44,12 @@ core::DataType FormatOf(int index) {
   return formats[index];
 }
 
+// A FLOAT tensor of `shape` with Random(numel, seed) values.
+Tensor RandomTensor(const char* name, Shape shape, uint32_t seed) {
+  const int64_t n = ShapeNumel(shape);
+  return Tensor::FromFloat(name, std::move(shape), Random(n, seed));
+}
+
 // A cache of `tokens` tokens in pages of kPage, all in `format`; built once per shape.
 struct PagedCache {
   RuntimeValue cache;
@@ -263,18 +269,15 @@ void BM_RowsStep(benchmark::State& state) {
   kernel.set_node(PagedNode());
   std::vector<RuntimeValue> first;
   for (int64_t b = 0; b < kRows; ++b) {
-    const std::vector<float> rows = Random(kKv * 128 * kD, 11 + static_cast<uint32_t>(b));
-    const Tensor k = Tensor::FromFloat("k", {1, kKv, 128, kD}, rows);
-    const Tensor q = Tensor::FromFloat("q", {1, kHeads, 128, kD},
-                                       Random(kHeads * 128 * kD, 5 + static_cast<uint32_t>(b)));
+    const Tensor k = RandomTensor("k", {1, kKv, 128, kD}, 11 + static_cast<uint32_t>(b));
+    const Tensor q = RandomTensor("q", {1, kHeads, 128, kD}, 5 + static_cast<uint32_t>(b));
     first.push_back(
         kernel.Run(q, k, k, PagedAttention::EmptyCache(), DefaultAllocator(), PagedTail::kExclusive)
             .present);
   }
-  auto tensor = [](const char* name, int64_t heads, uint32_t seed) {
-    return Tensor::FromFloat(name, {kRows, heads, 1, kD}, Random(kRows * heads * kD, seed));
-  };
-  const Tensor q = tensor("q", kHeads, 1), k = tensor("k", kKv, 2), v = tensor("v", kKv, 3);
+  const Tensor q = RandomTensor("q", {kRows, kHeads, 1, kD}, 1),
+               k = RandomTensor("k", {kRows, kKv, 1, kD}, 2),
+               v = RandomTensor("v", {kRows, kKv, 1, kD}, 3);
   std::vector<RuntimeValue> caches = first;
   std::vector<float> evict(static_cast<size_t>(state.range(1)) << 18);  // MiB
   int64_t step = 0;
@@ -304,9 +307,9 @@ void BM_Prefill(benchmark::State& state) {
   KernelContext ctx;
   PagedAttention kernel(ctx);
   kernel.set_node(PagedNode());
-  const Tensor q = Tensor::FromFloat("q", {1, kHeads, kLen, kD}, Random(kHeads * kLen * kD, 1));
-  const Tensor k = Tensor::FromFloat("k", {1, kKv, kLen, kD}, Random(kKv * kLen * kD, 2));
-  const Tensor v = Tensor::FromFloat("v", {1, kKv, kLen, kD}, Random(kKv * kLen * kD, 3));
+  const Tensor q = RandomTensor("q", {1, kHeads, kLen, kD}, 1),
+               k = RandomTensor("k", {1, kKv, kLen, kD}, 2),
+               v = RandomTensor("v", {1, kKv, kLen, kD}, 3);
   const RuntimeValue empty = PagedAttention::EmptyCache();
   for (auto _ : state) arena.execute([&] { benchmark::DoNotOptimize(kernel.Run(q, k, v, empty)); });
   state.SetLabel("128-token prompt, SmolLM2 layer");

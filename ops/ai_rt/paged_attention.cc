@@ -727,22 +727,24 @@ void PagedAttention::RememberPresent(const RuntimeValue& present, const RowPast&
     items = ops::ai_rt::CacheBlocks(present, where_);
     items.erase(items.begin(), items.end() - static_cast<std::ptrdiff_t>(changed));
   }
+  // The changed blocks' pages, built before the lock (it is taken per row per step).
+  std::vector<std::shared_ptr<const Page>> pages(items.size());
+  for (size_t at = 0; at < items.size(); ++at) {
+    if (at == 0 && extended > 0) {  // the same payloads, `extended` more valid rows
+      auto page = std::make_shared<Page>(*known->pages.back());
+      page->length += extended;
+      pages[at] = std::move(page);
+      known->pages.back() = pages[at].get();
+      known->blocks.back() = items[at].get();
+    } else {
+      pages[at] = std::make_shared<const Page>(ops::ai_rt::ReadCachePage(*items[at], where_));
+      known->pages.push_back(pages[at].get());
+      known->blocks.push_back(items[at].get());
+    }
+  }
   std::lock_guard<std::mutex> lock(memo_->mutex);
-  size_t at = 0;
-  if (extended > 0) {  // the same payloads, `extended` more valid rows
-    auto page = std::make_shared<Page>(*known->pages.back());
-    page->length += extended;
-    known->pages.back() = page.get();
-    known->blocks.back() = items[at].get();
-    memo_->entries[items[at].get()] = {items[at], std::move(page)};
-    ++at;
-  }
-  for (; at < items.size(); ++at) {
-    auto page = std::make_shared<const Page>(ops::ai_rt::ReadCachePage(*items[at], where_));
-    known->pages.push_back(page.get());
-    known->blocks.push_back(items[at].get());
-    memo_->entries[items[at].get()] = {items[at], std::move(page)};
-  }
+  for (size_t at = 0; at < items.size(); ++at)
+    memo_->entries[items[at].get()] = {items[at], std::move(pages[at])};
   memo_->known[present.fields_ptr().get()] = {present.fields_ptr(), std::move(known)};
   memo_->Prune();
 }
