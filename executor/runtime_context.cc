@@ -21,7 +21,7 @@ const char* RuntimeEventActionName(RuntimeEventAction action) {
 
 RuntimeContext::RuntimeContext(KernelContext kernel_ctx, RuntimeContextOptions options)
     : config_(std::make_shared<Config>(
-          Config{std::move(kernel_ctx), options, &DefaultAllocator(), KernelRegistry()})),
+          Config{std::move(kernel_ctx), options, &DefaultAllocator(), KernelRegistry(), {}})),
       log_(std::make_shared<EventLog>()) {}
 
 RuntimeContext::RuntimeContext(std::shared_ptr<Config> config, std::shared_ptr<EventLog> log,

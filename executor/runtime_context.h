@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -65,6 +66,12 @@ class ValueScope {
   virtual ~ValueScope() = default;
   // The slot holding `name` in the current frame, or null when the plan has no such value.
   virtual RuntimeValue* FindValue(const std::string& name) = 0;
+};
+
+// The storage types (TensorProto::DataType values: FLOAT, INT8, UINT4, ...) of a paged KV
+// cache's key and value pages.
+struct KvPageStorage {
+  int32_t key = 1, value = 1;
 };
 
 class RuntimeContext {
@@ -150,12 +157,22 @@ class RuntimeContext {
     return binding < binding_leases_.size() ? binding_leases_[binding] : nullptr;
   }
 
+  // The storage types this context's ai.rt::PagedAttention writes every page in, when its
+  // format policy fixes them from the first token (set by whoever registers the kernel with
+  // such a policy); unset: the model's declared layout. RequestScheduler's max_kv_bytes
+  // charges a token at these sizes. Shared with child contexts.
+  void set_kv_page_storage(std::optional<KvPageStorage> storage) {
+    config_->kv_page_storage = storage;
+  }
+  const std::optional<KvPageStorage>& kv_page_storage() const { return config_->kv_page_storage; }
+
  private:
   struct Config {
     KernelContext kernel_ctx;
     RuntimeContextOptions options;
     Allocator* allocator = &DefaultAllocator();
     KernelRegistry custom_kernels;
+    std::optional<KvPageStorage> kv_page_storage;
   };
   struct EventLog {
     std::mutex mu;

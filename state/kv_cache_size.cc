@@ -5,6 +5,7 @@
 
 #include "core/dtype.h"
 #include "core/type_compat.h"
+#include "executor/runtime_context.h"
 #include "onnx_light.pb.h"
 
 namespace onnx_light::core::runtime {
@@ -27,21 +28,23 @@ int64_t TensorTokenBytes(const TypeProto::Tensor& t, int first_dim) {
   return static_cast<int64_t>(StorageBytes(static_cast<DataType>(t.elem_type()), elements));
 }
 
-// Bytes per token of a page field [batch, heads, capacity, width] (heads, width concrete), or
-// -1.
-int64_t PageTokenBytes(const TypeProto& field) {
+// Bytes per token of a page field [batch, heads, capacity, width] (heads, width concrete) in
+// `storage` (0: its declared type), or -1.
+int64_t PageTokenBytes(const TypeProto& field, int32_t storage) {
   if (!field.has_tensor_type() || !field.tensor_type().has_shape()) return -1;
   const auto& shape = field.tensor_type().shape();
   if (shape.dim_size() != 4 || !shape.dim(1).has_dim_value() || !shape.dim(3).has_dim_value())
     return -1;
   const int64_t elements = shape.dim(1).dim_value() * shape.dim(3).dim_value();
   if (elements <= 0) return -1;
-  return static_cast<int64_t>(
-      StorageBytes(static_cast<DataType>(field.tensor_type().elem_type()), elements));
+  const int32_t type = storage != 0 ? storage : field.tensor_type().elem_type();
+  if (!IsKnownDataType(type)) return -1;
+  return static_cast<int64_t>(StorageBytes(static_cast<DataType>(type), elements));
 }
 
 // Bytes per token of a paged cache declaration (key + value of its blocks), or -1.
-int64_t PagedTokenBytes(const TypeProto& cache, const ModelProto& model) {
+int64_t PagedTokenBytes(const TypeProto& cache, const ModelProto& model,
+                        const KvPageStorage* storage) {
   const StructTypeProto* s = FindStruct(cache.struct_type(), &model);
   if (s == nullptr || s->field_size() != 1 || !s->field(0).type().has_sequence_type()) return -1;
   const TypeProto& block = s->field(0).type().sequence_type().elem_type();
@@ -51,7 +54,8 @@ int64_t PagedTokenBytes(const TypeProto& cache, const ModelProto& model) {
   int64_t bytes = 0;
   for (const auto& f : b->field()) {
     if (f.name() != "key" && f.name() != "value") continue;
-    const int64_t field_bytes = PageTokenBytes(f.type());
+    const int32_t as = storage == nullptr ? 0 : f.name() == "key" ? storage->key : storage->value;
+    const int64_t field_bytes = PageTokenBytes(f.type(), as);
     if (field_bytes < 0) return -1;
     bytes += field_bytes;
   }
@@ -59,10 +63,11 @@ int64_t PagedTokenBytes(const TypeProto& cache, const ModelProto& model) {
 }
 
 // Bytes per token of one bound input's declaration, or -1.
-int64_t DeclaredTokenBytes(const TypeProto& type, const ModelProto& model) {
+int64_t DeclaredTokenBytes(const TypeProto& type, const ModelProto& model,
+                           const KvPageStorage* storage) {
   if (type.has_tensor_type()) return TensorTokenBytes(type.tensor_type(), 1);
   const TypeProto& cache = type.has_sequence_type() ? type.sequence_type().elem_type() : type;
-  return cache.has_struct_type() ? PagedTokenBytes(cache, model) : -1;
+  return cache.has_struct_type() ? PagedTokenBytes(cache, model, storage) : -1;
 }
 
 // The tokens one page of the model's paged caches holds: the block_size of its
@@ -85,7 +90,7 @@ int64_t PageTokens(const GraphProto& graph) {
 
 }  // namespace
 
-KvTokenBytes KvBytesPerToken(const ModelProto& model) {
+KvTokenBytes KvBytesPerToken(const ModelProto& model, const KvPageStorage* storage) {
   const GraphProto& graph = model.graph();
   if (graph.persistent_bindings_size() == 0) return {0, "the model has no persistent caches"};
   KvTokenBytes total;
@@ -94,7 +99,7 @@ KvTokenBytes KvBytesPerToken(const ModelProto& model) {
       return i.name() == binding.input_name();
     });
     const int64_t bytes =
-        input == graph.input().end() ? -1 : DeclaredTokenBytes(input->type(), model);
+        input == graph.input().end() ? -1 : DeclaredTokenBytes(input->type(), model, storage);
     if (bytes < 0)
       return {0, "the declaration of the cache input '" + binding.input_name() +
                      "' gives no size per token (a tensor needs exactly one symbolic dim past "

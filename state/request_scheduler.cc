@@ -229,11 +229,13 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
 
   // What one of the request's tokens costs against the budget: 1, or under max_kv_bytes its
   // model's KV bytes per token (throws when its declarations give none), charged in whole
-  // pages when its caches are paged.
+  // pages when its caches are paged, at the page storage the context's PagedAttention
+  // writes when its policy fixes it (else the declared layout).
   void SetTokenCost(RequestRecord& record) const {
     const ModelProto* model = ModelOf(record.request);
     if (options_.max_kv_bytes == 0 || model == nullptr) return;  // no model: fails when run
-    const KvTokenBytes per_token = KvBytesPerToken(*model);
+    const auto& storage = context_.kv_page_storage();
+    const KvTokenBytes per_token = KvBytesPerToken(*model, storage ? &*storage : nullptr);
     OL_CHECK(per_token.bytes > 0, ErrorCode::kInvalidArgument,
              "RequestScheduler: request " + std::to_string(record.id) +
                  ": max_kv_bytes needs the model's KV bytes per token, but " + per_token.why_not +

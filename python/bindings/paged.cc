@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/dtype.h"
@@ -83,6 +84,16 @@ PagedAttention::FormatSelector SelectorFromPython(py::object policy) {
   };
 }
 
+// The page storage a policy writes every page in, for KV budgets in bytes: a
+// PagedFormatPolicy's formats from the first token; none (the declared layout) for None
+// (dense FLOAT), a later switch (pages before it are FLOAT) or a callable.
+std::optional<core::runtime::KvPageStorage> FixedStorage(py::handle policy) {
+  if (!py::isinstance<FormatPolicy>(policy)) return std::nullopt;
+  const FormatPolicy p = policy.cast<FormatPolicy>();
+  if (p.after_tokens > 0) return std::nullopt;
+  return core::runtime::KvPageStorage{p.key.storage, p.value.storage};
+}
+
 }  // namespace
 
 void RegisterPaged(py::module_& runtime) {
@@ -124,6 +135,7 @@ void RegisterPaged(py::module_& runtime) {
   context.def(
       "register_paged_attention",
       [](RuntimeContext& ctx, py::object policy) {
+        ctx.set_kv_page_storage(FixedStorage(policy));
         auto select = SelectorFromPython(std::move(policy));
         ctx.RegisterKernelFn(
             "ai.rt", "PagedAttention", core::symbolic::Device::kCPU,
@@ -138,7 +150,9 @@ void RegisterPaged(py::module_& runtime) {
       "(dense FLOAT, as the built-in kernel), a PagedFormatPolicy, or a callable "
       "policy(key, value, past_length) -> (key_format, value_format) called on every "
       "execution with the GIL held (formats: PagedFormat, a storage name or a tuple "
-      "(storage, scale, zero_point)).");
+      "(storage, scale, zero_point)). A PagedFormatPolicy with after_tokens=0 also sets what "
+      "a RequestScheduler's max_kv_bytes charges a token: the policy's storage sizes instead "
+      "of the model's declared layout (other policies are charged at the declared layout).");
 }
 
 }  // namespace onnx_light::python

@@ -252,3 +252,44 @@ def test_a_prepared_export_declares_its_page_layout_for_a_kv_budget_in_bytes(tmp
     too_big = scheduler.submit(model, {**feeds, "input_ids": np.ones((1, 40), np.int64)}, options)
     with pytest.raises(MemoryError, match=rf"needs {48 * per_token} KV bytes"):
         too_big.result()
+
+
+def test_a_fixed_page_format_policy_sets_what_a_kv_budget_in_bytes_charges(tmp_path):
+    """register_paged_attention(PagedFormatPolicy(key, value)) from the first token: a token
+    costs the policy's storage bytes (INT8: a quarter of FLOAT), so a budget of two INT8 pages
+    a row runs two requests at once with the tokens each gives alone under that policy. A
+    policy that switches later (pages before it are FLOAT) or a callable is charged at the
+    declared FLOAT layout."""
+    arch, size = "llama", "tiny"
+    original = _raw_copy(tmp_path, arch, size)
+    prepare.prepare_decoder(original, tmp_path / "rows.onnx", bind="auto", paged="rows")
+    model = ol_onnx.load_model(tmp_path / "rows.onnx")
+    layers, kv_heads, head = export_hf.cache_shape(arch, size)
+    int8_per_token = layers * 2 * kv_heads * head
+    options = runtime.GenerationOptions(max_new_tokens=6)  # 5 + 6 tokens: one page per row
+    prompts = [np.arange(1, 6, dtype=np.int64)[None], np.arange(7, 12, dtype=np.int64)[None]]
+    caches = {f"past_key_values.{i}": [{"blocks": []}] for i in range(layers)}
+    budget = 2 * 16 * int8_per_token
+
+    def run(policy):
+        context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+        context.register_paged_attention(policy)
+        scheduler = runtime.RequestScheduler(context, max_in_flight=2, max_kv_bytes=budget)
+        handles = [scheduler.submit(model, {"input_ids": p, **caches}, options) for p in prompts]
+        alone = [np.from_dlpack(runtime.generate(model, context, {"input_ids": p, **caches},
+                                                 options)).tolist() for p in prompts]
+        return handles, alone, scheduler
+
+    handles, alone, scheduler = run(runtime.PagedFormatPolicy("INT8", "INT8"))
+    for handle, tokens in zip(handles, alone):
+        assert np.from_dlpack(handle.result()).tolist() == tokens
+    scheduler.wait_idle()
+    stats = scheduler.stats()
+    assert stats["peak_kv_bytes_reserved"] == budget and stats["max_batch_size"] == 2
+    for policy in (runtime.PagedFormatPolicy("INT8", "INT8", after_tokens=4),
+                   lambda key, value, past: ("INT8", "INT8")):
+        handles, _, _ = run(policy)
+        with pytest.raises(MemoryError, match=rf"needs {16 * 4 * int8_per_token} KV bytes .* x "
+                                              rf"{4 * int8_per_token} bytes per token\) but "
+                                              rf"max_kv_bytes is {budget}"):
+            handles[0].result()

@@ -148,3 +148,61 @@ TEST_CASE(
         2 * kPage);  // two pages: one request past 16 tokens, or two
   CHECK(stats.kv_bytes_reserved == 0);
 }
+
+TEST_CASE(
+    "max_kv_bytes charges a token at the page storage the context's PagedAttention writes "
+    "when it is set, else at the declared layout") {
+  // INT8 keys and UINT4 values: 2 x 8 + 2 x 8 / 2 = 24 bytes per token instead of 128.
+  const KvPageStorage int8_uint4{TensorProto::INT8, TensorProto::UINT4};
+  CHECK(KvBytesPerToken(*DeclaredLayoutDecoder(), &int8_uint4).bytes == 24);
+  const KvPageStorage unknown{TensorProto::FLOAT, 999};
+  CHECK(KvBytesPerToken(*DeclaredLayoutDecoder(), &unknown).bytes == 0);
+
+  const std::shared_ptr<const ModelProto> model = DeclaredLayoutDecoder();
+  RuntimeContext context;
+  PagedAttention::FormatSelector int8 = [](const Tensor&, const Tensor&, int64_t) {
+    return PagedAttention::Formats{{TensorProto::INT8, 0.05f, 0}, {TensorProto::INT8, 0.05f, 0}};
+  };
+  context.RegisterKernelFn(
+      "ai.rt", "PagedAttention", symbolic::Device::kCPU,
+      [int8](const NodeProto& node, RuntimeContext& rt) -> std::unique_ptr<KernelBase> {
+        auto kernel = std::make_unique<PagedAttention>(rt.kernel_ctx(), int8);
+        kernel->set_node(node);
+        return kernel;
+      });
+  GenerationOptions options;
+  options.max_new_tokens = 10;  // 3 + 10 tokens: one page of 16 a request
+  const std::vector<std::vector<int64_t>> prompts = {{4, 1, 7}, {9, 2, 5}};
+  constexpr int64_t kBudget = 2 * 16 * 32;  // two INT8 pages
+  {  // the declared FLOAT layout: one request's page alone is 2048 bytes
+    RequestScheduler scheduler(context, {.max_kv_bytes = kBudget});
+    RequestHandle refused =
+        scheduler.Submit({model, nullptr, RowsFeeds(prompts[0]), options, {}, nullptr, nullptr});
+    test_util::ExpectError([&] { refused.Get(); }, ErrorCode::kResourceExhausted,
+                           "needs 2048 KV bytes (rows x (prompt + max_new_tokens), in whole "
+                           "pages of 16 tokens, x 128 bytes per token) but max_kv_bytes is 1024");
+  }
+  context.set_kv_page_storage(KvPageStorage{TensorProto::INT8, TensorProto::INT8});
+  RequestScheduler scheduler(context, {.max_in_flight = 4, .max_kv_bytes = kBudget});
+  std::vector<RequestHandle> handles;
+  test_util::SubmitGate gate;
+  for (const auto& p : prompts)
+    handles.push_back(scheduler.Submit({model,
+                                        nullptr,
+                                        RowsFeeds(p),
+                                        options,
+                                        {},
+                                        handles.empty() ? gate.Hold() : nullptr,
+                                        nullptr}));
+  gate.Open();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    CAPTURE(i);
+    CHECK(TokenRow(handles[i].Get().tokens) ==
+          TokenRow(Generate(model, context, RowsFeeds(prompts[i]), options)));
+  }
+  scheduler.WaitIdle();
+  const SchedulerStats stats = scheduler.stats();
+  CHECK(stats.peak_kv_bytes_reserved == kBudget);  // both at once, a page of 512 bytes each
+  CHECK(stats.max_batch_size == 2);
+  CHECK(stats.kv_bytes_reserved == 0);
+}
