@@ -37,6 +37,14 @@ def test_bench_batching_quick_json(tmp_path):
     for key, chunk in (("chunk_0", 0), ("chunk_16", 16)):
         assert join[key]["prefill_chunk"] == chunk
         assert join[key]["decode_gap_ms_max"] > 0 and join[key]["long_prompt_ttft_ms"] > 0
+    # perf/plot_batching.py draws the curve: a point per row, titled with its ratio.
+    svg = tmp_path / "curve.svg"
+    subprocess.run([sys.executable, os.path.join(REPO, "perf", "plot_batching.py"), str(out),
+                    "--out", str(svg)], check=True, cwd=REPO, timeout=60)
+    text = svg.read_text()
+    assert text.startswith("<svg") and text.count("<circle") == 5
+    for row in result["curve"]:
+        assert f"<title>{row['concurrent']}: {row['ratio_to_sequential']:.2f}x</title>" in text
 
 
 def test_bench_batching_on_an_int4_genai_build(tmp_path):
