@@ -242,6 +242,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore> {
                  "; use max_kv_tokens");
     record.token_cost = per_token.bytes;
     record.page_tokens = per_token.page_tokens;
+    record.stats.kv_bytes_per_token = per_token.bytes;
   }
 
   // The token slots `rows` rows of `length` tokens take: whole pages when they are paged.

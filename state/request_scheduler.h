@@ -129,9 +129,10 @@ struct RequestStats {
                                           // the request started running)
   int64_t total_ns = 0;                   // submission -> completion
   bool cancelled = false;
-  int64_t preemptions = 0;     // times it was preempted (KvAdmission::kGrowAndPreempt)
-  std::string mode;            // "batched" or "per_request" once it started running
-  GenerationStats generation;  // wall time of each model call
+  int64_t preemptions = 0;         // times it was preempted (KvAdmission::kGrowAndPreempt)
+  int64_t kv_bytes_per_token = 0;  // what max_kv_bytes charged a token (0: no byte budget)
+  std::string mode;                // "batched" or "per_request" once it started running
+  GenerationStats generation;      // wall time of each model call
 };
 
 struct GenerationResult {

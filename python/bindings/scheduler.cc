@@ -44,6 +44,7 @@ py::dict StatsToPython(const RequestStats& s) {
   d["total_ns"] = s.total_ns;
   d["cancelled"] = s.cancelled;
   d["preemptions"] = s.preemptions;
+  d["kv_bytes_per_token"] = s.kv_bytes_per_token;
   d["mode"] = s.mode;
   d["step_ns"] = s.generation.step_ns;
   d["used_persistent_state"] = s.generation.used_persistent_state;
@@ -125,7 +126,9 @@ void RegisterScheduler(py::module_& runtime) {
           "stats", [](const RequestHandle& h) { return StatsToPython(Wait(h).stats); },
           "Blocks until the request completes; returns its stats as a dict: id, tokens, "
           "queue_wait_ns, time_to_first_token_ns, token_latency_ns, total_ns, cancelled, "
-          "mode ('batched' or 'per_request'), preemptions, step_ns, used_persistent_state. "
+          "mode ('batched' or 'per_request'), preemptions, kv_bytes_per_token (what max_kv_bytes "
+          "charged one of its tokens: the declared layout, or the page storage the context's "
+          "PagedAttention writes; 0 without a byte budget), step_ns, used_persistent_state. "
           "Raises the "
           "request's error.")
       .def("cancel", &RequestHandle::Cancel, py::arg("reason") = "cancelled",

@@ -286,6 +286,7 @@ def test_a_fixed_page_format_policy_sets_what_a_kv_budget_in_bytes_charges(tmp_p
     scheduler.wait_idle()
     stats = scheduler.stats()
     assert stats["peak_kv_bytes_reserved"] == budget and stats["max_batch_size"] == 2
+    assert [h.stats()["kv_bytes_per_token"] for h in handles] == [int8_per_token] * 2
     for policy in (runtime.PagedFormatPolicy("INT8", "INT8", after_tokens=4),
                    lambda key, value, past: ("INT8", "INT8")):
         handles, _, _ = run(policy)

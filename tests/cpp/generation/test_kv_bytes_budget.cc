@@ -199,6 +199,7 @@ TEST_CASE(
     CAPTURE(i);
     CHECK(TokenRow(handles[i].Get().tokens) ==
           TokenRow(Generate(model, context, RowsFeeds(prompts[i]), options)));
+    CHECK(handles[i].Get().stats.kv_bytes_per_token == 32);
   }
   scheduler.WaitIdle();
   const SchedulerStats stats = scheduler.stats();
