@@ -155,8 +155,12 @@ TEST_CASE(
   // INT8 keys and UINT4 values: 2 x 8 + 2 x 8 / 2 = 24 bytes per token instead of 128.
   const KvPageStorage int8_uint4{TensorProto::INT8, TensorProto::UINT4};
   CHECK(KvBytesPerToken(*DeclaredLayoutDecoder(), &int8_uint4).bytes == 24);
-  const KvPageStorage unknown{TensorProto::FLOAT, 999};
-  CHECK(KvBytesPerToken(*DeclaredLayoutDecoder(), &unknown).bytes == 0);
+  const KvPageStorage strings{TensorProto::FLOAT, TensorProto::STRING};
+  const KvTokenBytes refused = KvBytesPerToken(*DeclaredLayoutDecoder(), &strings);
+  CHECK(refused.bytes == 0);
+  CHECK(refused.why_not ==
+        "the context's KV page storage (key type 1, value type 8) is not a page format (FLOAT, "
+        "FLOAT16, BFLOAT16, INT8, UINT8, INT4, UINT4, INT2 or UINT2)");
 
   const std::shared_ptr<const ModelProto> model = DeclaredLayoutDecoder();
   RuntimeContext context;
