@@ -257,39 +257,61 @@ def test_a_prepared_export_declares_its_page_layout_for_a_kv_budget_in_bytes(tmp
 def test_a_fixed_page_format_policy_sets_what_a_kv_budget_in_bytes_charges(tmp_path):
     """register_paged_attention(PagedFormatPolicy(key, value)) from the first token: a token
     costs the policy's storage bytes (INT8: a quarter of FLOAT), so a budget of two INT8 pages
-    a row runs two requests at once with the tokens each gives alone under that policy. A
-    policy that switches later (pages before it are FLOAT) or a callable is charged at the
-    declared FLOAT layout."""
+    a row runs two requests at once with the tokens each gives alone under that policy, and
+    grow_and_preempt keeps INT8 caches within a tight budget by preempting, each request still
+    giving its alone tokens. A policy that switches later (pages before it are FLOAT) or a
+    callable is charged at the declared FLOAT layout."""
     arch, size = "llama", "tiny"
     original = _raw_copy(tmp_path, arch, size)
     prepare.prepare_decoder(original, tmp_path / "rows.onnx", bind="auto", paged="rows")
     model = ol_onnx.load_model(tmp_path / "rows.onnx")
     layers, kv_heads, head = export_hf.cache_shape(arch, size)
     int8_per_token = layers * 2 * kv_heads * head
-    options = runtime.GenerationOptions(max_new_tokens=6)  # 5 + 6 tokens: one page per row
-    prompts = [np.arange(1, 6, dtype=np.int64)[None], np.arange(7, 12, dtype=np.int64)[None]]
     caches = {f"past_key_values.{i}": [{"blocks": []}] for i in range(layers)}
-    budget = 2 * 16 * int8_per_token
 
-    def run(policy):
+    def run(policy, prompts, new_tokens, budget, **kw):
+        """The requests at once under `budget`, and each one's tokens alone."""
         context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
         context.register_paged_attention(policy)
-        scheduler = runtime.RequestScheduler(context, max_in_flight=2, max_kv_bytes=budget)
-        handles = [scheduler.submit(model, {"input_ids": p, **caches}, options) for p in prompts]
+        options = runtime.GenerationOptions(max_new_tokens=new_tokens)
+        scheduler = runtime.RequestScheduler(context, max_in_flight=len(prompts),
+                                             max_kv_bytes=budget, **kw)
+        submitted = threading.Event()  # the first request waits at its first token for all
+
+        def hold(step, tokens):
+            assert submitted.wait(timeout=60)
+
+        handles = [scheduler.submit(model, {"input_ids": p, **caches}, options,
+                                    on_token=hold if i == 0 else None)
+                   for i, p in enumerate(prompts)]
+        submitted.set()
         alone = [np.from_dlpack(runtime.generate(model, context, {"input_ids": p, **caches},
                                                  options)).tolist() for p in prompts]
         return handles, alone, scheduler
 
-    handles, alone, scheduler = run(runtime.PagedFormatPolicy("INT8", "INT8"))
-    for handle, tokens in zip(handles, alone):
-        assert np.from_dlpack(handle.result()).tolist() == tokens
-    scheduler.wait_idle()
-    stats = scheduler.stats()
+    def all_alone(handles, alone, scheduler):
+        for handle, tokens in zip(handles, alone):
+            assert np.from_dlpack(handle.result()).tolist() == tokens
+        scheduler.wait_idle()
+        return scheduler.stats()
+
+    two = [np.arange(1, 6, dtype=np.int64)[None], np.arange(7, 12, dtype=np.int64)[None]]
+    budget = 2 * 16 * int8_per_token  # 5 + 6 tokens: one page per row
+    handles, alone, scheduler = run(runtime.PagedFormatPolicy("INT8", "INT8"), two, 6, budget)
+    stats = all_alone(handles, alone, scheduler)
     assert stats["peak_kv_bytes_reserved"] == budget and stats["max_batch_size"] == 2
     assert [h.stats()["kv_bytes_per_token"] for h in handles] == [int8_per_token] * 2
+
+    five = [np.array([[1 + i, 5, 9, 2 + i, 7]], np.int64) for i in range(5)]
+    budget = 5 * 16 * int8_per_token  # one page each; 5 + 24 tokens need two each
+    stats = all_alone(*run(runtime.PagedFormatPolicy("INT8", ("INT8", 0.02, 0)), five, 24, budget,
+                           kv_admission="grow_and_preempt"))
+    assert stats["preemptions"] > 0 and stats["peak_kv_bytes_reserved"] <= budget
+
+    budget = 2 * 16 * int8_per_token
     for policy in (runtime.PagedFormatPolicy("INT8", "INT8", after_tokens=4),
                    lambda key, value, past: ("INT8", "INT8")):
-        handles, _, _ = run(policy)
+        handles, _, _ = run(policy, two, 6, budget)
         with pytest.raises(MemoryError, match=rf"needs {16 * 4 * int8_per_token} KV bytes .* x "
                                               rf"{4 * int8_per_token} bytes per token\) but "
                                               rf"max_kv_bytes is {budget}"):
