@@ -292,4 +292,9 @@ PagedCacheProto RuntimeValue::ToPagedCache() const {
   return out;
 }
 
+bool IsPageStorageType(DataType t) {
+  if (t == DataType::kFloat || t == DataType::kFloat16 || t == DataType::kBFloat16) return true;
+  return IsAffineCodeType(t) && t != DataType::kInt16 && t != DataType::kUint16;
+}
+
 }  // namespace onnx_light::core::runtime

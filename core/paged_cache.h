@@ -43,4 +43,8 @@ PagedBlockGeometry CheckPagedCacheBlock(const std::string& where, const RuntimeV
 void CheckPagedCachePages(const std::string& what, const std::string& path,
                           const RuntimeValue& cache, const PagePayloadCheck& check_payload = {});
 
+// A storage type pages are written in: FLOAT, FLOAT16, BFLOAT16, or an affine code of at most
+// 8 bits (INT8, UINT8, INT4, UINT4, INT2, UINT2).
+bool IsPageStorageType(DataType t);
+
 }  // namespace onnx_light::core::runtime

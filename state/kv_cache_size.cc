@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/paged_cache.h"
 #include "core/type_compat.h"
 #include "executor/runtime_context.h"
 #include "onnx_light.pb.h"
@@ -89,30 +90,13 @@ int64_t PageTokens(const GraphProto& graph) {
   return tokens;
 }
 
-// A type PagedAttention writes pages in.
-bool PageStorageType(int32_t type) {
-  switch (static_cast<DataType>(type)) {
-    case DataType::kFloat:
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-    case DataType::kInt8:
-    case DataType::kUint8:
-    case DataType::kInt4:
-    case DataType::kUint4:
-    case DataType::kInt2:
-    case DataType::kUint2:
-      return true;
-    default:
-      return false;
-  }
-}
-
 }  // namespace
 
 KvTokenBytes KvBytesPerToken(const ModelProto& model, const KvPageStorage* storage) {
   const GraphProto& graph = model.graph();
   if (graph.persistent_bindings_size() == 0) return {0, "the model has no persistent caches"};
-  if (storage != nullptr && !(PageStorageType(storage->key) && PageStorageType(storage->value)))
+  if (storage != nullptr && !(IsPageStorageType(static_cast<DataType>(storage->key)) &&
+                              IsPageStorageType(static_cast<DataType>(storage->value))))
     return {0, "the context's KV page storage (key type " + std::to_string(storage->key) +
                    ", value type " + std::to_string(storage->value) +
                    ") is not a page format (FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, INT4, UINT4, "

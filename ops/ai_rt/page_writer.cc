@@ -5,8 +5,8 @@
 #include <cstring>
 #include <memory>
 
-#include "core/affine_encoding.h"
 #include "core/error.h"
+#include "core/paged_cache.h"
 #include "onnx_light.pb.h"
 #include "ops/ai_rt/page_pool.h"
 #include "ops/math/quantize.h"
@@ -127,12 +127,10 @@ bool PageFormat::affine() const {
 
 void CheckPageFormat(const PageFormat& format, const std::string& where) {
   const DataType s = format.storage;
-  if (s == DataType::kFloat || s == DataType::kFloat16 || s == DataType::kBFloat16) return;
-  // The affine code types, but for the 16-bit ones: pages keep codes of at most 8 bits.
-  OL_CHECK(core::runtime::IsAffineCodeType(s) && s != DataType::kInt16 && s != DataType::kUint16,
-           ErrorCode::kInvalidArgument,
+  OL_CHECK(core::runtime::IsPageStorageType(s), ErrorCode::kInvalidArgument,
            where + ": unsupported page format " + core::DataTypeName(s) +
                " (FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, INT4, UINT4, INT2, UINT2)");
+  if (s == DataType::kFloat || s == DataType::kFloat16 || s == DataType::kBFloat16) return;
   OL_CHECK(std::isfinite(format.scale) && format.scale > 0, ErrorCode::kInvalidArgument,
            where + ": the " + core::DataTypeName(format.storage) +
                " scale must be positive and finite, got " + std::to_string(format.scale));
