@@ -11,6 +11,8 @@
 #include "core/tensor.h"
 #include "onnx_light.pb.h"
 #include "ops/ai_rt/paged_attention.h"
+#include "state/request_scheduler.h"
+#include "submit_gate.h"
 
 namespace test_util {
 
@@ -132,6 +134,27 @@ inline onnx_light::core::runtime::RuntimeValueMap RowsFeeds(const std::vector<in
       Tensor::FromInt64("input_ids", {1, static_cast<int64_t>(prompt.size())}, prompt));
   feeds["past"] = PagedAttention::AssembleRows({PagedAttention::EmptyCache()});
   return feeds;
+}
+
+// One RowsDecoder request per prompt, submitted together: the first waits at its first token
+// until all are submitted (SubmitGate), so they overlap however slowly this thread runs.
+inline std::vector<onnx_light::core::runtime::RequestHandle> SubmitTogether(
+    onnx_light::core::runtime::RequestScheduler& scheduler,
+    const std::shared_ptr<const ModelProto>& model,
+    const std::vector<std::vector<int64_t>>& prompts,
+    const onnx_light::core::runtime::GenerationOptions& options) {
+  std::vector<onnx_light::core::runtime::RequestHandle> handles;
+  SubmitGate gate;
+  for (const auto& p : prompts)
+    handles.push_back(scheduler.Submit({model,
+                                        nullptr,
+                                        RowsFeeds(p),
+                                        options,
+                                        {},
+                                        handles.empty() ? gate.Hold() : nullptr,
+                                        nullptr}));
+  gate.Open();
+  return handles;
 }
 
 // The tokens of a [1, n] INT64 result.

@@ -268,17 +268,8 @@ TEST_CASE(
   options.max_new_tokens = 8;  // each request: 1 x (3 + 8) = 11 tokens
   const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {4, 5, 6}, {7, 8, 9}, {9, 2, 4}};
   RequestScheduler scheduler(context, {.max_in_flight = 8, .max_kv_tokens = 30});
-  std::vector<RequestHandle> handles;
-  test_util::SubmitGate gate;
-  for (const auto& p : prompts)
-    handles.push_back(scheduler.Submit({model,
-                                        nullptr,
-                                        RowsFeeds(p),
-                                        options,
-                                        {},
-                                        handles.empty() ? gate.Hold() : nullptr,
-                                        nullptr}));
-  gate.Open();
+  std::vector<RequestHandle> handles =
+      test_util::SubmitTogether(scheduler, model, prompts, options);
   GenerationOptions long_options;
   long_options.max_new_tokens = 28;  // 1 x (3 + 28) = 31 > 30
   RequestHandle too_big =

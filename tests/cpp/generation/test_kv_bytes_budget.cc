@@ -16,7 +16,6 @@
 #include "state/generate.h"
 #include "state/kv_cache_size.h"
 #include "state/request_scheduler.h"
-#include "submit_gate.h"
 
 using namespace onnx_light;
 using namespace onnx_light::core;
@@ -114,17 +113,8 @@ TEST_CASE(
   RequestScheduler scheduler(
       context,
       {.max_in_flight = 8, .max_kv_bytes = kBudget, .kv_admission = KvAdmission::kGrowAndPreempt});
-  std::vector<RequestHandle> handles;
-  test_util::SubmitGate gate;
-  for (const auto& p : prompts)
-    handles.push_back(scheduler.Submit({model,
-                                        nullptr,
-                                        RowsFeeds(p),
-                                        options,
-                                        {},
-                                        handles.empty() ? gate.Hold() : nullptr,
-                                        nullptr}));
-  gate.Open();
+  std::vector<RequestHandle> handles =
+      test_util::SubmitTogether(scheduler, model, prompts, options);
   GenerationOptions long_options;
   long_options.max_new_tokens = 40;  // 3 + 40 tokens: three pages, 6144 bytes > 5120
   RequestHandle too_big =
@@ -188,17 +178,8 @@ TEST_CASE(
   }
   context.set_kv_page_storage(KvPageStorage{TensorProto::INT8, TensorProto::INT8});
   RequestScheduler scheduler(context, {.max_in_flight = 4, .max_kv_bytes = kBudget});
-  std::vector<RequestHandle> handles;
-  test_util::SubmitGate gate;
-  for (const auto& p : prompts)
-    handles.push_back(scheduler.Submit({model,
-                                        nullptr,
-                                        RowsFeeds(p),
-                                        options,
-                                        {},
-                                        handles.empty() ? gate.Hold() : nullptr,
-                                        nullptr}));
-  gate.Open();
+  std::vector<RequestHandle> handles =
+      test_util::SubmitTogether(scheduler, model, prompts, options);
   for (size_t i = 0; i < prompts.size(); ++i) {
     CAPTURE(i);
     CHECK(TokenRow(handles[i].Get().tokens) ==
