@@ -407,6 +407,11 @@ int64_t DefaultOpset(const google::protobuf::RepeatedPtrField<OperatorSetIdProto
   return fallback;
 }
 
+// The standard operators with graph attributes (bodies and branches).
+bool TakesGraphs(std::string_view op) {
+  return op == "If" || op == "Loop" || op == "Scan" || op == "SequenceMap";
+}
+
 constexpr int kMaxGraphDepth = 64;  // subgraph nesting bound (the walk recurses)
 
 void CheckGraph(const GraphProto& graph, int64_t version, int depth);
@@ -415,6 +420,21 @@ void CheckNode(const NodeProto& node, int64_t version, int depth) {
   const std::string label = node.op_type() + " node '" + node.name() + "'";
   if (node.domain().empty() || node.domain() == "ai.onnx") {
     if (const Arity* a = Find(node.op_type(), version)) {
+      OL_CHECK(node.input_size() >= a->min_inputs, ErrorCode::kInvalidModel,
+               label + ": has " + std::to_string(node.input_size()) + " inputs, but " +
+                   node.op_type() + "-" + std::to_string(a->since) + " takes at least " +
+                   std::to_string(a->min_inputs));
+      OL_CHECK(node.output_size() >= a->min_outputs, ErrorCode::kInvalidModel,
+               label + ": has " + std::to_string(node.output_size()) + " outputs, but " +
+                   node.op_type() + "-" + std::to_string(a->since) + " produces at least " +
+                   std::to_string(a->min_outputs));
+      // A graph attribute makes the values its body captures inputs of the node (after the
+      // explicit ones), where another operator's kernel would read them as its own.
+      for (const auto& attr : node.attribute())
+        OL_CHECK(TakesGraphs(node.op_type()) || (!attr.has_g() && attr.graphs_size() == 0),
+                 ErrorCode::kInvalidModel,
+                 label + ": attribute '" + attr.name() + "' is a graph, which " + node.op_type() +
+                     " does not take");
       OL_CHECK(a->max_inputs < 0 || node.input_size() <= a->max_inputs, ErrorCode::kInvalidModel,
                label + ": has " + std::to_string(node.input_size()) + " inputs, but " +
                    node.op_type() + "-" + std::to_string(a->since) + " takes at most " +

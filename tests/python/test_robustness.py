@@ -250,6 +250,31 @@ def test_a_node_with_more_outputs_than_its_schema_is_refused_naming_it():
     """, "ValueError", "Add node 'a'", "2 outputs", "at most 1")
 
 
+def test_a_node_with_fewer_inputs_than_its_schema_is_refused_naming_it():
+    """A libFuzzer-style finding (tests/fuzz/fuzz_models.py, semantic target): a kernel read
+    the missing input's name while building its error, past the end of the node's inputs."""
+    expect("""
+    m = model_bytes([helper.make_node("OneHot", ["i"], ["y"], name="hot")],
+                    [vi("i", TP.INT64, [3])], [vi("y")])
+    report(lambda: runtime.RuntimeSession(m))
+    """, "ValueError", "OneHot node 'hot'", "1 inputs", "OneHot-11 takes at least 3")
+
+
+def test_a_graph_attribute_on_an_operator_without_one_is_refused_naming_it():
+    """An If mutated into Add kept its branches: their captures became extra inputs of the
+    Add, which its kernel read as its second operand (tests/fuzz/fuzz_models.py)."""
+    expect("""
+    branch = helper.make_graph([helper.make_node("Identity", ["t"], ["z"])], "b", [],
+                               [vi("z", TP.FLOAT, [2])])
+    m = model_bytes([helper.make_node("Neg", ["x"], ["t"]),
+                     helper.make_node("Add", ["x", "x"], ["y"], name="add",
+                                      then_branch=branch)],
+                    [vi("x", TP.FLOAT, [2])], [vi("y")])
+    report(lambda: runtime.RuntimeSession(m))
+    """, "ValueError", "Add node 'add'", "attribute 'then_branch' is a graph",
+         "Add does not take")
+
+
 # --- the model edited after a session was built -------------------------------------------
 
 EDIT_SETUP = """
@@ -398,11 +423,11 @@ def test_printing_a_model_with_invalid_utf8_names_gives_a_value_error_locating_t
     assert "UnicodeDecodeError" not in line
 
 
-def test_a_mul_with_one_input_is_refused_by_its_kernel_not_read_past_by_the_fusions():
+def test_a_mul_with_one_input_is_refused_before_the_fusions_read_it():
     """The plan's pattern matchers (RMSNorm, SiLU, attention) read both inputs of a Mul; a
-    malformed Mul with one input (the arity check bounds only the maximum) is skipped by them
-    and refused by its kernel, naming the node (a libFuzzer finding:
-    tests/fuzz/regressions/model/fusion-mul-with-one-input)."""
+    malformed Mul with one input is refused when the session is built, naming the node,
+    before they run (a libFuzzer finding: tests/fuzz/regressions/model/
+    fusion-mul-with-one-input)."""
     expect("""
         m = model_bytes([helper.make_node("Mul", ["x"], ["y"], name="lonely"),
                          helper.make_node("Mul", ["y", "w"], ["z"], name="scale")],
@@ -410,6 +435,6 @@ def test_a_mul_with_one_input_is_refused_by_its_kernel_not_read_past_by_the_fusi
                         [helper.make_tensor("w", TP.FLOAT, [3], [1.0, 2.0, 3.0])])
         from onnx_light import onnx as ol
         model = ol.ModelProto.FromString(m)
-        s = runtime.RuntimeSession(model)
-        report(lambda: s.run(ctx(), {"x": np.ones((2, 3), np.float32)}))
-    """, "ValueError", "Mul node 'lonely'")
+        report(lambda: runtime.RuntimeSession(model).run(ctx(),
+                                                         {"x": np.ones((2, 3), np.float32)}))
+    """, "ValueError", "Mul node 'lonely'", "takes at least 2")

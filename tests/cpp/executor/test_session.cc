@@ -132,6 +132,27 @@ TEST_CASE("nodes given out of order are sorted, and cycles and undefined names a
                        Error);
 }
 
+TEST_CASE("standard nodes with too few inputs or a stray graph attribute are refused") {
+  // Both from tests/fuzz/fuzz_models.py (an If mutated into Add/OneHot): the branches'
+  // captures became inputs of the node, and a kernel read a missing input's name.
+  auto one_input = ParseModelText(Header() +
+                                  "graph { input { name: \"x\" } node { name: \"lonely\" "
+                                  "op_type: \"Add\" input: \"x\" output: \"y\" } "
+                                  "output { name: \"y\" } }");
+  CHECK_THROWS_WITH_AS(RuntimeSession{one_input},
+                       "Add node 'lonely': has 1 inputs, but Add-14 takes at least 2", Error);
+  auto branch = ParseModelText(
+      Header() +
+      "graph { input { name: \"x\" } node { name: \"add\" op_type: \"Add\" input: \"x\" "
+      "input: \"x\" output: \"y\" attribute { name: \"then_branch\" type: GRAPH g { "
+      "node { op_type: \"Identity\" input: \"x\" output: \"z\" } output { name: \"z\" } "
+      "} } } output { name: \"y\" } }");
+  CHECK_THROWS_WITH_AS(RuntimeSession{branch},
+                       "Add node 'add': attribute 'then_branch' is a graph, which Add does not "
+                       "take",
+                       Error);
+}
+
 TEST_CASE("a node without a kernel is reported with its domain, opset and name") {
   RuntimeContext ctx;
   auto model =

@@ -377,6 +377,8 @@ TEST_CASE("Binding declarations are checked: duplicates, dangling names, types, 
   auto nested = ChainModel(1);
   auto* node = nested->mutable_graph()->add_node();
   node->set_op_type("If");
+  node->add_input("delta");  // (the schema's condition; the binding is refused first)
+  node->add_output("unused");
   auto* attr = node->add_attribute();
   attr->set_name("then_branch");
   attr->mutable_g()->set_name("then");
