@@ -46,6 +46,12 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kKeyBlock = 64;       // tokens scored per online-softmax step
 constexpr int64_t kSplitMinKeys = 256;  // below this a query's range is never split
 constexpr int64_t kSmallHead = 8;       // narrower heads take the token-at-a-time path
+// How far ahead (bytes of the task's reads) the kernels prefetch a group's rows: as many KV
+// heads later as make up 64 KiB (one for FLOAT pages of 16 tokens x 128 elements, the next
+// group's heads past the last). At the next group's same head, 8 heads (512 KiB) ahead for
+// that shape, FLOAT decode at 8k/32k tokens took 1.10-1.38x as long (perf/README.md,
+// "2026-12-04 (late)"); INT8 is the same either way.
+constexpr int64_t kAheadBytes = 64 << 10;
 
 using Page = ops::ai_rt::CachePage;
 
@@ -261,9 +267,9 @@ class BlockedAttention {
   // `next` (the next group's slice at the same place) for the kernels to prefetch line by
   // line as they read (math::CodeRows::ahead): asked for in one burst per block instead, the
   // reads stalled the arithmetic and the two did not overlap on one core (FLOAT 32k 28 -> 21
-  // ms, FLOAT16 18.5 -> 10 ms; the next head's rows, one block ahead, were slower than this
-  // group's distance). False (the caller prefetches `next` itself) when the kernels cannot:
-  // another code, fewer rows, no AVX-512.
+  // ms, FLOAT16 18.5 -> 10 ms). Pages read through a SlicePlan prefetch kAheadBytes ahead
+  // instead (SlicePlan::ForHead); this serves the pages asked per head. False (the caller
+  // prefetches `next` itself) when the kernels cannot: another code, fewer rows, no AVX-512.
   static bool Ahead(const Slice* next, bool keys, int64_t pb, int64_t kh, int64_t d,
                     ops::math::CodeRows* rows) {
     if (next == nullptr || next->n < rows->rows || !ops::math::PrefetchesAhead(*rows, d))
@@ -279,23 +285,33 @@ class BlockedAttention {
 
   // What every KV head of a slice reads, worked out once per group when the page holds every
   // head with one code, scale and zero point (else `uniform` is false and each head asks its
-  // page): head 0's rows, and head 0's rows of the next group's slice for the kernels to
+  // page): head 0's rows here and in the next group's slice, for the kernels to read and to
   // prefetch (null: the caller prefetches); head h's are h head strides further. Asking the
   // page (and Ahead) per head and slice cost 4-5% of an INT8 step in page-record misses.
   struct SlicePlan {
     ops::math::CodeRows rows;
     int64_t head_elements = 0;
+    const uint8_t* base = nullptr;  // head 0's rows here (null: the kernels cannot prefetch)
+    int64_t head_step = 0;          // bytes from one head's rows to the next here
+    int64_t slice_bytes = 0;        // bytes of one head's rows here (0: base is null)
     const uint8_t* ahead = nullptr;
     int64_t ahead_step = 0;  // bytes
     bool uniform = false;
 
-    // Head kh's rows (false: not uniform, ask the page).
-    bool ForHead(int64_t kh, ops::math::CodeRows* out, bool* ahead_set) const {
+    // Head kh's rows (false: not uniform, ask the page), asking the kernels to prefetch the
+    // rows of the head `distance` heads later: in this slice, or past the last head in the
+    // next group's slice (none when there is no such slice).
+    bool ForHead(int64_t kh, int64_t heads, int64_t distance, ops::math::CodeRows* out,
+                 bool* ahead_set) const {
       if (!uniform) return false;
       *out = rows;
       out->first += kh * head_elements;
-      if (ahead != nullptr) {
-        out->ahead = ahead + kh * ahead_step;
+      const int64_t to = kh + distance;
+      const uint8_t* at = to < heads
+                              ? (base == nullptr ? nullptr : base + to * head_step)
+                              : (ahead == nullptr ? nullptr : ahead + (to - heads) * ahead_step);
+      if (at != nullptr) {
+        out->ahead = at;
         *ahead_set = true;
       }
       return true;
@@ -309,6 +325,16 @@ class BlockedAttention {
     plan->uniform = view.HeadsUniform() && view.CodeRowsAt(pb, 0, sl.r0, sl.n, &plan->rows);
     if (!plan->uniform) return;
     plan->head_elements = view.HeadElements();
+    plan->base = nullptr;
+    plan->slice_bytes = 0;
+    if (ops::math::PrefetchesAhead(plan->rows, d)) {
+      plan->base = static_cast<const uint8_t*>(ops::math::RunBytes(plan->rows));
+      ops::math::CodeRows at = plan->rows;
+      at.first += plan->head_elements;
+      plan->head_step = static_cast<const uint8_t*>(ops::math::RunBytes(at)) - plan->base;
+      at.first = plan->rows.first + sl.n * d;
+      plan->slice_bytes = static_cast<const uint8_t*>(ops::math::RunBytes(at)) - plan->base;
+    }
     if (next == nullptr || !(keys ? next->page->key : next->page->value).HeadsUniform()) return;
     ops::math::CodeRows rows = plan->rows;
     if (!Ahead(next, keys, pb, 0, d, &rows)) return;
@@ -390,11 +416,18 @@ class BlockedAttention {
       next_group(t, pi, groups[cur ^ 1]);
       const Group& nx = groups[cur ^ 1];
       // Each slice's rows for head 0, worked out once for every head of the group.
+      int64_t head_bytes = 0;
       for (int k = 0; k < gr.count; ++k) {
         const Slice* next = k < nx.count ? &nx.slices[k] : nullptr;
         Plan(gr.slices[k], next, true, pb, dk, &key_plans[k]);
         Plan(gr.slices[k], next, false, pb, dv, &value_plans[k]);
+        head_bytes += key_plans[k].slice_bytes + value_plans[k].slice_bytes;
       }
+      // The kernels prefetch the rows this many heads later (kAheadBytes).
+      const int64_t distance =
+          head_bytes == 0
+              ? c_.kv_heads
+              : std::clamp<int64_t>((kAheadBytes + head_bytes - 1) / head_bytes, 1, c_.kv_heads);
       for (int64_t kh = 0; kh < c_.kv_heads; ++kh) {
         prefetch(nx, gr.count, kh);  // the next group's slices past this one's
         blk.runs = 0;
@@ -405,13 +438,13 @@ class BlockedAttention {
           CodeRows& kr = blk.keys[blk.runs];
           CodeRows& vr = blk.values[blk.runs];
           bool key_ahead = false, value_ahead = false;
-          if (!key_plans[k].ForHead(kh, &kr, &key_ahead)) {
+          if (!key_plans[k].ForHead(kh, c_.kv_heads, distance, &kr, &key_ahead)) {
             if (sl.page->key.CodeRowsAt(pb, kh, sl.r0, sl.n, &kr))
               key_ahead = Ahead(next, true, pb, kh, dk, &kr);
             else
               kr = dense(sl.page->key.Rows(pb, kh, sl.r0, sl.n, kbuf + blk.tokens * dk), sl.n);
           }
-          if (!value_plans[k].ForHead(kh, &vr, &value_ahead)) {
+          if (!value_plans[k].ForHead(kh, c_.kv_heads, distance, &vr, &value_ahead)) {
             if (sl.page->value.CodeRowsAt(pb, kh, sl.r0, sl.n, &vr))
               value_ahead = Ahead(next, false, pb, kh, dv, &vr);
             else
