@@ -49,7 +49,7 @@ constexpr int64_t kSmallHead = 8;       // narrower heads take the token-at-a-ti
 // How far ahead (bytes of the task's reads) the kernels prefetch a group's rows: as many KV
 // heads later as make up 64 KiB (one for FLOAT pages of 16 tokens x 128 elements, the next
 // group's heads past the last). At the next group's same head, 8 heads (512 KiB) ahead for
-// that shape, FLOAT decode at 8k/32k tokens took 1.10-1.38x as long (perf/README.md,
+// that shape, FLOAT decode at 8k/32k tokens took 1.06-1.38x as long (perf/README.md,
 // "2026-12-04 (late)"); INT8 is the same either way.
 constexpr int64_t kAheadBytes = 64 << 10;
 
