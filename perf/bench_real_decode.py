@@ -7,6 +7,8 @@ exported with torch.onnx.export (dynamo) with KV caches; exports cached under bu
   qwen05   Qwen2 architecture, the shape of Qwen2.5-0.5B (hidden 896, 24 layers, 14/2 heads,
            vocab 151936)
   *_2l     the same widths with 2 layers (quick checks)
+  llama32_1b  Llama architecture, the shape of Llama-3.2-1B (hidden 2048, 16 layers, 32/8
+           heads, vocab 128256, llama3 rope scaling; 4.9 GB: not in the default run)
 
 Engines, batch 1, greedy, prompt then one token per step, caches fed back:
   onnx-light   runtime.generate on the bound model (per-token times from on_token)
@@ -51,7 +53,8 @@ import numpy as np  # noqa: E402
 
 from models import export_hf  # noqa: E402
 
-SHAPES = {"smollm2": "llama", "smollm2_2l": "llama", "qwen05": "qwen2", "qwen05_2l": "qwen2"}
+SHAPES = {"smollm2": "llama", "smollm2_2l": "llama", "qwen05": "qwen2", "qwen05_2l": "qwen2",
+          "llama32_1b": "llama"}
 
 
 def weight_bytes(path: str) -> int:

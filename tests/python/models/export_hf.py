@@ -54,6 +54,16 @@ CONFIGS = {
     ("llama", "smollm2_2l"): dict(_SMOLLM2, num_hidden_layers=2),
     ("qwen2", "qwen05"): dict(_QWEN05, num_hidden_layers=24),
     ("qwen2", "qwen05_2l"): dict(_QWEN05, num_hidden_layers=2),
+    # The shape of Llama-3.2-1B (4.9 GB of FLOAT weights, past protobuf's 2 GB: the export is
+    # checked by path), its llama3 rope scaling included.
+    ("llama", "llama32_1b"): dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
+                                  num_hidden_layers=16, num_attention_heads=32,
+                                  num_key_value_heads=8, max_position_embeddings=131072,
+                                  rms_norm_eps=1e-5, rope_theta=500000.0,
+                                  tie_word_embeddings=True,
+                                  rope_scaling={"rope_type": "llama3", "factor": 32.0,
+                                                "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                "original_max_position_embeddings": 8192}),
 }
 
 # Other decoder architectures a user exports the same way (tests/python/
@@ -289,11 +299,20 @@ def ensure(arch: str, with_cache: bool = False, size: str = "tiny",
         if with_cache and not raw:
             _, kv_heads, head_dim = cache_shape(arch, size)
             single_use_caches(proto, kv_heads, head_dim)
-            onnx.checker.check_model(proto)
-        onnx.save(proto, path, save_as_external_data=True, location=name + ".data")
+        staged = os.path.join(out_dir, f".staged-{os.getpid()}-{name}")
+        onnx.save(proto, staged, save_as_external_data=True, location=name + ".data")
+        del proto
         os.remove(tmp)
         if os.path.exists(tmp + ".data"):
             os.remove(tmp + ".data")
+        try:
+            if with_cache and not raw:
+                onnx.checker.check_model(staged)  # by path: exports past 2 GB
+        except Exception:
+            os.remove(staged)
+            os.remove(os.path.join(out_dir, name + ".data"))
+            raise
+        os.replace(staged, path)
     return path
 
 
