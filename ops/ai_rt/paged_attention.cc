@@ -320,6 +320,14 @@ class BlockedAttention {
     }
   };
 
+  // Bytes from the first element of `rows` to the element `elements` further (whole-byte
+  // rows: the prefetching kernels' codes).
+  static int64_t ByteSpan(ops::math::CodeRows rows, int64_t elements) {
+    const auto* from = static_cast<const uint8_t*>(ops::math::RunBytes(rows));
+    rows.first += elements;
+    return static_cast<const uint8_t*>(ops::math::RunBytes(rows)) - from;
+  }
+
   static void Plan(const Slice& sl, const Slice* next, bool keys, int64_t pb, int64_t d,
                    SlicePlan* plan) {
     const PageView& view = keys ? sl.page->key : sl.page->value;
@@ -331,21 +339,17 @@ class BlockedAttention {
     plan->slice_bytes = 0;
     if (ops::math::PrefetchesAhead(plan->rows, d)) {
       plan->base = static_cast<const uint8_t*>(ops::math::RunBytes(plan->rows));
-      ops::math::CodeRows at = plan->rows;
-      at.first += plan->head_elements;
-      plan->head_step = static_cast<const uint8_t*>(ops::math::RunBytes(at)) - plan->base;
-      at.first = plan->rows.first + sl.n * d;
-      plan->slice_bytes = static_cast<const uint8_t*>(ops::math::RunBytes(at)) - plan->base;
+      plan->head_step = ByteSpan(plan->rows, plan->head_elements);
+      plan->slice_bytes = ByteSpan(plan->rows, sl.n * d);
     }
     if (next == nullptr || !(keys ? next->page->key : next->page->value).HeadsUniform()) return;
     ops::math::CodeRows rows = plan->rows;
     if (!Ahead(next, keys, pb, 0, d, &rows)) return;
     plan->ahead = static_cast<const uint8_t*>(rows.ahead);
-    // The bytes of one head of the next slice's page: its head 1 from its head 0.
-    ops::math::CodeRows head1 = rows;
-    head1.data = rows.ahead;
-    head1.first = (keys ? next->page->key : next->page->value).HeadElements();
-    plan->ahead_step = static_cast<const uint8_t*>(ops::math::RunBytes(head1)) - plan->ahead;
+    // The bytes of one head of the next slice's page (the rows at `ahead` start a byte).
+    rows.data = rows.ahead;
+    rows.first = 0;
+    plan->ahead_step = ByteSpan(rows, (keys ? next->page->key : next->page->value).HeadElements());
   }
 
   void RunTask(int64_t task) {
