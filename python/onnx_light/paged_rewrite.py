@@ -53,6 +53,7 @@ class Layer:
     present_key: str
     present_value: str
     head_size: Optional[int] = None  # found by the rewrite where the inputs leave it symbolic
+    window: int = 0  # keys a query sees (its own included) when the export's mask slides; 0: all
 
     @property
     def past(self) -> str:
@@ -191,7 +192,7 @@ def _value_matmul(g: _Graph, present_v: str):
 
 
 def _scores_matmul(g: _Graph, m2):
-    """(qk MatMul, scale on the scores) behind MatMul(probs, V)."""
+    """(qk MatMul, scale on the scores, the added mask or None) behind MatMul(probs, V)."""
     probs = m2.input[0]
     where = g.made_by(probs, "Where")
     if where is not None and g.made_by(where.input[0], "IsNaN") is not None:
@@ -202,19 +203,20 @@ def _scores_matmul(g: _Graph, m2):
         raise PagedRewriteError(f"MatMul node '{m2.name}' does not read Softmax(axis=-1) "
                                 f"probabilities")
     scores, scale = _unscaled(g, softmax.input[0])
-    add = g.made_by(scores, "Add")
-    if add is not None:  # + mask: dropped (PagedAttention is causal)
+    add, mask = g.made_by(scores, "Add"), None
+    if add is not None:  # + mask: dropped (PagedAttention is causal; mask_window reads it)
         for side in (0, 1):
             if g.made_by(add.input[side], "MatMul") is not None or \
                     g.made_by(_unscaled(g, add.input[side])[0], "MatMul") is not None:
                 scores, c = _unscaled(g, add.input[side])
                 scale *= c
+                mask = add.input[1 - side]
                 break
     qk = g.made_by(scores, "MatMul")
     if qk is None:
         raise PagedRewriteError(f"Softmax node '{softmax.name}' does not read MatMul(q, k) "
                                 f"scores (plus a mask)")
-    return qk, scale
+    return qk, scale, mask
 
 
 def rewrite(model, pairs, rows: bool = False, max_tokens: int = 4096) -> list:
@@ -223,7 +225,7 @@ def rewrite(model, pairs, rows: bool = False, max_tokens: int = 4096) -> list:
     layers = layers_of(pairs)
     g = _Graph(graph)
     declared = {i.name: i for i in graph.input}
-    replaced, positions = [], False
+    replaced, positions, masks, nodes = [], False, {}, {}
     for layer in layers:
         gqa = _gqa_of(g, layer)
         if gqa is not None:
@@ -233,7 +235,7 @@ def rewrite(model, pairs, rows: bool = False, max_tokens: int = 4096) -> list:
         k_new = _concat_of(g, layer.present_key, layer.past_key)
         v_new = _concat_of(g, layer.present_value, layer.past_value)
         m2 = _value_matmul(g, layer.present_value)
-        qk, scale = _scores_matmul(g, m2)
+        qk, scale, masks[layer.past] = _scores_matmul(g, m2)
         q, q_scale = _unscaled(g, qk.input[0])
         k_scale = _back_to(g, qk.input[1], layer.present_key)
         if k_scale is None:
@@ -256,7 +258,9 @@ def rewrite(model, pairs, rows: bool = False, max_tokens: int = 4096) -> list:
                               input=[q, k_new, v_new, layer.past],
                               output=[m2.output[0], layer.present])
         node.attribute.add(name="max_tokens", i=max_tokens, type=_ATTR_INT)
+        nodes[layer.past] = node
         replaced += [m2, g.producer[layer.present_key], g.producer[layer.present_value]]
+    _slide_windows(model, layers, masks, nodes, max_tokens)
     if positions:
         _declare_positions(graph)
     _swap_io(model, layers, rows)
@@ -264,6 +268,117 @@ def rewrite(model, pairs, rows: bool = False, max_tokens: int = 4096) -> list:
     _topological_sort(graph)
     _remove_dead(graph)
     return layers
+
+
+def _slide_windows(model, layers, masks, nodes, max_tokens: int) -> None:
+    """Sets left_window_size on the PagedAttention of every layer whose export's mask slides:
+    a mask is kept to the last w keys only where it says so at a long cache, which the logits
+    check (a few tokens) cannot see. Each mask's subgraph is run alone for one query at the
+    last position PagedAttention keeps (max_tokens); the keys it lets through must be all of
+    them (causal) or the last w (left_window_size w - 1), else the rewrite is refused."""
+    masks = {past: mask for past, mask in masks.items() if mask is not None}
+    if not masks:
+        return
+    seen = mask_rows(model, sorted(set(masks.values())), max_tokens)
+    for layer in layers:
+        mask = masks.get(layer.past)
+        if mask is None:
+            continue
+        allowed = seen[mask]
+        w = int(allowed.sum())
+        if w == 0 or not allowed[-w:].all():
+            raise PagedRewriteError(
+                f"the mask '{mask}' of {layer.past}'s attention lets a query at position "
+                f"{max_tokens - 1} see {w} keys that are not the last {w} (not causal, not a "
+                f"sliding window): PagedAttention cannot apply it")
+        if w < max_tokens:
+            layer.window = w
+            nodes[layer.past].attribute.add(name="left_window_size", i=w - 1, type=_ATTR_INT)
+
+
+def mask_rows(model, masks: list, total: int) -> dict:
+    """{mask: which of `total` keys it lets the last query see} for additive (0 / very
+    negative) or boolean masks, each computed by its subgraph alone for input_ids [[0]],
+    attention_mask ones [1, total], position_ids [[total - 1]] and zero caches of total - 1
+    tokens."""
+    from onnx_light.onnx_py._onnxpykernels import runtime
+
+    sub = _subgraph_model(model, masks)
+    feeds = {}
+    for i in sub.graph.input:
+        feeds[i.name] = _mask_feed(i, total)
+    state = runtime.PersistentValueState(sub, {})
+    try:
+        context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+        out = state.run(context, feeds)
+        rows = {}
+        for name in masks:
+            m = np.from_dlpack(out[name]).copy()
+            if m.ndim < 1 or m.shape[-1] != total or (m.ndim > 1 and m.shape[-2] != 1):
+                raise PagedRewriteError(f"the mask '{name}' is {list(m.shape)} for one query "
+                                        f"over {total} keys: not a mask the rewrite can read")
+            last = m.reshape(-1, total)[0]
+            rows[name] = last if last.dtype == np.bool_ else \
+                last > np.finfo(last.dtype).min / 2
+    finally:
+        state.close()
+    return rows
+
+
+def _mask_feed(value_info, total: int) -> np.ndarray:
+    name = value_info.name
+    if name == "input_ids":
+        return np.zeros((1, 1), np.int64)
+    if name == "attention_mask":
+        return np.ones((1, total), np.int64)
+    if name == "position_ids":
+        return np.array([[total - 1]], np.int64)
+    elem, dims = value_info.type.tensor_type.elem_type, \
+        [d.dim_value if d.HasField("dim_value") else None
+         for d in value_info.type.tensor_type.shape.dim]
+    dtype = {1: np.float32, 10: np.float16}.get(elem)
+    if len(dims) == 4 and dtype is not None and dims[1] is not None and dims[3] is not None:
+        return np.zeros((1, dims[1], total - 1, dims[3]), dtype)  # a cache of total - 1 tokens
+    raise PagedRewriteError(f"the attention mask reads input '{name}', which the rewrite "
+                            f"cannot feed to find its window")
+
+
+def _subgraph_model(model, outputs: list):
+    """A model of the nodes `outputs` depend on, with the inputs and initializers they read."""
+    from onnx_light import onnx as ol
+
+    graph = model.graph
+    producer = {o: k for k, n in enumerate(graph.node) for o in n.output}
+    inits = {t.name: t for t in graph.initializer}
+    declared = {i.name: i for i in graph.input}
+    needed, stack, seen = set(), list(outputs), set()
+    while stack:
+        name = stack.pop()
+        if name in seen or not name:
+            continue
+        seen.add(name)
+        k = producer.get(name)
+        if k is None:
+            continue
+        node = graph.node[k]
+        needed.add(k)
+        stack.extend(node.input)
+        if any(a.g.node or a.graphs for a in node.attribute):
+            raise PagedRewriteError(f"the attention mask is computed by node '{node.name}' "
+                                    f"with a subgraph; the rewrite cannot find its window")
+    sub = ol.ModelProto()
+    sub.ir_version = model.ir_version
+    sub.opset_import.extend(model.opset_import)
+    sub.graph.node.extend(graph.node[k] for k in sorted(needed))
+    sub.graph.name = "mask"
+    for name in sorted(seen):
+        if name in inits:
+            sub.graph.initializer.add().CopyFrom(inits[name])
+        elif name in declared:
+            sub.graph.input.add().CopyFrom(declared[name])
+    for name in outputs:
+        sub.graph.output.add().name = name
+    return sub
 
 
 def _scalar(model, name, value):
@@ -386,6 +501,7 @@ def _rewrite_gqa(model, g: _Graph, layer: Layer, node, max_tokens: int) -> bool:
         model.graph.initializer.add().CopyFrom(_scalar(model, factor, scale * math.sqrt(head)))
         q = add("Mul", [q, factor])
     window = ints.get("local_window_size", -1)
+    layer.window = max(window, 0)
     y = add("PagedAttention", [q, k, v, layer.past], [f"{layer.past}/paged_attention/y",
                                                        layer.present], domain="ai.rt",
             max_tokens=max_tokens, **({"left_window_size": window - 1} if window > 0 else {}))[0]
@@ -577,6 +693,10 @@ def verify(original_path, prepared_path, layers, rows: bool, steps: int = 3,
     from onnx_light import onnx as ol
 
     original, prepared = ol.load_model(original_path), ol.load_model(prepared_path)
+    # Past the narrowest sliding window, where it is short enough to step there.
+    windows = [l.window for l in layers if 0 < l.window <= 64]
+    if windows:
+        steps = max(steps, min(windows) - 6 + 2)
     levels = _float_activations(original)
     _float_activations(prepared)
     ort_path = str(original_path)

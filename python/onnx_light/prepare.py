@@ -729,7 +729,9 @@ def _prepare_paged(model, in_path, out_path, pairs, conventions, undefined_befor
     cache_inputs = {n for p in pairs for n in p[:1]}
     rewrites = list(shape_rewrites) + [Rewrite("PagedAttention", f"{l.past}/paged_attention", l.past,
                         f"attention of {l.past_key} / {l.past_value} on one paged cache "
-                        + ("per batch row" if rows else "per layer")) for l in layers]
+                        + ("per batch row" if rows else "per layer")
+                        + (f", each query seeing the last {l.window} keys (the export's sliding "
+                           f"window)" if l.window else "")) for l in layers]
     rewrites += [Rewrite("input", name, name, "dropped (no node reads it after the rewrite)")
                  for name in dropped if name not in cache_inputs]
     bound = [(l.past, l.present) for l in layers]

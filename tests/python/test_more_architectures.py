@@ -11,7 +11,8 @@ logits; norms after each block), Phi (LayerNorm, partial rotary, parallel attent
 OLMo (non-parametric LayerNorm), Granite (embedding, attention, residual and logit
 multipliers), Phi-3 (fused qkv and gate/up projections), StableLM (partial rotary,
 LayerNorm), StarCoder2 (GELU MLP with biases), Cohere (bias-free LayerNorm, parallel blocks,
-logit scale), Falcon (the new decoder architecture, grouped KV heads).
+logit scale), Falcon (the new decoder architecture, grouped KV heads), Gemma 3 (per-head q/k
+norms; a sliding window of 8 tokens on one layer, the other global).
 
 The first seven through onnxruntime-genai's model builder (fp32 and int4 CPU builds:
 GroupQueryAttention, MatMulNBits, the builder's fused norms), prepared the same way, give
@@ -131,7 +132,8 @@ def test_genai_builds_give_onnxruntime_genai_tokens(arch, precision):
 # The batched path (docs/generation.md, "Continuous batching"): `prepare_decoder(...,
 # paged="rows")` rewrites the export's attention onto ai.rt::PagedAttention over row caches,
 # and RequestScheduler runs two requests as rows of one call per step; each gets
-# transformers' greedy tokens. Gemma2 is refused with a clear error: its soft-capped scores
+# transformers' greedy tokens (Gemma 3's sliding layer past its window of 8: the rewrite reads
+# the window from the export's mask, see test_prepare_paged.py). Gemma2 is refused with a clear error: its soft-capped scores
 # (Div, Tanh, Mul between the scores and the Softmax) are not a form the rewrite takes.
 PAGED_ARCHS = tuple(a for a in export_hf.OTHER_ARCHS if a != "gemma2")
 

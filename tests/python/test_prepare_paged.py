@@ -154,6 +154,61 @@ def test_a_rewrite_that_changes_the_logits_is_refused(tmp_path, monkeypatch):
     assert [f for f in os.listdir(tmp_path) if f.startswith(".")] == []  # no temporary left
 
 
+def _left_windows(path):
+    model = ol_onnx.load_model(path)
+    return [next((a.i for a in n.attribute if a.name == "left_window_size"), None)
+            for n in model.graph.node if n.op_type == "PagedAttention"]
+
+
+@pytest.mark.parametrize("paged", ["cache", "rows"])
+def test_a_sliding_window_longer_than_the_check_is_read_from_the_mask(tmp_path, paged):
+    """Gemma 3 with a window of 100 keys on its first layer: the logits check (a 6-token
+    prompt, 3 steps) never reaches it, so the rewrite reads each layer's window from the
+    export's own mask at max_tokens keys. The sliding layer gets left_window_size 99, the
+    global one none, and 120 tokens give onnxruntime's greedy tokens on the original (without
+    the window they part from them once the cache passes 100 tokens)."""
+    original = _raw_copy(tmp_path, "gemma3_text", "window100")
+    report = prepare.prepare_decoder(original, tmp_path / "paged.onnx", bind="auto",
+                                     paged=paged)
+    assert _left_windows(tmp_path / "paged.onnx") == [99, None]
+    assert "each query seeing the last 100 keys" in report.format()
+    prompt = np.random.default_rng(5).integers(0, 256, (1, 104), dtype=np.int64)
+    expected, _ = _ort_greedy(original, prompt, 16)
+    model = ol_onnx.load_model(tmp_path / "paged.onnx")
+    empty = [{"blocks": []}] if paged == "rows" else {"blocks": []}
+    feeds = {"input_ids": prompt, **{f"past_key_values.{i}": empty for i in range(2)}}
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+    got = np.from_dlpack(runtime.generate(model, context, feeds,
+                                          runtime.GenerationOptions(max_new_tokens=16)))
+    np.testing.assert_array_equal(got[:, prompt.shape[1]:], expected)
+
+
+def test_a_mask_neither_causal_nor_sliding_is_refused(tmp_path):
+    """The sliding layer's mask reversed along the keys lets the last query see the first 8
+    keys: no PagedAttention window says that, so the rewrite is refused, naming the mask."""
+    original = _raw_copy(tmp_path, "gemma3_text", "tiny")
+    model = ol_onnx.load_model(original)
+    producer = {o: n for n in model.graph.node for o in n.output}
+    softmax = next(n for n in model.graph.node if n.op_type == "Softmax")  # layer 0's
+    add = producer[softmax.input[0]]  # scores * scale + mask
+    mask = next(x for x in add.input if producer[x].op_type != "Mul")
+    for name, values in (("rev_starts", [-1]), ("rev_ends", [-(1 << 62)]), ("rev_axes", [-1]),
+                         ("rev_steps", [-1])):
+        model.graph.initializer.add(name=name, data_type=7, dims=[1], int64_data=values)
+    model.graph.node.add(op_type="Slice", name="reverse_mask",
+                         input=[mask, "rev_starts", "rev_ends", "rev_axes", "rev_steps"],
+                         output=["reversed_mask"])
+    add.input[list(add.input).index(mask)] = "reversed_mask"
+    paged_rewrite._topological_sort(model.graph)
+    ol_onnx.save_model(model, tmp_path / "reversed.onnx")
+    with pytest.raises(prepare.PrepareError,
+                       match=rf"the mask 'reversed_mask' of past_key_values.0's attention lets "
+                             rf"a query at position 4095 see 8 keys that are not the last 8"):
+        prepare.prepare_decoder(tmp_path / "reversed.onnx", tmp_path / "p.onnx", bind="auto",
+                                paged="rows")
+    assert not os.path.exists(tmp_path / "p.onnx")
+
+
 def test_an_attention_of_another_form_is_refused_naming_it(tmp_path):
     """Softmax over another axis is not attention the rewrite knows: refused by structure."""
     original = _raw_copy(tmp_path, "llama", "tiny")

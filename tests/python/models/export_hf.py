@@ -73,12 +73,14 @@ CONFIGS = {
 # (non-parametric LayerNorm), Granite (residual, attention and logit multipliers), Phi-3
 # (fused qkv and gate/up projections), StableLM (partial rotary, LayerNorm), StarCoder2
 # (GELU MLP with biases), Cohere (LayerNorm without bias, parallel blocks, logit scale),
-# Falcon (the new decoder architecture, grouped KV heads). GPT-NeoX, Mixtral and Qwen2-MoE
-# fail in torch.onnx.export itself (this torch), so they are not here.
+# Falcon (the new decoder architecture, grouped KV heads), Gemma 3 (per-head q/k norms, a
+# sliding-window layer beside a global one, each with its own rotary base). GPT-NeoX,
+# Mixtral, Qwen2-MoE and Qwen3-MoE fail in torch.onnx.export itself (this torch), so they are
+# not here.
 _OTHER_TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
 OTHER_ARCHS = ("mistral", "qwen3", "gemma", "gemma2", "phi", "olmo", "granite", "phi3",
-               "stablelm", "starcoder2", "cohere", "falcon")
+               "stablelm", "starcoder2", "cohere", "falcon", "gemma3_text")
 CONFIGS.update({
     ("mistral", "tiny"): dict(_OTHER_TINY, rms_norm_eps=1e-6),
     ("qwen3", "tiny"): dict(_OTHER_TINY, head_dim=16, rms_norm_eps=1e-6),
@@ -96,6 +98,31 @@ CONFIGS.update({
     ("falcon", "tiny"): dict(vocab_size=256, hidden_size=64, num_hidden_layers=2,
                              num_attention_heads=4, num_kv_heads=2,
                              new_decoder_architecture=True),
+    # One sliding-window layer of 8 keys, one global.
+    ("gemma3_text", "tiny"): dict(_OTHER_TINY, head_dim=16, rms_norm_eps=1e-6, sliding_window=8,
+                                  layer_types=["sliding_attention", "full_attention"]),
+    # A window longer than prepare's logits check runs (tests/python/test_prepare_paged.py).
+    ("gemma3_text", "window100"): dict(_OTHER_TINY, head_dim=16, rms_norm_eps=1e-6,
+                                       sliding_window=100,
+                                       layer_types=["sliding_attention", "full_attention"]),
+})
+
+# Real sizes of two more architectures (perf/bench_real_decode.py): the shapes of Qwen3-0.6B
+# (per-head q/k norms, head size 128 beside a hidden size of 1024) and Gemma-3-270M (a
+# 262144-token vocabulary, one KV head of 256, five sliding-window layers to one global).
+CONFIGS.update({
+    ("qwen3", "qwen3_06b"): dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072,
+                                 num_hidden_layers=28, num_attention_heads=16,
+                                 num_key_value_heads=8, head_dim=128,
+                                 max_position_embeddings=40960, rms_norm_eps=1e-6,
+                                 rope_theta=1000000.0, tie_word_embeddings=True),
+    ("gemma3_text", "gemma3_270m"): dict(vocab_size=262144, hidden_size=640,
+                                         intermediate_size=2048, num_hidden_layers=18,
+                                         num_attention_heads=4, num_key_value_heads=1,
+                                         head_dim=256, max_position_embeddings=32768,
+                                         sliding_window=512, query_pre_attn_scalar=256,
+                                         rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                                         rms_norm_eps=1e-6, tie_word_embeddings=True),
 })
 
 
@@ -232,7 +259,8 @@ def export(model, path: str, with_cache: bool = False) -> None:
         config = model.config
         layers = config.num_hidden_layers
         kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-        head_dim = config.hidden_size // config.num_attention_heads
+        head_dim = (getattr(config, "head_dim", None)
+                    or config.hidden_size // config.num_attention_heads)
         mask = torch.ones(batch, past_len + seq, dtype=torch.int64)
         positions = torch.arange(past_len, past_len + seq).expand(batch, seq).contiguous()
         past = tuple(torch.randn(batch, kv_heads, past_len, head_dim) for _ in range(2 * layers))
