@@ -108,13 +108,16 @@ class AttentionMatch {
     if (axis == nullptr || (axis->i() != -1 && axis->i() != 3)) return std::nullopt;
     Take(softmax);
     std::string scores = ix_.node(softmax).input(0), mask;
-    int m1 = ix_.Producer(scores, "MatMul");
+    // The scores: MatMul(q, kT), scaled by a constant or not (eager attention scales the
+    // scores, torch's SDPA decomposition q and k), plus a mask or not.
+    float s_scale = 1.0f;
+    int m1 = ScaledProduct(scores, &s_scale);
     if (m1 < 0) {
       const int add = ix_.Producer(scores, "Add");
       if (add < 0) return std::nullopt;
       const NodeProto& a = ix_.node(add);
       for (int side = 0; side < 2 && m1 < 0; ++side) {
-        m1 = ix_.Producer(a.input(side), "MatMul");
+        m1 = ScaledProduct(a.input(side), &s_scale);
         mask = a.input(1 - side);
       }
       if (m1 < 0) return std::nullopt;
@@ -124,6 +127,7 @@ class AttentionMatch {
     const NodeProto& qk = ix_.node(m1);
     float q_scale = 1.0f, k_scale = 1.0f;
     const std::string q = Unscaled(qk.input(0), &q_scale);
+    q_scale *= s_scale;  // the kernel scales q . k by q_scale * k_scale
     const std::string kt = Unscaled(qk.input(1), &k_scale);
     const std::optional<std::string> k_rep = Untransposed(kt);
     if (!k_rep) return std::nullopt;
@@ -166,6 +170,24 @@ class AttentionMatch {
         return m.input(1 - side);
       }
     return name;
+  }
+
+  // The MatMul producing `name`, or the MatMul of Mul(MatMul, c) / Mul(c, MatMul) with a
+  // scalar constant c (into *scale; the Mul is taken); -1 when neither.
+  int ScaledProduct(const std::string& name, float* scale) {
+    if (const int m = ix_.Producer(name, "MatMul"); m >= 0) return m;
+    const int mul = ix_.Producer(name, "Mul");
+    if (mul < 0) return -1;
+    const NodeProto& n = ix_.node(mul);
+    for (int side = 0; side < 2; ++side) {
+      const int m = ix_.Producer(n.input(1 - side), "MatMul");
+      if (const auto c = ConstScalar(constant_, n.input(side)); c && m >= 0) {
+        *scale = *c;
+        Take(mul);
+        return m;
+      }
+    }
+    return -1;
   }
 
   // X where `name` is X with its last two axes swapped: Transpose(X, [0, 1, 3, 2]), or

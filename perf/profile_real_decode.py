@@ -21,7 +21,7 @@ from models import export_hf  # noqa: E402
 from onnx_light import onnx as ol_onnx, profiling  # noqa: E402
 from onnx_light.onnx_py._onnxpykernels import runtime  # noqa: E402
 
-ARCH = {"smollm2": "llama", "smollm2_2l": "llama", "qwen05": "qwen2", "qwen05_2l": "qwen2"}
+from bench_real_decode import SHAPES as ARCH  # noqa: E402  (name -> architecture)
 
 
 def step_feeds(ids, start):

@@ -9,7 +9,8 @@
 // against the GQA layout so that the substitution is exact (inputs 4-9: K's Expand shape,
 // K's Reshape shape, the [-1, T, D] Reshape, the [B, H, D, T] Reshape, V's Expand shape, V's
 // Reshape shape; each may be empty when that node was absent).
-// Attributes: q_scale, k_scale (the two scalar Muls). Output: Y [B, H, S, Dv].
+// Attributes: q_scale, k_scale (the scalar Muls of q and k; a scalar Mul of the scores is
+// folded into q_scale). Output: Y [B, H, S, Dv].
 //
 // Each task takes one (batch, KV head, query) and the H/Hkv query heads that share the KV
 // head, so every K/V row is read once for the whole group, over a key range with an online

@@ -1,7 +1,8 @@
 """What the plan-time optimisations (constant folding, the attention fusion, packed weights)
 must not change, on decoders exported by torch.onnx.export with KV caches
 (tests/python/models/export_hf.py): the tiny Llama, and 2-layer models with every width of
-the SmolLM2-135M (Llama) and Qwen2.5-0.5B (Qwen2) shapes, random weights.
+the SmolLM2-135M (Llama), Qwen2.5-0.5B (Qwen2) and Qwen3-0.6B shapes, random weights (Qwen3
+through eager attention, which scales the scores rather than q and k).
 
   - logits within 1e-4 of onnxruntime on the same file, prompt then decode steps with the
     caches bound (the unpacked first call, the packing second call, packed calls after);
@@ -21,7 +22,8 @@ from models import export_hf
 from onnx_light import onnx as ol_onnx
 from onnx_light.onnx_py._onnxpykernels import runtime
 
-CASES = [("llama", "tiny"), ("llama", "smollm2_2l"), ("qwen2", "qwen05_2l")]
+CASES = [("llama", "tiny"), ("llama", "smollm2_2l"), ("qwen2", "qwen05_2l"),
+         ("qwen3", "qwen3_06b_2l")]
 STEPS = 5
 
 
@@ -91,8 +93,9 @@ def test_optimised_plan_matches_onnxruntime_within_1e_4(case):
     # One fused attention per layer; no attention Softmax (or its NaN guard) left to run.
     assert ops["ScaledDotProductAttention"] == layers
     assert ops["Softmax"] == 0 and ops["IsNaN"] == 0
-    # Per layer two RMS norms (plus the final one), two rotary embeddings, one SiLU.
-    assert ops["RMSNormalization"] == 2 * layers + 1
+    # Per layer two RMS norms (four with Qwen3's q/k norms; plus the final one), two rotary
+    # embeddings, one SiLU.
+    assert ops["RMSNormalization"] == (4 if arch == "qwen3" else 2) * layers + 1
     assert ops["RotaryHalf"] == 2 * layers
     assert ops["SiluMul"] == layers
     assert ops["Pow"] == 0 and ops["Neg"] == 0 and ops["Sigmoid"] == 0
