@@ -11,7 +11,8 @@ becomes ``y, present_N = ai.rt::PagedAttention(q, k_new, v_new, past_N)`` with o
 per layer (or, with ``rows=True``, a sequence of row caches, one per batch row: the form the
 batched RequestScheduler steps). The export's mask is dropped: PagedAttention is causal over
 each row's own cached tokens, which is what the mask computes when the attention mask is all
-ones (no padding). So the rewrite is checked by numbers, not by structure: ``verify`` runs the
+ones (no padding); a mask that keeps each query to the last w keys (a sliding window, read by
+running the mask's subgraph at max_tokens keys) becomes left_window_size w - 1. So the rewrite is checked by numbers, not by structure: ``verify`` runs the
 original on onnxruntime and on onnx-light and the rewrite on onnx-light, a prompt and decode
 steps with the caches fed back, and the logits must agree. Nodes left without readers (the mask subgraph,
 Shape reads of the old caches) are removed; an input left unread (attention_mask) is dropped.
@@ -204,7 +205,7 @@ def _scores_matmul(g: _Graph, m2):
                                 f"probabilities")
     scores, scale = _unscaled(g, softmax.input[0])
     add, mask = g.made_by(scores, "Add"), None
-    if add is not None:  # + mask: dropped (PagedAttention is causal; mask_window reads it)
+    if add is not None:  # + mask: dropped (PagedAttention is causal; _slide_windows reads it)
         for side in (0, 1):
             if g.made_by(add.input[side], "MatMul") is not None or \
                     g.made_by(_unscaled(g, add.input[side])[0], "MatMul") is not None:
@@ -279,7 +280,7 @@ def _slide_windows(model, layers, masks, nodes, max_tokens: int) -> None:
     masks = {past: mask for past, mask in masks.items() if mask is not None}
     if not masks:
         return
-    seen = mask_rows(model, sorted(set(masks.values())), max_tokens)
+    seen = _mask_rows(model, sorted(set(masks.values())), max_tokens)
     for layer in layers:
         mask = masks.get(layer.past)
         if mask is None:
@@ -296,7 +297,7 @@ def _slide_windows(model, layers, masks, nodes, max_tokens: int) -> None:
             nodes[layer.past].attribute.add(name="left_window_size", i=w - 1, type=_ATTR_INT)
 
 
-def mask_rows(model, masks: list, total: int) -> dict:
+def _mask_rows(model, masks: list, total: int) -> dict:
     """{mask: which of `total` keys it lets the last query see} for additive (0 / very
     negative) or boolean masks, each computed by its subgraph alone for input_ids [[0]],
     attention_mask ones [1, total], position_ids [[total - 1]] and zero caches of total - 1
