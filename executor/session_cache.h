@@ -13,7 +13,9 @@
 // exists), but it never keeps it alive for long on its own. Every lookup first drops the
 // entries that nothing outside the cache refers to (no caller holds the model or the
 // session); at most `capacity` entries stay (least recently used dropped first), and Clear()
-// drops them all. Dropping an entry never invalidates a session someone still holds.
+// drops them all. The Python front also sweeps when the last view of a model goes
+// (python/bindings/proto_wrapper.h), so a dropped model's memory is freed at once there.
+// Dropping an entry never invalidates a session someone still holds.
 // A model without an owner (an aliasing shared_ptr with no control block, as the reference
 // overloads build) cannot be tracked: it gets a private session that is not cached.
 //

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "executor/session_cache.h"
 
 namespace onnx_light::python {
 
@@ -13,6 +14,15 @@ using core::ErrorCode;
 void MessageTree::Detach(pb::Message* element) {
   removed_set.insert(element);
   removed.emplace_back(element);
+}
+
+MessageRef::~MessageRef() {
+  // Two holders: this view and one other, which may be a cached session's handle on the
+  // model (executor/session_cache.h): then nothing else can reach the model any more.
+  if (tree_ == nullptr || tree_.use_count() != 2) return;
+  tree_.reset();
+  link_.reset();
+  core::runtime::SessionCache::Default().Sweep();
 }
 
 MessageRef MessageRef::Root(std::shared_ptr<pb::Message> root) {

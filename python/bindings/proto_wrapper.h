@@ -89,6 +89,15 @@ class MessageRef {
  public:
   static MessageRef Root(std::shared_ptr<pb::Message> root);
 
+  MessageRef() = default;
+  MessageRef(const MessageRef&) = default;
+  MessageRef(MessageRef&&) = default;
+  MessageRef& operator=(const MessageRef&) = default;
+  MessageRef& operator=(MessageRef&&) = default;
+  // The last view of a model whose compiled session the process-wide cache keeps: the cache
+  // lets go of the session (its plans and packed weights) now, not at its next lookup.
+  ~MessageRef();
+
   // View of the singular message field `field` (may be unset).
   MessageRef Sub(const pb::FieldDescriptor* field) const;
   // View of element `index` of the repeated message field `field` (must exist).
