@@ -83,6 +83,14 @@ const AttributeProto* Attr(const NodeProto& n, const char* name) {
   return nullptr;
 }
 
+AttributeProto FloatAttr(const char* name, float value) {
+  AttributeProto a;
+  a.set_name(name);
+  a.set_type(AttributeProto::FLOAT);
+  a.set_f(value);
+  return a;
+}
+
 // Matches one attention subgraph ending at a MatMul, collecting the nodes it replaces.
 class AttentionMatch {
  public:
@@ -109,15 +117,15 @@ class AttentionMatch {
     Take(softmax);
     std::string scores = ix_.node(softmax).input(0), mask;
     // The scores: MatMul(q, kT), scaled by a constant or not (eager attention scales the
-    // scores, torch's SDPA decomposition q and k), plus a mask or not.
-    float s_scale = 1.0f;
-    int m1 = ScaledProduct(scores, &s_scale);
+    // scores, torch's SDPA decomposition q and k), soft-capped or not, plus a mask or not.
+    float s_scale = 1.0f, softcap = 0.0f;
+    int m1 = CappedProduct(scores, &s_scale, &softcap);
     if (m1 < 0) {
       const int add = ix_.Producer(scores, "Add");
       if (add < 0) return std::nullopt;
       const NodeProto& a = ix_.node(add);
       for (int side = 0; side < 2 && m1 < 0; ++side) {
-        m1 = ScaledProduct(a.input(side), &s_scale);
+        m1 = CappedProduct(a.input(side), &s_scale, &softcap);
         mask = a.input(1 - side);
       }
       if (m1 < 0) return std::nullopt;
@@ -146,12 +154,9 @@ class AttentionMatch {
                                   v_expand, v_reshape})
       n.add_input(in);
     n.add_output(m2.output(0));
-    for (auto [name, value] : {std::pair{"q_scale", q_scale}, std::pair{"k_scale", k_scale}}) {
-      AttributeProto* a = n.add_attribute();
-      a->set_name(name);
-      a->set_type(AttributeProto::FLOAT);
-      a->set_f(value);
-    }
+    *n.add_attribute() = FloatAttr("q_scale", q_scale);
+    *n.add_attribute() = FloatAttr("k_scale", k_scale);
+    if (softcap > 0.0f) *n.add_attribute() = FloatAttr("softcap", softcap);
     return f;
   }
 
@@ -186,6 +191,40 @@ class AttentionMatch {
         Take(mul);
         return m;
       }
+    }
+    return -1;
+  }
+
+  // ScaledProduct of `name`, or of x in Mul(Tanh(Div(x, c)), c) (Gemma 2's soft cap c > 0,
+  // into *cap; Mul(x, 1 / c) for the Div, either operand order of the Muls); -1 when neither.
+  int CappedProduct(const std::string& name, float* scale, float* cap) {
+    if (const int m = ScaledProduct(name, scale); m >= 0) return m;
+    const int mul = ix_.Producer(name, "Mul");
+    if (mul < 0) return -1;
+    const NodeProto& outer = ix_.node(mul);
+    for (int side = 0; side < 2; ++side) {
+      const auto c = ConstScalar(constant_, outer.input(side));
+      const int tanh = ix_.Producer(outer.input(1 - side), "Tanh");
+      if (!c || *c <= 0.0f || tanh < 0) continue;
+      const std::string inner = ix_.node(tanh).input(0);
+      // inner = x / d or x * e: then x is scaled by 1 / d or e, which must undo c.
+      int scaler = ix_.Producer(inner, "Div");
+      float x_scale = 0.0f;
+      std::string x;
+      if (scaler >= 0) {
+        const auto d = ConstScalar(constant_, ix_.node(scaler).input(1));
+        if (d && *d != 0.0f) x_scale = 1.0f / *d, x = ix_.node(scaler).input(0);
+      } else if (scaler = ix_.Producer(inner, "Mul"); scaler >= 0) {
+        for (int s = 0; s < 2 && x.empty(); ++s)
+          if (const auto e = ConstScalar(constant_, ix_.node(scaler).input(s)))
+            x_scale = *e, x = ix_.node(scaler).input(1 - s);
+      }
+      if (x.empty() || std::fabs(x_scale * *c - 1.0f) > 1e-6f) return -1;
+      const int m = ScaledProduct(x, scale);
+      if (m < 0) return -1;
+      *cap = *c;
+      for (int i : {mul, tanh, scaler}) Take(i);
+      return m;
     }
     return -1;
   }
@@ -307,14 +346,6 @@ std::string Other(const NodeProto& n, const std::string& name) {
 
 bool IsLastAxis(const std::optional<std::vector<int64_t>>& axes) {
   return axes && axes->size() == 1 && (*axes)[0] == -1;
-}
-
-AttributeProto FloatAttr(const char* name, float value) {
-  AttributeProto a;
-  a.set_name(name);
-  a.set_type(AttributeProto::FLOAT);
-  a.set_f(value);
-  return a;
 }
 
 AttributeProto IntAttr(const char* name, int64_t value) {

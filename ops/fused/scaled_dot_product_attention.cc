@@ -10,7 +10,8 @@
 // K's Reshape shape, the [-1, T, D] Reshape, the [B, H, D, T] Reshape, V's Expand shape, V's
 // Reshape shape; each may be empty when that node was absent).
 // Attributes: q_scale, k_scale (the scalar Muls of q and k; a scalar Mul of the scores is
-// folded into q_scale). Output: Y [B, H, S, Dv].
+// folded into q_scale); softcap (> 0: the scores are softcap * tanh(s / softcap) before the
+// mask, Gemma 2's soft cap; 0 or absent: none). Output: Y [B, H, S, Dv].
 //
 // Each task takes one (batch, KV head, query) and the H/Hkv query heads that share the KV
 // head, so every K/V row is read once for the whole group, over a key range with an online
@@ -27,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "executor/attributes.h"
 #include "ops/fused/tiled_attention.h"
 #include "ops/kernel_factory.h"
@@ -95,8 +97,16 @@ struct Partial {
 // partial states merged by log-sum-exp, by whichever task of a row finishes last.
 struct RowAttention {
   RowAttention(const Tensor& q_, const Tensor& k_, const Tensor& v_, const float* qp_,
-               const float* mask_, const int64_t* ms_, float scale_, float* yp_)
-      : q(q_), k(k_), v(v_), qp(qp_), mask(mask_), ms(ms_), scale(scale_), yp(yp_) {}
+               const float* mask_, const int64_t* ms_, float scale_, float softcap_, float* yp_)
+      : q(q_),
+        k(k_),
+        v(v_),
+        qp(qp_),
+        mask(mask_),
+        ms(ms_),
+        scale(scale_),
+        softcap(softcap_),
+        yp(yp_) {}
 
   const Tensor& q;
   const Tensor& k;
@@ -105,6 +115,7 @@ struct RowAttention {
   const float* mask;
   const int64_t* ms;  // mask strides over [B, H, S, T], 0 where broadcast
   float scale;
+  float softcap;  // > 0: capped scores (see the top of the file)
   float* yp;
 
   int64_t heads = q.dim(1), sq = q.dim(2), dk = q.dim(3);
@@ -230,7 +241,14 @@ struct RowAttention {
   // running max, sum and output rescaled, the scores turned into weights. False when the
   // block has no live key for this head (its weights are then unused).
   bool Softmax(Partial& p, float* sc, int64_t n, const float* bias, float* out) const {
-    const float block_max = math::ScaleAddMax(sc, n, scale, bias);
+    float block_max;
+    if (softcap > 0.0f) {
+      math::ScaleAddMax(sc, n, scale / softcap, nullptr);
+      math::VecTanh(sc, sc, n);
+      block_max = math::ScaleAddMax(sc, n, softcap, bias);
+    } else {
+      block_max = math::ScaleAddMax(sc, n, scale, bias);
+    }
     if (block_max == kNegInf) return false;
     if (block_max > p.max) {
       const float r = p.max == kNegInf ? 0.0f : std::exp(p.max - block_max);
@@ -320,19 +338,23 @@ class ScaledDotProductAttention final : public core::runtime::KernelBase {
     const float scale = q_scale_ * k_scale_;
     if (fused::PrefersTiles(sq) && ComputeTiled(q, k, v, qp, mask_data, ms, scale, yp)) return;
 
-    RowAttention(q, k, v, qp, mask_data, ms, scale, yp).Run(call);
+    RowAttention(q, k, v, qp, mask_data, ms, scale, softcap_, yp).Run(call);
   }
 
  protected:
   void Configure(const NodeProto& node) override {
     q_scale_ = core::runtime::AttrFloat(node, "q_scale", 1.0f);
     k_scale_ = core::runtime::AttrFloat(node, "k_scale", 1.0f);
+    softcap_ = core::runtime::AttrFloat(node, "softcap", 0.0f);
+    OL_CHECK(softcap_ >= 0.0f, core::ErrorCode::kInvalidArgument,
+             "ScaledDotProductAttention node '" + node.name() + "': softcap must be >= 0, got " +
+                 std::to_string(softcap_));
   }
 
  private:
   // Prompts: the tiled path (ops/fused/tiled_attention.h); false when it declines.
-  static bool ComputeTiled(const Tensor& q, const Tensor& k, const Tensor& v, const float* qp,
-                           const float* mask, const int64_t ms[4], float scale, float* yp) {
+  bool ComputeTiled(const Tensor& q, const Tensor& k, const Tensor& v, const float* qp,
+                    const float* mask, const int64_t ms[4], float scale, float* yp) const {
     fused::AttentionProblem p;
     p.batch = q.dim(0);
     p.heads = q.dim(1);
@@ -352,6 +374,7 @@ class ScaledDotProductAttention final : public core::runtime::KernelBase {
     p.mask = mask;
     std::copy(ms, ms + 4, p.mask_strides);
     p.scale = scale;
+    p.softcap = softcap_;
     p.y = yp;
     return fused::TiledAttention(p);
   }
@@ -396,7 +419,7 @@ class ScaledDotProductAttention final : public core::runtime::KernelBase {
     if (!call.has_input(8) && rep != 1) call.Fail("V has fewer heads than Q but is not repeated");
   }
 
-  float q_scale_ = 1.0f, k_scale_ = 1.0f;
+  float q_scale_ = 1.0f, k_scale_ = 1.0f, softcap_ = 0.0f;
 };
 
 }  // namespace

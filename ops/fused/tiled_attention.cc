@@ -93,14 +93,14 @@ class QueryBlock {
   }
 
  private:
-  // scores = scale * Q_block K_tile^T.
+  // scores = scale * Q_block K_tile^T (divided by the soft cap, which Softmax applies).
   void Score(const float* k_tile, int64_t nk) {
     math::GemmArgs g;
     g.trans_b = true;
     g.m = mq_;
     g.n = nk;
     g.k = p_.dk;
-    g.alpha = p_.scale;
+    g.alpha = p_.softcap > 0.0f ? p_.scale / p_.softcap : p_.scale;
     g.a = p_.q + ((b_ * p_.heads + h_) * p_.queries + i0_) * p_.dk;
     g.lda = p_.dk;
     g.b = k_tile;
@@ -110,12 +110,16 @@ class QueryBlock {
     math::SgemmOnThisThread(g);
   }
 
-  // Adds the mask, rescales each row's running state to the new row maximum and turns the
-  // scores into weights exp(s - max).
+  // Caps the scores (softcap * tanh), adds the mask, rescales each row's running state to
+  // the new row maximum and turns the scores into weights exp(s - max).
   void Softmax(int64_t j0, int64_t nk) {
     const int64_t* ms = p_.mask_strides;
     for (int64_t r = 0; r < mq_; ++r) {
       float* s = scores_.data() + r * kKeyBlock;
+      if (p_.softcap > 0.0f) {
+        math::VecTanh(s, s, nk);
+        for (int64_t j = 0; j < nk; ++j) s[j] *= p_.softcap;
+      }
       if (p_.mask != nullptr) {
         const float* m = p_.mask + b_ * ms[0] + h_ * ms[1] + (i0_ + r) * ms[2] + j0 * ms[3];
         for (int64_t j = 0; j < nk; ++j) s[j] += m[j * ms[3]];

@@ -26,7 +26,8 @@ struct AttentionProblem {
   const float* mask = nullptr;  // additive, element strides over [B, H, S, T] (0: broadcast)
   int64_t mask_strides[4] = {0, 0, 0, 0};
   float scale = 1.0f;
-  float* y = nullptr;  // [B, H, S, Dv], dense
+  float softcap = 0.0f;  // > 0: scores softcap * tanh(scale * q.k / softcap), before the mask
+  float* y = nullptr;    // [B, H, S, Dv], dense
 };
 
 // Whether the tiled path is worth it for `queries` query rows.

@@ -163,6 +163,37 @@ def test_paged_rows_batched_give_transformers_tokens(arch):
     assert scheduler.stats()["mode"] == "batched"
 
 
+def test_gemma2_soft_capped_attention_runs_as_one_fused_kernel():
+    """Gemma 2's scores, capped as softcap * tanh(s / softcap) between the product and the
+    mask, fuse into ScaledDotProductAttention (its softcap attribute): a decode step runs one
+    fused attention per layer and no Softmax, so no head-repeated copy of the caches (the
+    logits and tokens above hold the result to transformers')."""
+    import collections
+
+    raw = export_hf.ensure("gemma2", with_cache=True, raw=True)
+    path = raw[: -len(".onnx")] + ".prepared.onnx"
+    if not os.path.exists(path):
+        prepare.prepare_decoder(raw, path, bind="auto")
+    ctx = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)),
+                                 events_enabled=True)
+    state = runtime.PersistentValueState(ol_onnx.load_model(path),
+                                         initial=export_hf.empty_cache("gemma2"))
+    n = len(PROMPT)
+    state.run(ctx, {"input_ids": np.array([PROMPT], np.int64),
+                    "attention_mask": np.ones((1, n), np.int64),
+                    "position_ids": np.arange(n, dtype=np.int64)[None]})
+    before = len(ctx.events())
+    state.run(ctx, {"input_ids": np.array([[3]], np.int64),
+                    "attention_mask": np.ones((1, n + 1), np.int64),
+                    "position_ids": np.array([[n]], np.int64)})
+    ops = collections.Counter(e.op_type for e in ctx.events()[before:]
+                              if e.action == runtime.RuntimeEventAction.kKernel)
+    layers = export_hf.cache_shape("gemma2")[0]
+    assert ops["ScaledDotProductAttention"] == layers
+    assert ops["Softmax"] == 0
+    state.close()
+
+
 def test_gemma2_soft_capped_attention_is_refused_by_the_paged_rewrite():
     raw = export_hf.ensure("gemma2", with_cache=True, raw=True)
     out = raw[: -len(".onnx")] + ".paged_rows_refused.onnx"  # beside its external data

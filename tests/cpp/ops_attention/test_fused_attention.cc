@@ -33,10 +33,11 @@ std::vector<float> Random(size_t n, uint32_t seed) {
   return v;
 }
 
-// y[b, h, i] = softmax_j(q . k[h / group, j] * qs * ks + mask[b, i, j]) . v; 0 when all -inf.
+// y[b, h, i] = softmax_j(cap(q . k[h / group, j] * qs * ks) + mask[b, i, j]) . v; 0 when all
+// -inf; cap(x) = softcap * tanh(x / softcap) when softcap > 0, else x.
 std::vector<float> Reference(const std::vector<float>& q, const std::vector<float>& k,
                              const std::vector<float>& v, const std::vector<float>& mask, Shape4 qs,
-                             int64_t hkv, int64_t t, float scale) {
+                             int64_t hkv, int64_t t, float scale, double softcap = 0) {
   const int64_t group = qs.h / hkv;
   std::vector<float> y(static_cast<size_t>(qs.b * qs.h * qs.s * qs.d), 0.0f);
   for (int64_t b = 0; b < qs.b; ++b)
@@ -49,7 +50,9 @@ std::vector<float> Reference(const std::vector<float>& q, const std::vector<floa
           for (int64_t d = 0; d < qs.d; ++d)
             s += q[((b * qs.h + h) * qs.s + i) * qs.d + d] *
                  k[((b * hkv + h / group) * t + j) * qs.d + d];
-          p[j] = s * scale + (mask.empty() ? 0.0 : mask[(b * qs.s + i) * t + j]);
+          s *= scale;
+          if (softcap > 0) s = softcap * std::tanh(s / softcap);
+          p[j] = s + (mask.empty() ? 0.0 : mask[(b * qs.s + i) * t + j]);
           max = std::max(max, p[j]);
         }
         if (max == -kInf) continue;
@@ -83,11 +86,12 @@ struct Run {
   NodeProto node;
   std::unique_ptr<KernelBase> kernel;
   RuntimeContext context;
-  Run(float q_scale, float k_scale) {
+  Run(float q_scale, float k_scale, float softcap = 0.0f) {
     node.set_op_type("ScaledDotProductAttention");
     node.set_domain("ai.onnx_light.fused");
     node.set_name("sdpa");
-    for (auto [name, value] : {std::pair{"q_scale", q_scale}, std::pair{"k_scale", k_scale}}) {
+    for (auto [name, value] : {std::pair{"q_scale", q_scale}, std::pair{"k_scale", k_scale},
+                               std::pair{"softcap", softcap}}) {
       auto* a = node.add_attribute();
       a->set_name(name);
       a->set_type(AttributeProto::FLOAT);
@@ -288,4 +292,46 @@ TEST_CASE("prompt-shaped fused attention (the tiled path) equals the decomposed 
         CHECK(y.shape() == Shape{qs.b, qs.h, s, qs.d});
         CheckClose(y.ToFloatVector(), Reference(q, k, v, mask, qs, hkv, t, 0.125f), 2e-5f);
       }
+}
+
+TEST_CASE("a soft cap (Gemma 2) caps the scaled scores before the mask, on every path") {
+  // Scores of about +-4 against a cap of 1.5: tanh is far from linear there. One query (split
+  // over tasks at 300 keys), a short prompt (per-row path) and a long one (tiled path).
+  for (int64_t s : {1, 5, 70})
+    for (int64_t past : {0, 230}) {
+      const int64_t t = s + past;
+      CAPTURE(s);
+      CAPTURE(past);
+      const Shape4 qs{1, 4, s, 16};
+      const int64_t hkv = 2, rep = 2;
+      const auto q = Random(static_cast<size_t>(qs.h * s * qs.d), 7);
+      const auto k = Random(static_cast<size_t>(hkv * t * qs.d), 8);
+      const auto v = Random(static_cast<size_t>(hkv * t * qs.d), 9);
+      std::vector<float> mask(static_cast<size_t>(s * t), 0.0f);
+      for (int64_t i = 0; i < s; ++i)
+        for (int64_t j = past + i + 1; j < t; ++j) mask[i * t + j] = -kInf;
+      std::shared_ptr<std::vector<float>> k_store, v_store;
+      const Tensor qt = Tensor::FromFloat("q", {1, qs.h, s, qs.d}, q);
+      const Tensor kt = CacheView(k, 1, hkv, t, qs.d, t + 3, k_store);
+      const Tensor vt = CacheView(v, 1, hkv, t, qs.d, t + 3, v_store);
+      const Tensor mt = Tensor::FromFloat("m", {1, 1, s, t}, mask);
+      const Tensor ek = Ints({1, hkv, rep, t, qs.d}), rk = Ints({1, qs.h, t, qs.d});
+      Run run(1.0f, 1.0f, 1.5f);
+      const Tensor y = run({&qt, &kt, &vt, &mt, &ek, &rk, nullptr, nullptr, &ek, &rk});
+      const auto want = Reference(q, k, v, mask, qs, hkv, t, 1.0f, 1.5);
+      CheckClose(y.ToFloatVector(), want, 2e-5f);
+      if (t == 1) continue;  // one key: its weight is 1 whatever the score
+      // Without the cap the result is another one: the test sees the cap.
+      const auto uncapped = Reference(q, k, v, mask, qs, hkv, t, 1.0f);
+      float far = 0;
+      for (size_t i = 0; i < want.size(); ++i) far = std::max(far, std::abs(want[i] - uncapped[i]));
+      CHECK(far > 0.05f);
+    }
+}
+
+TEST_CASE("a negative soft cap is refused when the kernel is built, naming the node") {
+  CHECK_THROWS_WITH_AS(Run(1.0f, 1.0f, -2.0f),
+                       doctest::Contains("ScaledDotProductAttention node 'sdpa': softcap must be "
+                                         ">= 0, got -2"),
+                       core::Error);
 }
