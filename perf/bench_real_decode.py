@@ -54,7 +54,8 @@ import numpy as np  # noqa: E402
 from models import export_hf  # noqa: E402
 
 SHAPES = {"smollm2": "llama", "smollm2_2l": "llama", "qwen05": "qwen2", "qwen05_2l": "qwen2",
-          "llama32_1b": "llama", "qwen3_06b": "qwen3", "gemma3_270m": "gemma3_text"}
+          "llama32_1b": "llama", "qwen3_06b": "qwen3", "gemma3_270m": "gemma3_text",
+          "gemma2_2b_8l": "gemma2"}
 
 
 def weight_bytes(path: str) -> int:

@@ -1,6 +1,7 @@
 // Pow: numpy-broadcast elementwise base ** exponent, output of the base's type. Integer
 // bases with an exponent of the same type use exact repeated squaring (wrapping, like
-// numpy); other exponent types are read as double.
+// numpy); a scalar floating exponent of 2 or 3 is multiplies; other exponent types are read
+// as double.
 #include <cmath>
 
 #include "ops/elementwise/cast_util.h"
@@ -35,6 +36,12 @@ struct SquareOp {
     return a * a;
   }
 };
+struct CubeOp {
+  template <typename C>
+  C operator()(C a, C) const {
+    return a * a * a;
+  }
+};
 struct MixedPowOp {
   template <typename C>
   C operator()(C a, double e) const {
@@ -65,6 +72,10 @@ class Pow final : public core::runtime::KernelBase {
             } else if (b.numel() == 1 && Load(b.data<T>()[0]) == 2) {
               // x ** 2 (RMSNorm, variance) as one multiply: the correctly rounded square.
               RunBinary<T, T, T>(call, a, b, a.dtype(), SquareOp{});
+            } else if (b.numel() == 1 && Load(b.data<T>()[0]) == 3) {
+              // x ** 3 (the tanh GELU of Gemma, Phi, StarCoder2) as two multiplies, as
+              // onnxruntime computes it: two roundings from pow, not ~10 ns of std::pow.
+              RunBinary<T, T, T>(call, a, b, a.dtype(), CubeOp{});
             } else {
               RunBinary<T, T, T>(call, a, b, a.dtype(), FloatPowOp{});
             }

@@ -131,6 +131,15 @@ TEST_CASE("Pow handles same-type, mixed-type and integer exponents") {
   CHECK(Op("Pow").Run1({Half({1}, {3}), Half({1}, {2})}).ToFloatVector() == std::vector<float>{9});
   CHECK(Values<float>(Op("Pow").Run1({F({3}, {-1.5f, 0.1f, 3}), F({1}, {2})})) ==
         std::vector<float>{2.25f, 0.1f * 0.1f, 9});
+  // A scalar exponent of 3 (the tanh GELU's cube): two multiplies, two roundings from pow.
+  const std::vector<float> bases = {-1.5f, 0.1f, 3, -0.0f, 1e-13f, 7.7f};
+  const auto cubes = Values<float>(Op("Pow").Run1({F({6}, bases), F({}, {3})}));
+  for (size_t i = 0; i < bases.size(); ++i) {
+    CAPTURE(bases[i]);
+    CHECK(cubes[i] == bases[i] * bases[i] * bases[i]);
+    CHECK(std::fabs(cubes[i] - std::pow(bases[i], 3.0f)) <=
+          std::fabs(std::pow(bases[i], 3.0f)) * 2.4e-7f);
+  }
   CHECK(ErrorOf([] {
           Op("Pow").Run1({I64({1}, {2}), I64({1}, {-1})});
         }) == "Pow node 'n': integer base to a negative integer exponent");

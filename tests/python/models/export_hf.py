@@ -107,7 +107,7 @@ CONFIGS.update({
                                        layer_types=["sliding_attention", "full_attention"]),
 })
 
-# Real sizes of two more architectures (perf/bench_real_decode.py): the shapes of Qwen3-0.6B
+# Real sizes of more architectures (perf/bench_real_decode.py): the shapes of Qwen3-0.6B
 # (per-head q/k norms, head size 128 beside a hidden size of 1024) and Gemma-3-270M (a
 # 262144-token vocabulary, one KV head of 256, five sliding-window layers to one global).
 CONFIGS.update({
@@ -121,6 +121,16 @@ CONFIGS.update({
                                     num_attention_heads=16, num_key_value_heads=8, head_dim=128,
                                     max_position_embeddings=40960, rms_norm_eps=1e-6,
                                     rope_theta=1000000.0, tie_word_embeddings=True),
+    # Gemma-2-2B's widths with 8 of its 26 layers (all 26 are 10.5 GB of FLOAT weights, too
+    # much for two engines side by side here): soft-capped scores, a 4096-token window on
+    # every other layer, a 256000-token vocabulary.
+    ("gemma2", "gemma2_2b_8l"): dict(vocab_size=256000, hidden_size=2304,
+                                     intermediate_size=9216, num_hidden_layers=8,
+                                     num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+                                     query_pre_attn_scalar=256, sliding_window=4096,
+                                     attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                                     max_position_embeddings=8192, rms_norm_eps=1e-6,
+                                     rope_theta=10000.0, tie_word_embeddings=True),
     ("gemma3_text", "gemma3_270m"): dict(vocab_size=262144, hidden_size=640,
                                          intermediate_size=2048, num_hidden_layers=18,
                                          num_attention_heads=4, num_key_value_heads=1,
