@@ -399,15 +399,59 @@ void GraphPlan::MakeNodes(const Draft& d, RuntimeContext& context) {
 
     node.kernel = MakeNodeKernel(proto, context, scope_);
     const int out0 = node.outputs.empty() ? -1 : node.outputs[0];
-    node.may_trim_to_last_row = out0 >= 0 && d.kept[static_cast<size_t>(out0)] &&
-                                d.readers[static_cast<size_t>(out0)] == 0 &&
-                                node.kernel->ComputesLastRowOnly();
+    if (out0 >= 0 && node.kernel->ComputesLastRowOnly())
+      node.last_row_output = LastRowOutput(d, out0);
     for (int j = 0; j < proto.input_size(); ++j) {
       const int s = node.inputs[static_cast<size_t>(j)];
       if (s >= 0 && is_constant(s))
         node.kernel->OnConstantInput(static_cast<size_t>(j), *constant(s));
     }
   }
+}
+
+namespace {
+
+// Whether `proto` maps each row of its input `s` to the same row of its output alone: a
+// standard unary elementwise op, or a binary one whose other operand is a one-element
+// constant (is_scalar).
+template <class IsScalar>
+bool RowWise(const NodeProto& proto, int s, const std::vector<int>& ins, IsScalar is_scalar) {
+  static const std::unordered_set<std::string> kUnary = {
+      "Tanh", "Sigmoid", "Relu", "Neg",      "Exp",      "Log",
+      "Abs",  "Erf",     "Sqrt", "Softplus", "Identity", "Reciprocal"};
+  static const std::unordered_set<std::string> kBinary = {"Add", "Sub", "Mul", "Div", "Pow"};
+  if ((!proto.domain().empty() && proto.domain() != "ai.onnx") || proto.output_size() != 1)
+    return false;
+  if (kUnary.count(proto.op_type()) != 0) return ins.size() == 1 && ins[0] == s;
+  if (kBinary.count(proto.op_type()) == 0 || ins.size() != 2) return false;
+  return (ins[0] == s && ins[1] != s && is_scalar(ins[1])) ||
+         (ins[1] == s && ins[0] != s && is_scalar(ins[0]));
+}
+
+}  // namespace
+
+int GraphPlan::LastRowOutput(const Draft& d, int s) const {
+  auto is_scalar = [&](int slot) {
+    return slot >= 0 && is_constant(slot) && constant(slot)->is_tensor() &&
+           constant(slot)->tensor().numel() == 1;
+  };
+  for (int hops = 0; hops < 8; ++hops) {  // (exporters write at most three: Div, Tanh, Mul)
+    const auto at = static_cast<size_t>(s);
+    if (d.kept[at]) return d.readers[at] == 0 ? s : -1;
+    if (d.readers[at] != 1) return -1;
+    int reader = -1;
+    for (int i : d.order)
+      if (const auto& ins = d.in_slots[static_cast<size_t>(i)];
+          std::find(ins.begin(), ins.end(), s) != ins.end())
+        reader = i;
+    if (reader < 0) return -1;
+    const NodeProto& proto = NodeAt(reader);
+    if (!RowWise(proto, s, d.in_slots[static_cast<size_t>(reader)], is_scalar) ||
+        proto.output(0).empty())
+      return -1;
+    s = slot_of_.at(proto.output(0));
+  }
+  return -1;
 }
 
 // Reader counts for concurrent release, the source nodes and the widest level.
@@ -773,10 +817,10 @@ void RunPlanNode(const GraphPlan& plan, size_t index, RunFrame& frame, RuntimeCo
                     std::span<const RuntimeValue* const>(in, node.inputs.size()),
                     std::span<RuntimeValue*>(out, node.outputs.size()), context.allocator());
     call.set_append_sites(node.append_sites);
-    if (node.may_trim_to_last_row && options.last_position_outputs != nullptr) {
+    if (node.last_row_output >= 0 && options.last_position_outputs != nullptr) {
       const auto& names = *options.last_position_outputs;
-      call.set_last_row_only(std::find(names.begin(), names.end(), node.proto->output(0)) !=
-                             names.end());
+      const std::string& wanted = plan.slot_name(node.last_row_output);
+      call.set_last_row_only(std::find(names.begin(), names.end(), wanted) != names.end());
     }
     node.kernel->Compute(call);
   } catch (...) {

@@ -104,9 +104,11 @@ class GraphPlan {
     std::vector<int> successors;
     int predecessor_count = 0;
     int level = 0;  // longest path from a source
-    // Output 0 is a graph output no node reads and the kernel can compute its last row
-    // alone (RunOptions::last_position_outputs).
-    bool may_trim_to_last_row = false;
+    // The kernel can compute output 0's last row alone, and that row alone reaches the graph
+    // output in this slot (output 0 itself, or through row-wise elementwise nodes: an LM
+    // head's soft cap or logit scale): it does so when that output is asked for at the last
+    // position (RunOptions::last_position_outputs). -1: never.
+    int last_row_output = -1;
     size_t input_offset = 0, output_offset = 0;  // into a frame's pointer scratch
     // Root plans: where this node directly reads a bound input and writes its bound output
     // (KernelCall::append_lease). Empty in sub-plans, which never get leases.
@@ -169,6 +171,8 @@ class GraphPlan {
   std::vector<int> RunOrder(const Draft& d) const;
   void CountReaders(Draft& d) const;
   void MakeNodes(const Draft& d, RuntimeContext& context);
+  // Node::last_row_output of a node whose output 0 is slot `s`.
+  int LastRowOutput(const Draft& d, int s) const;
   void IndexLevels(const Draft& d);
   // Fills Node::append_sites for the root plan's persistent bindings (in their order).
   void RecordAppendSites(const std::vector<core::ResolvedBinding>& bindings);

@@ -194,6 +194,37 @@ def test_gemma2_soft_capped_attention_runs_as_one_fused_kernel():
     state.close()
 
 
+def test_a_soft_capped_lm_head_computes_the_prompts_last_row_alone():
+    """Gemma 2 caps its logits (Div, Tanh, Mul after the LM head's MatMul). Asked for the
+    last position only (what generate asks on the prompt step), the MatMul computes the last
+    row alone and the cap runs on that row: under a run budget of 1 MiB the whole prompt's
+    logits (11 x 32768 FLOAT, 1.4 MB) do not fit, the last row does, and it equals the last
+    row of the whole logits."""
+    raw = export_hf.ensure("gemma2", with_cache=True, size="vocab32k", raw=True)
+    path = raw[: -len(".onnx")] + ".prepared.onnx"
+    if not os.path.exists(path):
+        prepare.prepare_decoder(raw, path, bind="auto")
+    model = ol_onnx.load_model(path)
+    n = len(PROMPT)
+    feeds = {"input_ids": np.array([PROMPT], np.int64),
+             "attention_mask": np.ones((1, n), np.int64),
+             "position_ids": np.arange(n, dtype=np.int64)[None]}
+
+    def run(last, budget):
+        state = runtime.PersistentValueState(
+            model, initial=export_hf.empty_cache("gemma2", 1, "vocab32k"),
+            options=runtime.RuntimeSessionOptions(max_run_bytes=budget))
+        out = state.run(context(), feeds, output_names=["logits"], last_position_only=last)
+        return np.from_dlpack(out["logits"]).copy()
+
+    whole = run(False, 0)
+    last = run(True, 1 << 20)
+    assert whole.shape == (1, n, 32768) and last.shape == (1, 1, 32768)
+    np.testing.assert_allclose(last[0, 0], whole[0, -1], atol=1e-5, rtol=0)
+    with pytest.raises(MemoryError, match=r"MatMul node '.*': allocating 1441792 bytes"):
+        run(False, 1 << 20)
+
+
 def test_gemma2_soft_capped_attention_is_refused_by_the_paged_rewrite():
     raw = export_hf.ensure("gemma2", with_cache=True, raw=True)
     out = raw[: -len(".onnx")] + ".paged_rows_refused.onnx"  # beside its external data

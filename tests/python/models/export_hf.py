@@ -98,6 +98,10 @@ CONFIGS.update({
     ("falcon", "tiny"): dict(vocab_size=256, hidden_size=64, num_hidden_layers=2,
                              num_attention_heads=4, num_kv_heads=2,
                              new_decoder_architecture=True),
+    # A vocabulary big enough that a prompt's whole logits outweigh everything else a run
+    # holds (tests/python/test_more_architectures.py: the soft-capped LM head's last row).
+    ("gemma2", "vocab32k"): dict(_OTHER_TINY, vocab_size=32768, head_dim=16, rms_norm_eps=1e-6,
+                                 sliding_window=8),
     # One sliding-window layer of 8 keys, one global.
     ("gemma3_text", "tiny"): dict(_OTHER_TINY, head_dim=16, rms_norm_eps=1e-6, sliding_window=8,
                                   layer_types=["sliding_attention", "full_attention"]),
