@@ -91,6 +91,14 @@ AttributeProto FloatAttr(const char* name, float value) {
   return a;
 }
 
+AttributeProto StringAttr(const char* name, const std::string& value) {
+  AttributeProto a;
+  a.set_name(name);
+  a.set_type(AttributeProto::STRING);
+  a.set_s(value);
+  return a;
+}
+
 // Matches one attention subgraph ending at a MatMul, collecting the nodes it replaces.
 class AttentionMatch {
  public:
@@ -504,6 +512,66 @@ std::optional<Fusion> MatchRotary(const GraphIndex& ix, const ConstantFn& consta
   return std::nullopt;
 }
 
+// The node making `name` with op `op` and a scalar constant within 1e-6 of `want` as one
+// operand (Div: the divisor): its index, the other operand in *other; -1 when not.
+int ScalarOp(const GraphIndex& ix, const ConstantFn& constant, const std::string& name,
+             const char* op, double want, std::string* other) {
+  const int m = ix.Producer(name, op);
+  if (m < 0) return -1;
+  const NodeProto& n = ix.node(m);
+  for (int side = std::string(op) == "Div" ? 1 : 0; side < 2; ++side) {
+    const auto c = ConstScalar(constant, n.input(side));
+    if (c && std::fabs(*c - want) <= 1e-6 * std::fabs(want)) {
+      *other = n.input(1 - side);
+      return m;
+    }
+  }
+  return -1;
+}
+
+// torch's decomposed GELUs -> Gelu(x): x * (0.5 * (1 + T)) or (x * 0.5) * (1 + T), with T
+// tanh(sqrt(2/pi) * (x + 0.044715 * Pow(x, 3))) (approximate "tanh": Gemma, Phi,
+// StarCoder2) or erf(x / sqrt(2)) (exact: Falcon).
+std::optional<Fusion> MatchGelu(const GraphIndex& ix, const ConstantFn& constant, int mul) {
+  const NodeProto& n = ix.node(mul);
+  if (n.input_size() != 2) return std::nullopt;
+  for (int side = 0; side < 2; ++side) {
+    std::string x = n.input(side), one_plus, t_out, halved;
+    int half = ScalarOp(ix, constant, n.input(1 - side), "Mul", 0.5, &one_plus);
+    if (half < 0 && (half = ScalarOp(ix, constant, x, "Mul", 0.5, &halved)) >= 0) {
+      x = halved;
+      one_plus = n.input(1 - side);
+    }
+    const int add1 = half < 0 ? -1 : ScalarOp(ix, constant, one_plus, "Add", 1.0, &t_out);
+    if (add1 < 0) continue;
+    if (const int t = ix.Producer(t_out, "Tanh"); t >= 0) {
+      std::string inner, cube_term, cube;
+      const int k = ScalarOp(ix, constant, ix.node(t).input(0), "Mul", 0.7978845608028654, &inner);
+      const int sum = k < 0 ? -1 : ix.Producer(inner, "Add");
+      if (sum < 0) continue;
+      const NodeProto& a = ix.node(sum);
+      if (a.input(0) != x && a.input(1) != x) continue;
+      const int c =
+          ScalarOp(ix, constant, a.input(a.input(0) == x ? 1 : 0), "Mul", 0.044715, &cube_term);
+      std::string base;
+      const int pow = c < 0 ? -1 : ScalarOp(ix, constant, cube_term, "Pow", 3.0, &base);
+      if (pow < 0 || base != x || ix.node(pow).input(0) != x) continue;
+      return MakeFusion({mul, half, add1, t, k, sum, c, pow}, "Gelu", n.name(), {x}, n.output(0),
+                        {StringAttr("approximate", "tanh")});
+    }
+    if (const int e = ix.Producer(t_out, "Erf"); e >= 0) {
+      std::string arg;
+      int scale = ScalarOp(ix, constant, ix.node(e).input(0), "Div", 1.4142135623730951, &arg);
+      if (scale < 0)
+        scale = ScalarOp(ix, constant, ix.node(e).input(0), "Mul", 0.7071067811865476, &arg);
+      if (scale < 0 || arg != x) continue;
+      return MakeFusion({mul, half, add1, e, scale}, "Gelu", n.name(), {x}, n.output(0),
+                        {StringAttr("approximate", "none")});
+    }
+  }
+  return std::nullopt;
+}
+
 // Whether `g` and `u` are MatMul(A, B_g) and MatMul(A, B_u) of one A with dense FLOAT
 // constants of one shape: then they have one shape and type, as SiluMul's gate needs.
 bool SameShapeProducts(const GraphIndex& ix, const ConstantFn& constant, const std::string& g,
@@ -680,6 +748,8 @@ std::vector<Fusion> FindFusions(const GraphProto& graph, const std::vector<bool>
     } else if (ix.Producer(y, "Mul") == i) {
       if (auto f = MatchRmsNorm(ix, constant, i))
         keep(std::move(f));
+      else if (auto g = MatchGelu(ix, constant, i))
+        keep(std::move(g));
       else
         keep(MatchSilu(ix, constant, i));
     } else if (ix.Producer(y, "Add") == i) {

@@ -166,8 +166,8 @@ def test_paged_rows_batched_give_transformers_tokens(arch):
 def test_gemma2_soft_capped_attention_runs_as_one_fused_kernel():
     """Gemma 2's scores, capped as softcap * tanh(s / softcap) between the product and the
     mask, fuse into ScaledDotProductAttention (its softcap attribute): a decode step runs one
-    fused attention per layer and no Softmax, so no head-repeated copy of the caches (the
-    logits and tokens above hold the result to transformers')."""
+    fused attention per layer and no Softmax, so no head-repeated copy of the caches, and one
+    Gelu per layer (the logits and tokens above hold the result to transformers')."""
     import collections
 
     raw = export_hf.ensure("gemma2", with_cache=True, raw=True)
@@ -191,6 +191,8 @@ def test_gemma2_soft_capped_attention_runs_as_one_fused_kernel():
     layers = export_hf.cache_shape("gemma2")[0]
     assert ops["ScaledDotProductAttention"] == layers
     assert ops["Softmax"] == 0
+    # Its tanh GELU (Pow, Mul, Add, Tanh, ...) is one Gelu per layer too.
+    assert ops["Gelu"] == layers and ops["Pow"] == 0
     state.close()
 
 

@@ -1,4 +1,4 @@
-// Plan-time fusions (executor/fusion.h): an exported RMS norm, rotary embedding and SiLU
+// Plan-time fusions (executor/fusion.h): an exported RMS norm, rotary embedding, SiLU and GELU
 // become one fused node each with the same results; a subgraph whose inner value is read
 // elsewhere (here: a graph output) is left as it is.
 #include <doctest/doctest.h>
@@ -310,4 +310,57 @@ TEST_CASE("a reader with no outputs does not make the fusion matchers read past 
     const auto out = session.Run(context, std::move(feeds));
     CHECK(out.at("y").tensor().numel() == 4);
   }
+}
+
+namespace {
+
+// torch's decomposed GELUs of x: `tanh_a` x * (0.5 * (1 + tanh(...))) (Gemma, StarCoder2),
+// `tanh_b` (x * 0.5) * (1 + tanh(...)) (Phi), `erf` x * (0.5 * (1 + erf(x / sqrt 2)))
+// (Falcon); `cubic` is the tanh form's 0.044715.
+std::shared_ptr<ModelProto> GeluModel(const std::string& form, const std::string& cubic) {
+  const std::string head =
+      "<ir_version: 10, opset_import: [\"\" : 18]>\n"
+      "g (float[2, 5] x) => (float[2, 5] y)\n"
+      "<float three = {3.0}, float c = {" +
+      cubic +
+      "}, float k = {0.7978845834732056}, float one = {1.0}, float half = {0.5},\n"
+      " float root2 = {1.4142135381698608}>\n{\n";
+  std::string body;
+  if (form == "erf") {
+    body = "  d = Div(x, root2)\n  t = Erf(d)\n";
+  } else {
+    body =
+        "  p = Pow(x, three)\n  m = Mul(c, p)\n  s = Add(x, m)\n  u = Mul(k, s)\n"
+        "  t = Tanh(u)\n";
+  }
+  body += "  a = Add(t, one)\n";
+  body += form == "tanh_b" ? "  xh = Mul(x, half)\n  y = Mul(xh, a)\n"
+                           : "  h = Mul(half, a)\n  y = Mul(x, h)\n";
+  return std::make_shared<ModelProto>(core::ParseModel(head + body + "}\n"));
+}
+
+}  // namespace
+
+TEST_CASE("torch's decomposed GELUs (tanh and erf forms) run as one Gelu") {
+  const std::vector<float> x = {-4, -2.5f, -1, -0.3f, 0, 0.2f, 0.9f, 1.7f, 3, 6};
+  for (const char* form : {"tanh_a", "tanh_b", "erf"})
+    for (const char* cubic : {"0.044714998453855515", "0.05"}) {
+      CAPTURE(form);
+      CAPTURE(cubic);
+      const bool fusable = std::string(form) == "erf" || std::string(cubic) != "0.05";
+      std::vector<float> out[2];
+      for (bool fuse : {false, true}) {
+        RuntimeContext context;
+        RuntimeSessionOptions options;
+        options.fuse_subgraphs = fuse;
+        RuntimeSession session(GeluModel(form, cubic), context, options);
+        const auto& nodes = session.plan(context).nodes();
+        CHECK((nodes.size() == 1 && nodes[0].proto->op_type() == "Gelu") == (fuse && fusable));
+        RuntimeValueMap feeds;
+        feeds["x"] = RuntimeValue(Tensor::FromFloat("x", {2, 5}, x));
+        out[fuse] = session.Run(context, std::move(feeds)).at("y").tensor().ToFloatVector();
+      }
+      for (size_t i = 0; i < x.size(); ++i)
+        CHECK(std::abs(out[1][i] - out[0][i]) <= 2e-6f * (1 + std::abs(out[0][i])));
+    }
 }
