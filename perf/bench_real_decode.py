@@ -9,15 +9,20 @@ exported with torch.onnx.export (dynamo) with KV caches; exports cached under bu
   *_2l     the same widths with 2 layers (quick checks)
   llama32_1b  Llama architecture, the shape of Llama-3.2-1B (hidden 2048, 16 layers, 32/8
            heads, vocab 128256, llama3 rope scaling; 4.9 GB: not in the default run)
+  qwen3_06b, gemma3_270m, gemma2_2b_8l  the shapes of Qwen3-0.6B and Gemma-3-270M, and
+           Gemma-2-2B's widths with 8 of its layers (transformers' eager attention)
 
 Engines, batch 1, greedy, prompt then one token per step, caches fed back:
   onnx-light   runtime.generate on the bound model (per-token times from on_token)
   onnxruntime  InferenceSession with IOBinding (outputs bound to ORT-allocated values, the
                presents fed back as the next pasts without a NumPy round trip)
-  onnxruntime-genai / llama-cpp-python are not run: they need their own conversions of the
-               weights (see perf/README.md); the script says so when they are installed.
-The engines run interleaved, round by round, so a change in the machine's speed hits both.
-Every round checks that both produce the same tokens.
+  onnxruntime-genai  when installed, for the shapes its model builder takes here (smollm2,
+               qwen05): its own Generator on the builder's fp32 conversion of the same
+               shape, seeded the same way (tests/python/models/genai_builder.py; Qwen2's
+               biases are drawn differently, so its tokens are reported, not required)
+  llama-cpp-python  not run: it needs a GGUF conversion (the script says so when installed)
+The engines run interleaved, round by round, so a change in the machine's speed hits all.
+Every round checks that onnx-light and onnxruntime produce the same tokens.
 
 RSS MB is how much the process's resident memory grew while that engine loaded the model and
 ran its warm-up; the last line gives the process's peak.
@@ -174,6 +179,53 @@ class OnnxRuntime:
         return out, np.array(steps)
 
 
+class OnnxRuntimeGenai:
+    """onnxruntime-genai's own greedy loop (its Generator) on its model builder's fp32
+    conversion of the same shape (tests/python/models/genai_builder.py: the checkpoint of
+    docs/examples/random_checkpoint.py, seeded as export_hf's model, biases drawn at random),
+    so its weights are the same as the export's only where the architecture has no biases:
+    its tokens are reported, not required to match."""
+    name = "onnxruntime-genai"
+    matches_tokens = False
+
+    def __init__(self, shape: Shape, threads: int):
+        import onnxruntime_genai as og
+        from models import genai_builder
+
+        self.og = og
+        path = genai_builder.ensure(shape.arch, "fp32", shape.name)
+        t0 = time.perf_counter()
+        config = og.Config(os.path.dirname(path))
+        config.overlay(json.dumps({"model": {"decoder": {"session_options": {
+            "intra_op_num_threads": threads}}}}))
+        self.model = og.Model(config)
+        self.load_s = time.perf_counter() - t0
+
+    @staticmethod
+    def available(shape: Shape) -> bool:
+        try:
+            import onnxruntime_genai  # noqa: F401
+            from models import genai_builder
+        except ImportError:
+            return False
+        return shape.name in genai_builder.REAL_SIZES.get(shape.arch, ())
+
+    def generate(self, prompt, new_tokens):
+        og = self.og
+        params = og.GeneratorParams(self.model)
+        params.set_search_options(max_length=prompt.shape[1] + new_tokens, do_sample=False)
+        generator = og.Generator(self.model, params)
+        tokens, steps = [], []
+        t0 = time.perf_counter()
+        generator.append_tokens(prompt[0].tolist())  # the prompt step, then one per token
+        while not generator.is_done() and len(tokens) < new_tokens:
+            generator.generate_next_token()
+            tokens.append(int(generator.get_next_tokens()[0]))
+            steps.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+        return tokens, np.array(steps)
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -192,7 +244,10 @@ def bench_shape(shape: Shape, args, report):
     # model and warms up (and stays grown: the engines live on).
     engines, rss = [], {}
     warm = np.arange(8, dtype=np.int64)[None]
-    for cls in (OnnxLight, OnnxRuntime):
+    classes = [OnnxLight, OnnxRuntime]
+    if OnnxRuntimeGenai.available(shape):
+        classes.append(OnnxRuntimeGenai)
+    for cls in classes:
         before = rss_mb()
         engine = cls(shape, args.threads)
         engine.generate(warm, 2)  # warm-up: plans, packs, page faults
@@ -211,7 +266,7 @@ def bench_shape(shape: Shape, args, report):
         # around its own runs, and also to the best rate seen in the whole case.
         bandwidth = [read_bandwidth(args.threads)]
         beside = {e.name: [] for e in engines}
-        reference = None
+        reference, same_tokens = None, {}
         for r in range(args.rounds):
             for e in engines if r % 2 == 0 else engines[::-1]:
                 before = bandwidth[-1]
@@ -222,7 +277,9 @@ def bench_shape(shape: Shape, args, report):
                 beside[e.name] += [before, bandwidth[-1]]
                 if reference is None:
                     reference = tokens
-                if tokens != reference:
+                if not getattr(e, "matches_tokens", True):
+                    same_tokens[e.name] = same_tokens.get(e.name, True) and tokens == reference
+                elif tokens != reference:
                     raise SystemExit(f"{shape.name}: {e.name} generated {tokens[:16]}..., "
                                      f"expected {reference[:16]}...")
                 prefill[e.name].append(steps[0] * 1e3)
@@ -258,10 +315,10 @@ def bench_shape(shape: Shape, args, report):
               f"{gbps:.1f} GB/s (best of {len(bandwidth)}, measured beside every run; 1 thread "
               f"{one_thread:.1f} GB/s, median {np.median(bandwidth):.1f}), bound {bound_ms:.2f} "
               "ms/token")
-        print(f"{'engine':<13}{'prefill ms':>11}{'decode p50':>11}{'p90':>8}{'tok/s':>8}"
+        print(f"{'engine':<18}{'prefill ms':>11}{'decode p50':>11}{'p90':>8}{'tok/s':>8}"
               f"{'bound %':>9}{'beside %':>9}{'median %':>9}{'prefill x':>10}{'decode x':>10}{'RSS MB':>8}")
         for name, r in rows.items():
-            print(f"{name:<13}{r['prefill_ms']:>11.1f}{r['decode_ms_p50']:>11.2f}"
+            print(f"{name:<18}{r['prefill_ms']:>11.1f}{r['decode_ms_p50']:>11.2f}"
                   f"{r['decode_ms_p90']:>8.2f}{r['tokens_per_s']:>8.1f}"
                   f"{100 * r['bound_fraction']:>8.0f}%"
                   f"{100 * r['bound_fraction_beside']:>8.0f}%"
@@ -274,7 +331,10 @@ def bench_shape(shape: Shape, args, report):
                                   "read_gbps_one_thread": one_thread,
                                   "read_gbps_median": float(np.median(bandwidth)),
                                   "bound_ms": bound_ms, "identical_tokens": True,
-                                  "engines": rows})
+                                  "own_weights_same_tokens": same_tokens, "engines": rows})
+        for name, same in same_tokens.items():
+            print(f"{name}: its own conversion of the weights; its tokens "
+                  f"{'equal' if same else 'differ from'} the export's")
     del engines
 
 
@@ -288,13 +348,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args()
-    for optional in ("onnxruntime_genai", "llama_cpp"):
-        try:
-            __import__(optional)
-            print(f"note: {optional} is installed but needs its own conversion of the weights; "
-                  "not run here")
-        except ImportError:
-            pass
+    try:
+        __import__("llama_cpp")
+        print("note: llama_cpp is installed but needs a GGUF conversion of the weights; not run "
+              "here")
+    except ImportError:
+        pass
     import onnxruntime
 
     report = {"threads": args.threads, "new_tokens": args.new_tokens,
@@ -302,7 +361,7 @@ def main() -> None:
     for name in args.shapes:
         bench_shape(Shape(name), args, report)
     report["peak_rss_mb"] = peak_rss_mb()
-    print(f"\npeak RSS of the process (both engines): {report['peak_rss_mb']:.0f} MB")
+    print(f"\npeak RSS of the process (all engines): {report['peak_rss_mb']:.0f} MB")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
