@@ -99,6 +99,23 @@ AttributeProto StringAttr(const char* name, const std::string& value) {
   return a;
 }
 
+// The node making `name` with op `op` and a scalar constant within 1e-6 of `want` as one
+// operand (Div: the divisor): its index, the other operand in *other; -1 when not.
+int ScalarOp(const GraphIndex& ix, const ConstantFn& constant, const std::string& name,
+             const char* op, double want, std::string* other) {
+  const int m = ix.Producer(name, op);
+  if (m < 0) return -1;
+  const NodeProto& n = ix.node(m);
+  for (int side = std::string(op) == "Div" ? 1 : 0; side < 2; ++side) {
+    const auto c = ConstScalar(constant, n.input(side));
+    if (c && std::fabs(*c - want) <= 1e-6 * std::fabs(want)) {
+      *other = n.input(1 - side);
+      return m;
+    }
+  }
+  return -1;
+}
+
 // Matches one attention subgraph ending at a MatMul, collecting the nodes it replaces.
 class AttentionMatch {
  public:
@@ -205,6 +222,7 @@ class AttentionMatch {
 
   // ScaledProduct of `name`, or of x in Mul(Tanh(Div(x, c)), c) (Gemma 2's soft cap c > 0,
   // into *cap; Mul(x, 1 / c) for the Div, either operand order of the Muls); -1 when neither.
+  // Nodes are taken only on a match.
   int CappedProduct(const std::string& name, float* scale, float* cap) {
     if (const int m = ScaledProduct(name, scale); m >= 0) return m;
     const int mul = ix_.Producer(name, "Mul");
@@ -214,20 +232,12 @@ class AttentionMatch {
       const auto c = ConstScalar(constant_, outer.input(side));
       const int tanh = ix_.Producer(outer.input(1 - side), "Tanh");
       if (!c || *c <= 0.0f || tanh < 0) continue;
-      const std::string inner = ix_.node(tanh).input(0);
-      // inner = x / d or x * e: then x is scaled by 1 / d or e, which must undo c.
-      int scaler = ix_.Producer(inner, "Div");
-      float x_scale = 0.0f;
+      // Tanh(x / c) or Tanh(x * (1 / c)).
+      const std::string& inner = ix_.node(tanh).input(0);
       std::string x;
-      if (scaler >= 0) {
-        const auto d = ConstScalar(constant_, ix_.node(scaler).input(1));
-        if (d && *d != 0.0f) x_scale = 1.0f / *d, x = ix_.node(scaler).input(0);
-      } else if (scaler = ix_.Producer(inner, "Mul"); scaler >= 0) {
-        for (int s = 0; s < 2 && x.empty(); ++s)
-          if (const auto e = ConstScalar(constant_, ix_.node(scaler).input(s)))
-            x_scale = *e, x = ix_.node(scaler).input(1 - s);
-      }
-      if (x.empty() || std::fabs(x_scale * *c - 1.0f) > 1e-6f) return -1;
+      int scaler = ScalarOp(ix_, constant_, inner, "Div", *c, &x);
+      if (scaler < 0) scaler = ScalarOp(ix_, constant_, inner, "Mul", 1.0 / *c, &x);
+      if (scaler < 0) return -1;
       const int m = ScaledProduct(x, scale);
       if (m < 0) return -1;
       *cap = *c;
@@ -512,23 +522,6 @@ std::optional<Fusion> MatchRotary(const GraphIndex& ix, const ConstantFn& consta
   return std::nullopt;
 }
 
-// The node making `name` with op `op` and a scalar constant within 1e-6 of `want` as one
-// operand (Div: the divisor): its index, the other operand in *other; -1 when not.
-int ScalarOp(const GraphIndex& ix, const ConstantFn& constant, const std::string& name,
-             const char* op, double want, std::string* other) {
-  const int m = ix.Producer(name, op);
-  if (m < 0) return -1;
-  const NodeProto& n = ix.node(m);
-  for (int side = std::string(op) == "Div" ? 1 : 0; side < 2; ++side) {
-    const auto c = ConstScalar(constant, n.input(side));
-    if (c && std::fabs(*c - want) <= 1e-6 * std::fabs(want)) {
-      *other = n.input(1 - side);
-      return m;
-    }
-  }
-  return -1;
-}
-
 // torch's decomposed GELUs -> Gelu(x): x * (0.5 * (1 + T)) or (x * 0.5) * (1 + T), with T
 // tanh(sqrt(2/pi) * (x + 0.044715 * Pow(x, 3))) (approximate "tanh": Gemma, Phi,
 // StarCoder2) or erf(x / sqrt(2)) (exact: Falcon).
@@ -545,7 +538,7 @@ std::optional<Fusion> MatchGelu(const GraphIndex& ix, const ConstantFn& constant
     const int add1 = half < 0 ? -1 : ScalarOp(ix, constant, one_plus, "Add", 1.0, &t_out);
     if (add1 < 0) continue;
     if (const int t = ix.Producer(t_out, "Tanh"); t >= 0) {
-      std::string inner, cube_term, cube;
+      std::string inner, cube_term;
       const int k = ScalarOp(ix, constant, ix.node(t).input(0), "Mul", 0.7978845608028654, &inner);
       const int sum = k < 0 ? -1 : ix.Producer(inner, "Add");
       if (sum < 0) continue;
