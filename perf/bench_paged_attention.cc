@@ -20,6 +20,7 @@
 #include "ops/ai_rt/cache_page.h"
 #include "ops/ai_rt/page_writer.h"
 #include "ops/ai_rt/paged_attention.h"
+#include "ops/math/x86_intrinsics.h"
 
 using namespace onnx_light;
 using namespace onnx_light::core::runtime;
@@ -299,6 +300,42 @@ void BM_RowsStep(benchmark::State& state) {
   state.SetLabel("8 rows, SmolLM2 layer");
 }
 
+// The multiply-adds a decode call over `tokens` needs whatever its page format, with nothing
+// else: every token and KV head costs kGroup query heads x (kHead for the score + kHead for
+// the value sum) FLOAT multiply-adds. Twelve independent 512-bit FMA chains in registers, the
+// count split across the threads: the floor no FLOAT-arithmetic kernel goes under (the
+// quantized formats' goals against FLOAT are read against it in perf/README.md).
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) float MultiplyAdds(int64_t vectors) {
+  constexpr int kChains = 12;
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c));
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+  for (int64_t i = 0; i < vectors; i += kChains)
+#pragma GCC unroll 12
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+  __m512 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, sum);
+  return lanes[0];
+}
+
+// args: cached tokens, threads.
+void BM_MultiplyAddFloor(benchmark::State& state) {
+  const int64_t threads = state.range(1);
+  const int64_t vectors = state.range(0) * kKvHeads * kGroup * 2 * kHead / 16 / threads;
+  tbb::task_arena arena(static_cast<int>(threads));
+  for (auto _ : state)
+    arena.execute([&] {
+      tbb::parallel_for(int64_t{0}, threads,
+                        [&](int64_t) { benchmark::DoNotOptimize(MultiplyAdds(vectors)); });
+    });
+  state.SetItemsProcessed(state.iterations() * vectors * threads * 16);
+  state.SetLabel("FLOAT multiply-adds of one decode call");
+}
+#endif
+
 // A 128-token prompt of a SmolLM2-shaped layer (9 query / 3 KV heads of 64) from an empty
 // cache: the prefill call (causal, every query its own task).
 void BM_Prefill(benchmark::State& state) {
@@ -341,4 +378,7 @@ BENCHMARK(BM_Prefill)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTim
 BENCHMARK(BM_ContiguousDecode)->Apply(ContiguousArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_MemoryRead)->Apply(ContiguousArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_PageRead)->Apply(ContiguousArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
+#if defined(__x86_64__)
+BENCHMARK(BM_MultiplyAddFloor)->Apply(ContiguousArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
+#endif
 BENCHMARK_MAIN();
