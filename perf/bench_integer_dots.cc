@@ -118,10 +118,10 @@ OL_VNNI inline __m512 Sum16(const __m512 (&acc)[4][4]) {
     w[j] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
                          _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
   }
-  const __m512 x0 = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88),
-                                  _mm512_shuffle_f32x4(w[0], w[1], 0xdd));
-  const __m512 x1 = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], 0x88),
-                                  _mm512_shuffle_f32x4(w[2], w[3], 0xdd));
+  const __m512 x0 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88), _mm512_shuffle_f32x4(w[0], w[1], 0xdd));
+  const __m512 x1 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], 0x88), _mm512_shuffle_f32x4(w[2], w[3], 0xdd));
   return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xdd));
 }
 
@@ -138,8 +138,7 @@ OL_VNNI inline __m512 LimbDot(const QueryLimbs& ql, int g, __m512i k0, __m512i k
   const __m512i hi = _mm512_sub_epi32(a[0], _mm512_load_si512(ql.offset[g][0]));
   const __m512i lo = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(a[1], 8), a[2]),
                                       _mm512_load_si512(ql.offset[g][1]));
-  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_set1_ps(65536.0f),
-                         _mm512_cvtepi32_ps(lo));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_set1_ps(65536.0f), _mm512_cvtepi32_ps(lo));
 }
 
 OL_VNNI void LimbDots(const QueryLimbs& ql, const int8_t* keys, float* s) {

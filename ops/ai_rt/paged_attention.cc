@@ -226,9 +226,13 @@ class BlockedAttention {
     // Four tasks per thread (a core another process holds up delays a quarter of its share,
     // which the other thread takes over), never chunks below kSplitMinKeys tokens; none on one
     // thread. Each chunk costs a task's setup and a partial to merge: at 1k tokens, 4 chunks
-    // on one thread took 1.09x the time of one, 8 of 128 tokens on two 1.04x that of 4.
+    // on one thread took 1.09x the time of one, 8 of 128 tokens on two 1.04x that of 4, and 4
+    // of 256 on two 1.07x 2 of 512 (then the call is shorter than the delays the spare tasks
+    // cover): chunks of 2 * kSplitMinKeys unless that leaves a thread without one.
     if (threads > 1 && rows_ < 4 * threads && longest >= kSplitMinKeys)
-      chunks_ = std::min<int64_t>((4 * threads + rows_ - 1) / rows_, longest / kSplitMinKeys);
+      chunks_ = std::clamp<int64_t>(longest / (2 * kSplitMinKeys),
+                                    std::min(threads, longest / kSplitMinKeys),
+                                    (4 * threads + rows_ - 1) / rows_);
     partials_.assign(static_cast<size_t>(rows_ * chunks_ * c_.heads), Partial{});
     acc_.assign(static_cast<size_t>(rows_ * chunks_ * c_.heads * c_.dv), 0.0f);
     decoded_.assign(static_cast<size_t>(rows_ * chunks_), 0);
