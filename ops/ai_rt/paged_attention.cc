@@ -230,9 +230,9 @@ class BlockedAttention {
     // of 256 on two 1.07x 2 of 512 (then the call is shorter than the delays the spare tasks
     // cover): chunks of 2 * kSplitMinKeys unless that leaves a thread without one.
     if (threads > 1 && rows_ < 4 * threads && longest >= kSplitMinKeys)
-      chunks_ = std::clamp<int64_t>(longest / (2 * kSplitMinKeys),
-                                    std::min(threads, longest / kSplitMinKeys),
-                                    (4 * threads + rows_ - 1) / rows_);
+      chunks_ = std::min<int64_t>(
+          (4 * threads + rows_ - 1) / rows_,
+          std::max(longest / (2 * kSplitMinKeys), std::min(threads, longest / kSplitMinKeys)));
     partials_.assign(static_cast<size_t>(rows_ * chunks_ * c_.heads), Partial{});
     acc_.assign(static_cast<size_t>(rows_ * chunks_ * c_.heads * c_.dv), 0.0f);
     decoded_.assign(static_cast<size_t>(rows_ * chunks_), 0);
