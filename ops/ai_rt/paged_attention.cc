@@ -496,7 +496,7 @@ class BlockedAttention {
   float Softmax(Partial& p, float* sc, int64_t n) const {
     const float block_max = ops::math::ScaleAddMax(sc, n, c_.scale, nullptr);
     float r = 1.0f;
-    if (block_max > p.max) {
+    if (ops::math::MaxMoves(block_max, p.max)) {
       r = p.max == kNegInf ? 0.0f : std::exp(p.max - block_max);
       p.sum *= r;
       p.max = block_max;
@@ -514,7 +514,7 @@ class BlockedAttention {
         return static_cast<size_t>((row * chunks_ + ch) * c_.heads + h);
       };
       float max = kNegInf;
-      for (int64_t ch = 0; ch < chunks_; ++ch) max = std::max(max, partials_[at(ch)].max);
+      for (int64_t ch = 0; ch < chunks_; ++ch) max = ops::math::NanMax(max, partials_[at(ch)].max);
       float* dst = y_ + ((b * c_.heads + h) * c_.len + i) * dv;
       std::fill(dst, dst + dv, 0.0f);
       if (max == kNegInf) continue;

@@ -483,12 +483,12 @@ void GroupQueryAttention::Weights(float* sc, int64_t n, float scale, const float
       if (softcap_ > 0.0f) x = softcap_ * std::tanh(x / softcap_);
       if (bias != nullptr) x += bias[j];
       sc[j] = x;
-      max = std::max(max, x);
+      max = math::NanMax(max, x);
     }
   } else {
     max = math::ScaleAddMax(sc, n, scale, nullptr);
   }
-  if (sink) max = std::max(max, *sink);
+  if (sink) max = math::NanMax(max, *sink);
   double sum = math::VecExpShiftSum(sc, max, sc, n);
   if (sink) sum += std::exp(static_cast<double>(*sink) - max);
   const float inv = static_cast<float>(1.0 / sum);

@@ -250,7 +250,7 @@ struct RowAttention {
       block_max = math::ScaleAddMax(sc, n, scale, bias);
     }
     if (block_max == kNegInf) return false;
-    if (block_max > p.max) {
+    if (math::MaxMoves(block_max, p.max)) {
       const float r = p.max == kNegInf ? 0.0f : std::exp(p.max - block_max);
       p.sum *= r;
       for (int64_t d = 0; d < dv; ++d) out[d] *= r;
@@ -267,7 +267,7 @@ struct RowAttention {
     for (int64_t g = 0; g < group; ++g) {
       float max = kNegInf;
       for (int64_t c = 0; c < chunks; ++c)
-        max = std::max(max, partials[static_cast<size_t>((row * chunks + c) * group + g)].max);
+        max = math::NanMax(max, partials[static_cast<size_t>((row * chunks + c) * group + g)].max);
       float* dst = yp + ((b * heads + kh * group + g) * sq + i) * dv;
       std::fill(dst, dst + dv, 0.0f);
       if (max == kNegInf) continue;

@@ -7,6 +7,7 @@
 
 #include "executor/parallel.h"
 #include "ops/math/gemm.h"
+#include "ops/math/vector_ops.h"
 #include "ops/math/vexp.h"
 
 namespace onnx_light::ops::fused {
@@ -125,9 +126,9 @@ class QueryBlock {
         for (int64_t j = 0; j < nk; ++j) s[j] += m[j * ms[3]];
       }
       float tile_max = kNegInf;
-      for (int64_t j = 0; j < nk; ++j) tile_max = std::max(tile_max, s[j]);
+      for (int64_t j = 0; j < nk; ++j) tile_max = math::NanMax(tile_max, s[j]);
       float& mx = max_[static_cast<size_t>(r)];
-      if (tile_max > mx) {
+      if (math::MaxMoves(tile_max, mx)) {
         const float factor = mx == kNegInf ? 0.0f : std::exp(mx - tile_max);
         sum_[static_cast<size_t>(r)] *= factor;
         float* o = out_.data() + r * p_.dv;

@@ -60,7 +60,7 @@ float ScaleAddMaxPortable(float* s, int64_t n, float scale, const float* bias) {
   for (int64_t t = 0; t < n; ++t) {
     const float b = bias ? bias[t] : 0.0f;
     s[t] = b == kNegInfinity ? kNegInfinity : s[t] * scale + b;
-    max = std::max(max, s[t]);
+    max = NanMax(max, s[t]);
   }
   return max;
 }
@@ -209,7 +209,7 @@ __attribute__((target("avx2,fma"))) void WeightedRowSumsRunsAvx2(const float* co
 __attribute__((target("avx2,fma"))) float ScaleAddMaxAvx2(float* s, int64_t n, float scale,
                                                           const float* bias) {
   const __m256 vs = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(kNegInfinity);
-  __m256 vmax = ninf;
+  __m256 vmax = ninf, nan = _mm256_setzero_ps();  // lanes that met a NaN (max_ps drops them)
   int64_t t = 0;
   for (; t + 8 <= n; t += 8) {
     __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + t), vs);
@@ -219,13 +219,18 @@ __attribute__((target("avx2,fma"))) float ScaleAddMaxAvx2(float* s, int64_t n, f
     }
     _mm256_storeu_ps(s + t, x);
     vmax = _mm256_max_ps(vmax, x);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  }
+  if (_mm256_movemask_ps(nan) != 0) {
+    ScaleAddMaxPortable(s + t, n - t, scale, bias ? bias + t : nullptr);
+    return std::numeric_limits<float>::quiet_NaN();
   }
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
   m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
   const float head = _mm_cvtss_f32(m);
   const float tail = ScaleAddMaxPortable(s + t, n - t, scale, bias ? bias + t : nullptr);
-  return std::max(head, tail);
+  return NanMax(head, tail);
 }
 
 __attribute__((target("avx2,fma"))) void AxpyAvx2(float alpha, const float* x, float* y,

@@ -32,7 +32,17 @@ void GroupWeightedRowSums(const float* w, int64_t w_stride, int64_t heads, const
                           const int64_t* rows, int runs, int64_t x_stride, float* y,
                           int64_t y_stride, int64_t n);
 // s[t] = s[t] * scale + bias[t] (bias null: no bias), exactly -inf where bias[t] is -inf;
-// returns the maximum of the results (-inf when n is 0).
+// returns the maximum of the results (-inf when n is 0), NaN when one is NaN.
 float ScaleAddMax(float* s, int64_t n, float scale, const float* bias);
+
+// The larger of a and b, NaN when either is (std::max keeps its first operand against a
+// NaN): the running maximum of an online softmax, where one NaN score makes the row NaN as
+// ONNX Softmax does.
+inline float NanMax(float a, float b) { return a != a || b != b ? a + b : (a < b ? b : a); }
+
+// Whether an online softmax's running maximum `max` must move to a block's `block_max`:
+// when it is larger, or when either is NaN (the rescale then carries the NaN into the sum
+// and the output).
+inline bool MaxMoves(float block_max, float max) { return !(block_max <= max); }
 
 }  // namespace onnx_light::ops::math

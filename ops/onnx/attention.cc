@@ -536,10 +536,10 @@ void AttentionPass::ScorePiece(int64_t piece) {
       else if (qk_data_ && a_.qk_mode == 2)
         StoreFromFloat(in_.q->dtype(), qk_data_, QkIndex(b, h, i, j), s);
       scores[t] = bj == kNegInf ? kNegInf : s;
-      block_max = std::max(block_max, scores[t]);
+      block_max = math::NanMax(block_max, scores[t]);
     }
     if (block_max == kNegInf) continue;
-    if (block_max > p.max) {  // rescale what was accumulated under the old maximum
+    if (math::MaxMoves(block_max, p.max)) {  // rescale what was accumulated under the old maximum
       const float r = p.max == kNegInf ? 0.0f : std::exp(p.max - block_max);
       p.sum *= r;
       for (float& acc : p.acc) acc *= r;
@@ -559,7 +559,7 @@ void AttentionPass::MergeRow(int64_t row) {
   const int64_t dv = in_.dv;
   float max = kNegInf;
   for (int64_t c = 0; c < chunks_; ++c)
-    max = std::max(max, partials_[static_cast<size_t>(row * chunks_ + c)].max);
+    max = math::NanMax(max, partials_[static_cast<size_t>(row * chunks_ + c)].max);
   std::vector<float> out(static_cast<size_t>(dv), 0.0f);
   float sum = 0;
   if (max != kNegInf) {

@@ -126,6 +126,29 @@ TEST_CASE("GroupWeightedRowSums over runs of rows equals it over the same rows i
     }
 }
 
+TEST_CASE("ScaleAddMax returns NaN when a live score is NaN, wherever it sits") {
+  // max_ps keeps its second operand against a NaN, so a NaN met early was dropped from the
+  // running maximum and one in the last vector became it: the attention kernels then
+  // returned finite garbage instead of NaN rows.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t n : {1, 8, 9, 17, 64})
+    for (int64_t at = 0; at < n; ++at) {
+      CAPTURE(n);
+      CAPTURE(at);
+      std::vector<float> s(static_cast<size_t>(n), 1.0f), bias(static_cast<size_t>(n), -3.0f);
+      s[static_cast<size_t>(at)] = nan;
+      std::vector<float> plain = s;
+      CHECK(std::isnan(math::ScaleAddMax(plain.data(), n, 2.0f, nullptr)));
+      CHECK(std::isnan(math::ScaleAddMax(s.data(), n, 2.0f, bias.data())));
+      // A NaN under a -inf bias is masked out: the key is not attended.
+      std::vector<float> masked(static_cast<size_t>(n), 1.0f);
+      masked[static_cast<size_t>(at)] = nan;
+      bias[static_cast<size_t>(at)] = -inf;
+      CHECK(math::ScaleAddMax(masked.data(), n, 2.0f, bias.data()) == (n == 1 ? -inf : -1.0f));
+    }
+}
+
 TEST_CASE("ScaleAddMax scales, adds the bias, keeps -inf exact and returns the maximum") {
   const float inf = std::numeric_limits<float>::infinity();
   for (int64_t n : {0, 1, 7, 8, 9, 17}) {
