@@ -124,7 +124,7 @@ class AttentionMatch {
   std::optional<Fusion> Run(int final_matmul) {
     const NodeProto& m2 = ix_.node(final_matmul);
     Take(final_matmul);
-    std::string probs = m2.input(0);
+    std::string probs = FloatCastInput(m2.input(0));
     if (int w = ix_.Producer(probs, "Where"); w >= 0) {  // Where(IsNaN(s), 0, s)
       const NodeProto& where = ix_.node(w);
       const int isnan = ix_.Producer(where.input(0), "IsNaN");
@@ -135,7 +135,7 @@ class AttentionMatch {
       Take(isnan);
       probs = where.input(2);
     }
-    const int softmax = ix_.Producer(probs, "Softmax");
+    const int softmax = ix_.Producer(FloatCastInput(probs), "Softmax");
     if (softmax < 0) return std::nullopt;
     const AttributeProto* axis = Attr(ix_.node(softmax), "axis");
     if (axis == nullptr || (axis->i() != -1 && axis->i() != 3)) return std::nullopt;
@@ -170,6 +170,7 @@ class AttentionMatch {
 
     Fusion f;
     f.removed.assign(taken_.begin(), taken_.end());
+    f.rewired = rewired_;
     NodeProto& n = f.node;
     n.set_op_type("ScaledDotProductAttention");
     n.set_domain("ai.onnx_light.fused");
@@ -187,6 +188,19 @@ class AttentionMatch {
 
  private:
   void Take(int i) { taken_.insert(i); }
+
+  // x of Cast(x, to=FLOAT) (taken), else `name`. transformers' eager attention computes
+  // softmax(dtype=float32).to(query.dtype), which the TorchScript exporter keeps as a Cast
+  // to FLOAT of FLOAT probabilities; the fused kernel takes FLOAT only (it refuses other
+  // types by name), so wherever it runs that Cast was a no-op.
+  std::string FloatCastInput(const std::string& name) {
+    const int c = ix_.Producer(name, "Cast");
+    if (c < 0) return name;
+    const AttributeProto* to = Attr(ix_.node(c), "to");
+    if (to == nullptr || to->i() != TensorProto::FLOAT) return name;
+    Take(c);
+    return ix_.node(c).input(0);
+  }
 
   // x of Mul(x, c) / Mul(c, x) with a scalar constant c (into *scale), else `name`.
   std::string Unscaled(const std::string& name, float* scale) {
@@ -336,7 +350,26 @@ class AttentionMatch {
     Take(u);
     *expand = ix_.node(e).input(1);
     *reshape = ix_.node(r).input(1);
+    RewireShapeReaders(ix_.node(r).output(0), un.input(0));
     return un.input(0);
+  }
+
+  // Every Shape of `repeated` ([B, H, T, D]) whose only readers Gather its dimension 0, 2
+  // or 3 (where the head repeat changes nothing) reads `unrepeated` ([B, KV, T, D]) instead.
+  void RewireShapeReaders(const std::string& repeated, const std::string& unrepeated) {
+    for (int s : ix_.Readers(repeated)) {
+      if (!ix_.Is(s, "Shape") || !WholeShape(ix_.node(s))) continue;
+      const std::vector<int>& gathers = ix_.Readers(ix_.node(s).output(0));
+      const bool invariant =
+          !gathers.empty() && std::all_of(gathers.begin(), gathers.end(), [&](int g) {
+            if (!ix_.Is(g, "Gather") || ix_.node(g).input(0) != ix_.node(s).output(0)) return false;
+            const AttributeProto* axis = Attr(ix_.node(g), "axis");
+            const auto index = ConstInts(constant_, ix_.node(g).input(1));
+            return (axis == nullptr || axis->i() == 0) && index && index->size() == 1 &&
+                   (*index)[0] != 1 && (*index)[0] != -3;
+          });
+      if (invariant) rewired_.push_back({s, 0, unrepeated});
+    }
   }
 
   // Shape with no `end` and `start` absent or 0: every dimension.
@@ -353,6 +386,7 @@ class AttentionMatch {
   const GraphIndex& ix_;
   const ConstantFn& constant_;
   std::set<int> taken_;
+  std::vector<Rewire> rewired_;
   std::string transpose_in_, transpose_out_;
 };
 
@@ -667,12 +701,17 @@ bool Private(const GraphIndex& ix, const Fusion& f,
              const std::function<bool(const std::string&)>& graph_output) {
   const std::set<int> removed(f.removed.begin(), f.removed.end());
   const std::set<std::string> kept(f.node.output().begin(), f.node.output().end());
+  auto rewired = [&](int reader, const std::string& value) {
+    return std::any_of(f.rewired.begin(), f.rewired.end(), [&](const Rewire& r) {
+      return r.node == reader && ix.node(reader).input(r.input) == value;
+    });
+  };
   for (int i : f.removed)
     for (const auto& o : ix.node(i).output()) {
       if (o.empty() || kept.count(o)) continue;
       if (graph_output(o)) return false;
       for (int reader : ix.Readers(o))
-        if (!removed.count(reader)) return false;
+        if (!removed.count(reader) && !rewired(reader, o)) return false;
     }
   // The substitute reads nothing the subgraph computed.
   for (const auto& in : f.node.input())

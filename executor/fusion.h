@@ -8,7 +8,10 @@
 //  - scaled dot-product attention as torch exports it (GQA head repeat by Unsqueeze/
 //    Expand/Reshape, K transposed by Reshape/Transpose/Reshape or one Transpose, scalar
 //    Muls of Q and K, MatMul, optional additive mask, Softmax, optional IsNaN/Where that
-//    zeroes fully masked rows, MatMul with V) -> ScaledDotProductAttention.
+//    zeroes fully masked rows, optional Cast to FLOAT, MatMul with V) ->
+//    ScaledDotProductAttention. Shapes of the repeated K/V read elsewhere for their batch,
+//    length or head size (the TorchScript exporter's reshape of the output) are rewired to
+//    read the un-repeated K/V.
 //  - RMS normalisation, rotary embedding by halves, SiLU gating -> RMSNormalization,
 //    RotaryHalf, SiluMul.
 //  - MatMuls of one input by several dense FLOAT constant weights with the same K (Q/K/V,
@@ -27,9 +30,19 @@
 
 namespace onnx_light::core::runtime {
 
+// Input `input` of graph node `node` (which stays) reads `name` instead.
+struct Rewire {
+  int node = -1;
+  int input = 0;
+  std::string name;
+};
+
 struct Fusion {
   std::vector<int> removed;  // graph node indices replaced
   NodeProto node;            // the substitute; its outputs are outputs of replaced nodes
+  // Nodes outside that read a removed value for what the substitute's inputs give as well
+  // (a Shape of the repeated V whose used dimensions the repeat does not change).
+  std::vector<Rewire> rewired;
   // Where the substitute runs: where the last replaced node ran, or (for a group of
   // independent nodes whose inputs are all ready before the first) where the first ran.
   bool run_at_first = false;

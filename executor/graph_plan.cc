@@ -621,6 +621,8 @@ void GraphPlan::ApplyFusions(std::vector<int>& order, std::vector<std::vector<in
       level->set_type(AttributeProto::INT);
       level->set_i(scope_.dequantize_matmul_accuracy_level);
     }
+    for (const Rewire& r : f.rewired)
+      in_slots[static_cast<size_t>(r.node)][static_cast<size_t>(r.input)] = slot_of_.at(r.name);
     const int index = n_graph + static_cast<int>(synthesized_.size());
     synthesized_.push_back(std::make_unique<NodeProto>(std::move(f.node)));
     const NodeProto& node = *synthesized_.back();

@@ -364,3 +364,79 @@ TEST_CASE("torch's decomposed GELUs (tanh and erf forms) run as one Gelu") {
         CHECK(std::abs(out[1][i] - out[0][i]) <= 2e-6f * (1 + std::abs(out[0][i])));
     }
 }
+
+namespace {
+
+// Grouped-query attention as the TorchScript exporter writes transformers' attention: the KV
+// heads repeated by Unsqueeze/Expand/Reshape, softmax(dtype=float32) kept as a Cast to FLOAT
+// before the value product, and the output reshaped with the repeated V's dimension 3 read by
+// Shape/Gather (`gather` picks it; 1, the head count, changes with the repeat). 4 query heads
+// over 2 KV heads of 4, 3 queries over 5 keys.
+std::shared_ptr<ModelProto> TorchScriptAttentionModel(int gather) {
+  return std::make_shared<ModelProto>(core::ParseModel(
+      "<ir_version: 10, opset_import: [\"\" : 18]>\n"
+      "g (float[1, 4, 3, 4] q, float[1, 2, 5, 4] k, float[1, 2, 5, 4] v) =>\n"
+      "  (float[1, 3, 16] y)\n"
+      "<int64[1] two = {2}, int64[5] rep = {1, 2, 2, 5, 4}, int64[4] heads = {1, 4, 5, 4},\n"
+      " float scale = {0.5}, int64 dim = {" +
+      std::to_string(gather) +
+      "}, int64[1] zero = {0}, int64[1] a = {1}, int64[1] b = {3}, int64[1] m = {-1}>\n"
+      "{\n"
+      "  ku = Unsqueeze(k, two)\n"
+      "  ke = Expand(ku, rep)\n"
+      "  kr = Reshape(ke, heads)\n"
+      "  vu = Unsqueeze(v, two)\n"
+      "  ve = Expand(vu, rep)\n"
+      "  vr = Reshape(ve, heads)\n"
+      "  kt = Transpose <perm = [0, 1, 3, 2]> (kr)\n"
+      "  s = MatMul(q, kt)\n"
+      "  ss = Mul(s, scale)\n"
+      "  p = Softmax <axis = -1> (ss)\n"
+      "  pc = Cast <to = 1> (p)\n"
+      "  o = MatMul(pc, vr)\n"
+      "  ot = Transpose <perm = [0, 2, 1, 3]> (o)\n"
+      "  vs = Shape(vr)\n"
+      "  d = Gather <axis = 0> (vs, dim)\n"
+      "  du = Unsqueeze(d, zero)\n"
+      "  ds = Mul(du, du)\n"
+      "  shape = Concat <axis = 0> (a, b, ds)\n"
+      "  y = Reshape(ot, shape)\n"
+      "}\n"));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "TorchScript's attention (a Cast to FLOAT, the repeated V's shape read) runs fused, "
+    "its Shape reading the un-repeated V") {
+  // Gather 3 (the head size, 4: the output is [1, 3, 16]) is the same on the un-repeated V;
+  // Gather 1 (the 4 repeated heads) is not, so that model stays unfused ([1, 3, 16] too).
+  for (int gather : {3, 1}) {
+    CAPTURE(gather);
+    const auto model = TorchScriptAttentionModel(gather);
+    std::vector<float> out[2];
+    for (bool fuse : {false, true}) {
+      RuntimeContext context;
+      RuntimeSessionOptions options;
+      options.fuse_subgraphs = fuse;
+      RuntimeSession session(model, context, options);
+      size_t fused_attention = 0;
+      for (const auto& node : session.plan(context).nodes())
+        fused_attention += node.proto->op_type() == "ScaledDotProductAttention";
+      CHECK(fused_attention == (fuse && gather == 3 ? 1u : 0u));
+      RuntimeValueMap feeds;
+      auto values = [](int n, int seed) {
+        std::vector<float> v(static_cast<size_t>(n));
+        for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = ((i * 7 + seed) % 11 - 5) / 4.0f;
+        return v;
+      };
+      feeds["q"] = RuntimeValue(Tensor::FromFloat("q", {1, 4, 3, 4}, values(48, 1)));
+      feeds["k"] = RuntimeValue(Tensor::FromFloat("k", {1, 2, 5, 4}, values(40, 2)));
+      feeds["v"] = RuntimeValue(Tensor::FromFloat("v", {1, 2, 5, 4}, values(40, 3)));
+      out[fuse] = session.Run(context, std::move(feeds)).at("y").tensor().ToFloatVector();
+    }
+    REQUIRE(out[0].size() == 48);
+    REQUIRE(out[1].size() == 48);
+    for (size_t i = 0; i < out[0].size(); ++i) CHECK(std::abs(out[1][i] - out[0][i]) <= 1e-5f);
+  }
+}

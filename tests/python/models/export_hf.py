@@ -19,6 +19,7 @@ writes every tiny export and prints the paths. The ONNX files carry no persisten
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 import json
@@ -48,6 +49,10 @@ CONFIGS = {
                              max_position_embeddings=1024, rms_norm_eps=1e-6,
                              tie_word_embeddings=False),
     ("gpt2", "tiny"): dict(vocab_size=128, n_positions=256, n_embd=64, n_layer=2, n_head=4),
+    ("qwen2", "tiny"): dict(vocab_size=256, hidden_size=64, intermediate_size=128,
+                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                            max_position_embeddings=256, rms_norm_eps=1e-6,
+                            tie_word_embeddings=False),
     # Real sizes (perf/bench_real_decode.py): the shapes of SmolLM2-135M and Qwen2.5-0.5B,
     # random weights. "*2l" keeps every width of the real shape with 2 layers (tests).
     ("llama", "smollm2"): dict(_SMOLLM2, num_hidden_layers=30),
@@ -145,6 +150,12 @@ CONFIGS.update({
 })
 
 
+def _config(arch: str, size: str) -> dict:
+    """A copy of the named config: transformers writes into the dicts it is given (rope
+    parameters), which would change the export's cache key between two calls."""
+    return copy.deepcopy(CONFIGS[(arch, size)])
+
+
 def build(arch: str, size: str = "tiny"):
     """The transformers model for a named config, seeded random weights, eval mode."""
     import torch
@@ -152,16 +163,16 @@ def build(arch: str, size: str = "tiny"):
     torch.manual_seed(0)
     if arch == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
-        return LlamaForCausalLM(LlamaConfig(**CONFIGS[(arch, size)])).eval()
+        return LlamaForCausalLM(LlamaConfig(**_config(arch, size))).eval()
     if arch == "qwen2":
         from transformers import Qwen2Config, Qwen2ForCausalLM
-        return Qwen2ForCausalLM(Qwen2Config(**CONFIGS[(arch, size)])).eval()
+        return Qwen2ForCausalLM(Qwen2Config(**_config(arch, size))).eval()
     if arch == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
-        return GPT2LMHeadModel(GPT2Config(**CONFIGS[(arch, size)])).eval()
+        return GPT2LMHeadModel(GPT2Config(**_config(arch, size))).eval()
     if arch in OTHER_ARCHS:
         from transformers import AutoConfig, AutoModelForCausalLM
-        config = AutoConfig.for_model(arch, **CONFIGS[(arch, size)])
+        config = AutoConfig.for_model(arch, **_config(arch, size))
         # Eager attention: the reference the tests compare with, and what the exporter traces.
         config._attn_implementation = "eager"
         model = AutoModelForCausalLM.from_config(config).eval()

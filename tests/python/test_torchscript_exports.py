@@ -1,0 +1,157 @@
+"""Decoders exported by torch's TorchScript exporter (torch.onnx.export(dynamo=False), what
+Hugging Face Optimum and most ONNX decoders on the Hub were made with; Optimum's input and
+output names, dynamic axes), with transformers' "sdpa" attention (Optimum's default) and
+"eager": prepared with `prepare_decoder(bind="auto")`, an 11-token prompt and 12 decode steps
+give transformers' logits (1e-4) and greedy tokens, and each layer's attention runs as one
+fused kernel. That exporter keeps transformers' softmax(dtype=float32) as a Cast to FLOAT
+before the value product, and with grouped KV heads reads the repeated V's shape to reshape
+the output: both used to leave the attention unfused (a Softmax and the head repeat's
+copies of the cache on every step)."""
+import collections
+import warnings
+
+import numpy as np
+import pytest
+
+from models import export_hf
+from onnx_light import onnx as ol_onnx
+from onnx_light import prepare
+from onnx_light.onnx_py._onnxpykernels import runtime
+
+PROMPT = [5, 17, 33, 9, 41, 7, 100, 3, 120, 64, 12]
+NEW_TOKENS = 12
+
+
+def build(arch, impl):
+    import torch
+
+    model = export_hf.build(arch)
+    if arch not in export_hf.OTHER_ARCHS:  # random (not zero/one) biases and norm weights
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("bias"):
+                    p.normal_(0, 0.1)
+                elif "norm" in name or ".ln_" in name:
+                    p.uniform_(0.5, 1.5)
+    model.config._attn_implementation = impl
+    return model
+
+
+def cache_shape(model):
+    c = model.config
+    heads = c.num_attention_heads
+    kv = getattr(c, "num_key_value_heads", None) or getattr(c, "num_kv_heads", None) or heads
+    return c.num_hidden_layers, kv, getattr(c, "head_dim", None) or c.hidden_size // heads
+
+
+def empty_cache(model):
+    layers, kv, head = cache_shape(model)
+    return {p: np.zeros((1, kv, 0, head), np.float32) for p, _ in export_hf.cache_names(layers)}
+
+
+def export_torchscript(model, path):
+    """Optimum's way: flat inputs, a DynamicCache rebuilt inside, dynamo=False, opset 17."""
+    import torch
+    from transformers import DynamicCache
+
+    layers, kv, head = cache_shape(model)
+
+    class WithCache(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask, position_ids, *past):
+            pairs = [(past[2 * i], past[2 * i + 1]) for i in range(layers)]
+            out = self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                             position_ids=position_ids,
+                             past_key_values=DynamicCache(ddp_cache_data=pairs), use_cache=True)
+            present = []
+            for layer in out.past_key_values.layers:
+                present += [layer.keys, layer.values]
+            return (out.logits, *present)
+
+    names = export_hf.cache_names(layers)
+    dynamic = {"input_ids": {0: "batch_size", 1: "sequence_length"},
+               "attention_mask": {0: "batch_size", 1: "total_sequence_length"},
+               "position_ids": {0: "batch_size", 1: "sequence_length"},
+               "logits": {0: "batch_size", 1: "sequence_length"}}
+    for past, present in names:
+        dynamic[past] = {0: "batch_size", 2: "past_sequence_length"}
+        dynamic[present] = {0: "batch_size", 2: "total_sequence_length"}
+    batch, seq, past_len = 2, 3, 4
+    args = (torch.randint(0, model.config.vocab_size, (batch, seq)),
+            torch.ones(batch, past_len + seq, dtype=torch.int64),
+            torch.arange(past_len, past_len + seq).expand(batch, seq).contiguous(),
+            *[torch.randn(batch, kv, past_len, head) for _ in range(2 * layers)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # eval(): the exporter restores the wrapper's training flag afterwards, recursively.
+        torch.onnx.export(WithCache(model).eval(), args, path, dynamo=False, opset_version=17,
+                          input_names=["input_ids", "attention_mask", "position_ids"]
+                          + [p for p, _ in names],
+                          output_names=["logits"] + [q for _, q in names],
+                          dynamic_axes=dynamic)
+    model.eval()
+
+
+def step_feeds(ids, start):
+    total = start + len(ids)
+    return {"input_ids": np.array([ids], np.int64),
+            "attention_mask": np.ones((1, total), np.int64),
+            "position_ids": np.arange(start, total, dtype=np.int64)[None]}
+
+
+def transformers_greedy(model):
+    """transformers' greedy tokens (argmax per step, its own cache) and each step's logits."""
+    import torch
+    from transformers import DynamicCache
+
+    cache, tokens, logits, start = DynamicCache(), list(PROMPT), [], 0
+    ids = list(PROMPT)
+    with torch.no_grad():
+        for step in range(NEW_TOKENS + 1):
+            feeds = {k: torch.from_numpy(v) for k, v in step_feeds(ids, start).items()}
+            out = model(**feeds, past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            logits.append(out.logits.numpy().copy())
+            start += len(ids)
+            ids = [int(out.logits[0, -1].argmax())]
+            if step < NEW_TOKENS:
+                tokens.append(ids[0])
+    return tokens, logits
+
+
+CASES = [("llama", "sdpa"), ("llama", "eager"), ("qwen2", "sdpa"), ("phi3", "sdpa"),
+         ("gemma", "sdpa"), ("falcon", "sdpa"), ("gpt2", "eager")]
+
+
+@pytest.mark.parametrize("arch,impl", CASES)
+def test_torchscript_export_matches_transformers_with_fused_attention(tmp_path, arch, impl):
+    model = build(arch, impl)
+    raw, path = str(tmp_path / "model.onnx"), str(tmp_path / "model.prepared.onnx")
+    export_torchscript(model, raw)
+    prepare.prepare_decoder(raw, path, bind="auto")
+    tokens, expected = transformers_greedy(model)
+    onnx_model = ol_onnx.load_model(path)
+    ctx = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)),
+                                 events_enabled=True)
+    state = runtime.PersistentValueState(onnx_model, initial=empty_cache(model))
+    ids, start, n = list(PROMPT), 0, len(PROMPT)
+    for step in range(NEW_TOKENS + 1):
+        before = len(ctx.events())
+        got = np.from_dlpack(state.run(ctx, step_feeds(ids, start))["logits"]).copy()
+        np.testing.assert_allclose(got, expected[step], atol=1e-4, rtol=0,
+                                   err_msg=f"{arch}/{impl} step {step}")
+        start += len(ids)
+        ids = [tokens[n + step]] if step < NEW_TOKENS else []
+    kernels = collections.Counter(e.op_type for e in ctx.events()[before:]
+                                  if e.action == runtime.RuntimeEventAction.kKernel)
+    layers = cache_shape(model)[0]
+    assert kernels["ScaledDotProductAttention"] == layers, kernels
+    assert kernels["Softmax"] == 0, kernels
+    generated = runtime.generate(onnx_model, runtime.RuntimeContext(
+        runtime.KernelContext(runtime.default_opset(18))),
+        {"input_ids": np.array([PROMPT], np.int64), **empty_cache(model)},
+        runtime.GenerationOptions(max_new_tokens=NEW_TOKENS))
+    assert np.from_dlpack(generated)[0].tolist() == tokens
