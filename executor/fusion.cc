@@ -433,12 +433,21 @@ std::optional<Fusion> MatchRmsNorm(const GraphIndex& ix, const ConstantFn& const
     std::string root;    // Sqrt(...) output
     if (int m = ix.Producer(name, "Mul"); m >= 0) {
       const NodeProto& mul = ix.node(m);
-      for (int side = 0; side < 2 && root.empty(); ++side)
-        if (int r = ix.Producer(mul.input(side), "Reciprocal"); r >= 0) {
+      for (int side = 0; side < 2 && root.empty(); ++side) {
+        std::string denominator;  // Reciprocal(r) or Div(1, r) (TorchScript's rsqrt)
+        int r = ix.Producer(mul.input(side), "Reciprocal");
+        if (r >= 0) {
+          denominator = ix.node(r).input(0);
+        } else if ((r = ix.Producer(mul.input(side), "Div")) >= 0 &&
+                   ConstScalar(constant, ix.node(r).input(0)) == 1.0f) {
+          denominator = ix.node(r).input(1);
+        }
+        if (!denominator.empty()) {
           *x = mul.input(1 - side);
-          root = ix.node(r).input(0);
+          root = denominator;
           mine.insert({m, r});
         }
+      }
     } else if (int d = ix.Producer(name, "Div"); d >= 0) {
       *x = ix.node(d).input(0);
       root = ix.node(d).input(1);
@@ -474,22 +483,46 @@ std::optional<Fusion> MatchRmsNorm(const GraphIndex& ix, const ConstantFn& const
     taken.insert(mine.begin(), mine.end());
     return true;
   };
+  // transformers' RMS norms compute in FLOAT: X = Cast(input, FLOAT), and the TorchScript
+  // exporter keeps the cast back to the input's type before the scale, a Cast to FLOAT there
+  // too. With X a Cast to FLOAT that one changes nothing: it goes with the norm.
+  auto float_cast = [&](const std::string& name) {
+    const int c = ix.Producer(name, "Cast");
+    const AttributeProto* to = c < 0 ? nullptr : Attr(ix.node(c), "to");
+    return to != nullptr && to->i() == TensorProto::FLOAT ? c : -1;
+  };
+  auto scaled = [&](const std::string& name, std::string* x, float* eps) {
+    const int cast = float_cast(name);
+    if (cast < 0) return normalized(name, x, eps);
+    const std::set<int> before = taken;
+    if (!normalized(ix.node(cast).input(0), x, eps) || float_cast(*x) < 0) {
+      taken = before;
+      return false;
+    }
+    taken.insert(cast);
+    return true;
+  };
   std::string x, scale;
   float eps = 0;
   bool ok = false;
   for (int side = 0; side < 2 && !ok; ++side) {
     const Tensor* w = constant(last.input(side));
     if (w != nullptr && w->rank() == 1 && w->numel() > 1 &&
-        normalized(last.input(1 - side), &x, &eps)) {
+        scaled(last.input(1 - side), &x, &eps)) {
       scale = last.input(side);
       ok = true;
     }
   }
   if (!ok) {
-    // A scale Mul reading this one will match the whole norm from there.
-    const std::vector<int>& readers = ix.Readers(last.output(0));
+    // A scale Mul reading this one (or its Cast to FLOAT) will match the whole norm there.
+    std::string out = last.output(0);
+    if (const std::vector<int>& r = ix.Readers(out);
+        r.size() == 1 &&
+        float_cast(ix.node(r[0]).output_size() > 0 ? ix.node(r[0]).output(0) : "") == r[0])
+      out = ix.node(r[0]).output(0);
+    const std::vector<int>& readers = ix.Readers(out);
     if (readers.size() == 1 && ix.Is(readers[0], "Mul")) {
-      const std::string other = Other(ix.node(readers[0]), last.output(0));
+      const std::string other = Other(ix.node(readers[0]), out);
       const Tensor* w = other.empty() ? nullptr : constant(other);
       if (w != nullptr && w->rank() == 1 && w->numel() > 1) return std::nullopt;
     }

@@ -3,10 +3,11 @@ Hugging Face Optimum and most ONNX decoders on the Hub were made with; Optimum's
 output names, dynamic axes), with transformers' "sdpa" attention (Optimum's default) and
 "eager": prepared with `prepare_decoder(bind="auto")`, an 11-token prompt and 12 decode steps
 give transformers' logits (1e-4) and greedy tokens, and each layer's attention runs as one
-fused kernel. That exporter keeps transformers' softmax(dtype=float32) as a Cast to FLOAT
-before the value product, and with grouped KV heads reads the repeated V's shape to reshape
-the output: both used to leave the attention unfused (a Softmax and the head repeat's
-copies of the cache on every step)."""
+fused kernel, and each RMS norm as one. That exporter keeps transformers' softmax(dtype=
+float32) as a Cast to FLOAT before the value product, with grouped KV heads reads the
+repeated V's shape to reshape the output, and writes rsqrt as Div(1, Sqrt): all three used
+to leave these unfused (a Softmax and the head repeat's copies of the cache on every step,
+six kernels a norm)."""
 import collections
 import warnings
 
@@ -150,6 +151,10 @@ def test_torchscript_export_matches_transformers_with_fused_attention(tmp_path, 
     layers = cache_shape(model)[0]
     assert kernels["ScaledDotProductAttention"] == layers, kernels
     assert kernels["Softmax"] == 0, kernels
+    if arch in ("llama", "qwen2", "phi3", "gemma"):
+        # Two RMS norms a layer and the final one, rsqrt written Div(1, Sqrt(...)) and the
+        # cast back to FLOAT before the scale included.
+        assert kernels["RMSNormalization"] == 2 * layers + 1, kernels
     generated = runtime.generate(onnx_model, runtime.RuntimeContext(
         runtime.KernelContext(runtime.default_opset(18))),
         {"input_ids": np.array([PROMPT], np.int64), **empty_cache(model)},
