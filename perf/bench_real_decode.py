@@ -1,7 +1,8 @@
 """Real-size decoders: onnx-light against onnxruntime on the same exported file, same run.
 
 Shapes (tests/python/models/export_hf.py, random seeded weights, FLOAT, tied embeddings,
-exported with torch.onnx.export (dynamo) with KV caches; exports cached under build/models):
+exported with torch.onnx.export (dynamo; --exporter torchscript: dynamo=False, what Optimum
+and the Hub's decoders use) with KV caches; exports cached under build/models):
   smollm2  Llama architecture, the shape of SmolLM2-135M (hidden 576, 30 layers, 9/3 heads,
            vocab 49152)
   qwen05   Qwen2 architecture, the shape of Qwen2.5-0.5B (hidden 896, 24 layers, 14/2 heads,
@@ -93,9 +94,21 @@ def read_bandwidth(threads: int, repeats: int = 5) -> float:
 
 
 class Shape:
-    def __init__(self, name: str):
+    def __init__(self, name: str, exporter: str = "dynamo"):
         self.name, self.arch = name, SHAPES[name]
-        self.path = export_hf.ensure(self.arch, with_cache=True, size=name)
+        # onnx-light runs `prepared` (None: `path` with bindings added by name), onnxruntime
+        # `path`. A TorchScript export goes through the user's `prepare --bind auto`.
+        self.prepared = None
+        if exporter == "dynamo":
+            self.path = export_hf.ensure(self.arch, with_cache=True, size=name)
+        else:
+            from onnx_light import prepare
+
+            self.path = export_hf.ensure(self.arch, with_cache=True, size=name, raw=True,
+                                         exporter=exporter)
+            self.prepared = self.path[: -len(".onnx")] + ".prepared.onnx"
+            if not os.path.exists(self.prepared):
+                prepare.prepare_decoder(self.path, self.prepared, bind="auto")
         self.layers, self.kv_heads, self.head_dim = export_hf.cache_shape(self.arch, name)
         self.vocab = export_hf.vocab_size(self.arch, name)
         self.pairs = export_hf.cache_names(self.layers)
@@ -117,8 +130,9 @@ class OnnxLight:
 
         self.runtime, self.shape, self.threads = runtime, shape, threads
         t0 = time.perf_counter()
-        self.model = ol_onnx.load_model(shape.path)
-        export_hf.add_cache_bindings(self.model, shape.layers)
+        self.model = ol_onnx.load_model(shape.prepared or shape.path)
+        if shape.prepared is None:
+            export_hf.add_cache_bindings(self.model, shape.layers)
         self.load_s = time.perf_counter() - t0
         self.context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
 
@@ -346,6 +360,10 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo",
+                        help="torchscript: torch.onnx.export(dynamo=False), as Hugging Face "
+                             "Optimum exports and most decoders on the Hub are, prepared with "
+                             "prepare_decoder(bind='auto') for onnx-light")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args()
     try:
@@ -359,7 +377,7 @@ def main() -> None:
     report = {"threads": args.threads, "new_tokens": args.new_tokens,
               "onnxruntime": onnxruntime.__version__, "results": []}
     for name in args.shapes:
-        bench_shape(Shape(name), args, report)
+        bench_shape(Shape(name, args.exporter), args, report)
     report["peak_rss_mb"] = peak_rss_mb()
     print(f"\npeak RSS of the process (all engines): {report['peak_rss_mb']:.0f} MB")
     if args.json:

@@ -3,6 +3,7 @@ per-op and per-node kernel tables from the runtime's events, inline executor.
 
     PYTHONPATH=python .venv/bin/python perf/profile_real_decode.py [--shape smollm2]
         [--prompt 128] [--steps 16] [--threads 2] [--executor inline|flow] [--spin-wait-us N]
+        [--exporter dynamo|torchscript]
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from models import export_hf  # noqa: E402
 from onnx_light import onnx as ol_onnx, profiling  # noqa: E402
 from onnx_light.onnx_py._onnxpykernels import runtime  # noqa: E402
 
-from bench_real_decode import SHAPES as ARCH  # noqa: E402  (name -> architecture)
+from bench_real_decode import SHAPES as ARCH, Shape  # noqa: E402  (name -> architecture)
 
 
 def step_feeds(ids, start):
@@ -41,14 +42,17 @@ def main() -> None:
     parser.add_argument("--spin-wait-us", type=int,
                         default=runtime.RuntimeSessionOptions().spin_wait_us,
                         help="RuntimeSessionOptions.spin_wait_us (helpers spin between kernels)")
+    parser.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo",
+                        help="the export bench_real_decode.py --exporter runs (torchscript: "
+                             "prepared with prepare_decoder(bind='auto'))")
     parser.add_argument("--no-events", action="store_true",
                         help="time the steps with events off (no tables): the events' own cost")
     args = parser.parse_args()
     arch = ARCH[args.shape]
-    path = export_hf.ensure(arch, with_cache=True, size=args.shape)
-    layers = export_hf.cache_shape(arch, args.shape)[0]
-    model = ol_onnx.load_model(path)
-    export_hf.add_cache_bindings(model, layers)
+    shape = Shape(args.shape, args.exporter)
+    model = ol_onnx.load_model(shape.prepared or shape.path)
+    if shape.prepared is None:
+        export_hf.add_cache_bindings(model, shape.layers)
     context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)),
                                      events_enabled=not args.no_events)
     options = runtime.RuntimeSessionOptions(intra_op_threads=args.threads,

@@ -17,7 +17,10 @@
    Shape dropped. Several node inputs reading a bound input read one Identity of it
    instead. A capture in a subgraph or a graph output beside another use is refused, naming
    the input and the node;
-3. adds the bindings, writes OUT next to IN's external data (the weights are neither read
+3. answers the ``Shape`` reads of dimensions the declared types fix and drops no-op
+   ``Cast``s (`static_shapes.fold_static_shapes`, with the ``onnx`` package's shape
+   inference; the TorchScript exporter's files are full of both);
+4. adds the bindings, writes OUT next to IN's external data (the weights are neither read
    nor copied: OUT refers to the same data file, so it must be in IN's directory), then
    checks OUT with the onnx checker (when the ``onnx`` package is installed) and by building
    an onnx-light ``PersistentValueState`` from it.
@@ -30,6 +33,8 @@ import dataclasses
 import os
 import sys
 from typing import Callable, Iterable, Optional, Sequence, Union
+
+from onnx_light.static_shapes import fold_static_shapes
 
 __all__ = ["PrepareError", "PrepareReport", "Rewrite", "Candidate", "find_pairs",
            "make_single_use", "prepare_decoder", "main"]
@@ -65,6 +70,9 @@ class PrepareReport:
     rewrites: list                    # [Rewrite]
     external_data: list               # data files OUT refers to (in place, not copied)
     checks: list                      # checks run on OUT
+    # (Shape reads folded, no-op Casts removed) by static_shapes.fold_static_shapes; None
+    # when it did not run (no onnx package, inference failed, or a paged rewrite).
+    static_shapes: Optional[tuple] = None
 
     def format(self) -> str:
         labels = {self.conventions.get(past, "named explicitly") for past, _ in self.pairs}
@@ -81,6 +89,10 @@ class PrepareReport:
         if self.external_data:
             lines.append("external data referenced in place (not copied): "
                          + ", ".join(self.external_data))
+        if self.static_shapes is not None:
+            lines.append(f"answered {self.static_shapes[0]} Shape reads of dimensions the types "
+                         f"fix and removed {self.static_shapes[1]} Casts to the type their "
+                         f"input has (onnx shape inference)")
         lines.append("checks: " + "; ".join(self.checks))
         return "\n".join(lines)
 
@@ -687,6 +699,7 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
         return _prepare_paged(model, in_path, out_path, pairs, conventions, undefined_before,
                               sorted(locations), rows=paged == "rows")
     rewrites = make_single_use(model, [p for p, _ in pairs])
+    static = fold_static_shapes(model)
     _check_defined(graph, undefined_before)
     for past, present in pairs:
         b = graph.persistent_bindings.add()
@@ -705,7 +718,7 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
         if os.path.exists(tmp):
             os.remove(tmp)
     return PrepareReport(in_path, out_path, [tuple(p) for p in pairs], conventions, rewrites,
-                         sorted(locations), checks)
+                         sorted(locations), checks, static)
 
 
 def _prepare_paged(model, in_path, out_path, pairs, conventions, undefined_before, locations,

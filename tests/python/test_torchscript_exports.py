@@ -9,7 +9,6 @@ repeated V's shape to reshape the output, and writes rsqrt as Div(1, Sqrt): all 
 to leave these unfused (a Softmax and the head repeat's copies of the cache on every step,
 six kernels a norm)."""
 import collections
-import warnings
 
 import numpy as np
 import pytest
@@ -50,52 +49,6 @@ def empty_cache(model):
     return {p: np.zeros((1, kv, 0, head), np.float32) for p, _ in export_hf.cache_names(layers)}
 
 
-def export_torchscript(model, path):
-    """Optimum's way: flat inputs, a DynamicCache rebuilt inside, dynamo=False, opset 17."""
-    import torch
-    from transformers import DynamicCache
-
-    layers, kv, head = cache_shape(model)
-
-    class WithCache(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids, attention_mask, position_ids, *past):
-            pairs = [(past[2 * i], past[2 * i + 1]) for i in range(layers)]
-            out = self.inner(input_ids=input_ids, attention_mask=attention_mask,
-                             position_ids=position_ids,
-                             past_key_values=DynamicCache(ddp_cache_data=pairs), use_cache=True)
-            present = []
-            for layer in out.past_key_values.layers:
-                present += [layer.keys, layer.values]
-            return (out.logits, *present)
-
-    names = export_hf.cache_names(layers)
-    dynamic = {"input_ids": {0: "batch_size", 1: "sequence_length"},
-               "attention_mask": {0: "batch_size", 1: "total_sequence_length"},
-               "position_ids": {0: "batch_size", 1: "sequence_length"},
-               "logits": {0: "batch_size", 1: "sequence_length"}}
-    for past, present in names:
-        dynamic[past] = {0: "batch_size", 2: "past_sequence_length"}
-        dynamic[present] = {0: "batch_size", 2: "total_sequence_length"}
-    batch, seq, past_len = 2, 3, 4
-    args = (torch.randint(0, model.config.vocab_size, (batch, seq)),
-            torch.ones(batch, past_len + seq, dtype=torch.int64),
-            torch.arange(past_len, past_len + seq).expand(batch, seq).contiguous(),
-            *[torch.randn(batch, kv, past_len, head) for _ in range(2 * layers)])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        # eval(): the exporter restores the wrapper's training flag afterwards, recursively.
-        torch.onnx.export(WithCache(model).eval(), args, path, dynamo=False, opset_version=17,
-                          input_names=["input_ids", "attention_mask", "position_ids"]
-                          + [p for p, _ in names],
-                          output_names=["logits"] + [q for _, q in names],
-                          dynamic_axes=dynamic)
-    model.eval()
-
-
 def step_feeds(ids, start):
     total = start + len(ids)
     return {"input_ids": np.array([ids], np.int64),
@@ -131,7 +84,7 @@ CASES = [("llama", "sdpa"), ("llama", "eager"), ("qwen2", "sdpa"), ("phi3", "sdp
 def test_torchscript_export_matches_transformers_with_fused_attention(tmp_path, arch, impl):
     model = build(arch, impl)
     raw, path = str(tmp_path / "model.onnx"), str(tmp_path / "model.prepared.onnx")
-    export_torchscript(model, raw)
+    export_hf.export_torchscript(model, raw)
     prepare.prepare_decoder(raw, path, bind="auto")
     tokens, expected = transformers_greedy(model)
     onnx_model = ol_onnx.load_model(path)
@@ -155,6 +108,11 @@ def test_torchscript_export_matches_transformers_with_fused_attention(tmp_path, 
         # Two RMS norms a layer and the final one, rsqrt written Div(1, Sqrt(...)) and the
         # cast back to FLOAT before the scale included.
         assert kernels["RMSNormalization"] == 2 * layers + 1, kernels
+    if arch in ("llama", "qwen2", "gemma", "falcon"):
+        # Q's and K's rotary embedding: prepare answered the Shape reads of the head size
+        # that bound the halves' Slices (static_shapes), so they fuse.
+        assert kernels["RotaryHalf"] == 2 * layers, kernels
+    assert kernels["Cast"] <= 2, kernels  # the no-op casts are gone (not the mask's)
     generated = runtime.generate(onnx_model, runtime.RuntimeContext(
         runtime.KernelContext(runtime.default_opset(18))),
         {"input_ids": np.array([PROMPT], np.int64), **empty_cache(model)},

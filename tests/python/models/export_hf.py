@@ -272,6 +272,42 @@ def _with_cache(model, layers: int):
     return WithCache(model)
 
 
+def export_torchscript(model, path: str) -> None:
+    """The cache export as Hugging Face Optimum writes it (and most decoders on the Hub):
+    torch's TorchScript exporter (dynamo=False), opset 17, dynamic axes by name."""
+    import torch
+
+    config = model.config
+    layers = config.num_hidden_layers
+    heads = config.num_attention_heads
+    kv_heads = (getattr(config, "num_key_value_heads", None)
+                or getattr(config, "num_kv_heads", None) or heads)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    names = cache_names(layers)
+    dynamic = {"input_ids": {0: "batch_size", 1: "sequence_length"},
+               "attention_mask": {0: "batch_size", 1: "total_sequence_length"},
+               "position_ids": {0: "batch_size", 1: "sequence_length"},
+               "logits": {0: "batch_size", 1: "sequence_length"}}
+    for past, present in names:
+        dynamic[past] = {0: "batch_size", 2: "past_sequence_length"}
+        dynamic[present] = {0: "batch_size", 2: "total_sequence_length"}
+    batch, seq, past_len = 2, 3, 4
+    args = (torch.randint(0, config.vocab_size, (batch, seq)),
+            torch.ones(batch, past_len + seq, dtype=torch.int64),
+            torch.arange(past_len, past_len + seq).expand(batch, seq).contiguous(),
+            tuple(torch.randn(batch, kv_heads, past_len, head_dim) for _ in range(2 * layers)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # eval(): the exporter restores the wrapper's training flag afterwards, recursively.
+        torch.onnx.export(_with_cache(model, layers).eval(), args, path, dynamo=False,
+                          opset_version=17,
+                          input_names=["input_ids", "attention_mask", "position_ids"]
+                          + [p for p, _ in names],
+                          output_names=["logits"] + [q for _, q in names],
+                          dynamic_axes=dynamic)
+    model.eval()
+
+
 def export(model, path: str, with_cache: bool = False) -> None:
     import torch
 
@@ -318,37 +354,48 @@ def single_use_caches(proto, kv_heads: int, head_dim: int) -> int:
     return len(prepare.make_single_use(proto, caches, known_dims={1: kv_heads, 3: head_dim}))
 
 
-def _key(arch: str, size: str, with_cache: bool, raw: bool = False) -> str:
+def _key(arch: str, size: str, with_cache: bool, raw: bool = False,
+         exporter: str = "dynamo") -> str:
     from importlib.metadata import version  # importing torch here would cost seconds
 
     # The code that shapes the exported graph, not the whole file: editing the tests' helpers
     # here does not force a re-export.
     functions = [export, _with_cache] if with_cache else [export, _logits_only]
+    if exporter == "torchscript":
+        functions = [export_torchscript, _with_cache]
     if with_cache and not raw:
         from onnx_light import prepare
 
         functions += [single_use_caches, prepare.make_single_use]
     source = "".join(inspect.getsource(f) for f in functions)
     blob = json.dumps([arch, size, with_cache] + (["raw"] if raw else [])
+                      + ([exporter] if exporter != "dynamo" else [])
                       + [CONFIGS[(arch, size)], version("torch"), version("transformers"),
                          source], sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
 def ensure(arch: str, with_cache: bool = False, size: str = "tiny",
-           out_dir: str = MODEL_DIR, raw: bool = False) -> str:
+           out_dir: str = MODEL_DIR, raw: bool = False, exporter: str = "dynamo") -> str:
     """Path of the export for (arch, size, with_cache), exporting it first if not cached.
     raw=True (with_cache only): the exporter's file as written, before single_use_caches
-    (the input of `python -m onnx_light prepare`)."""
+    (the input of `python -m onnx_light prepare`). exporter: "dynamo" (`export`) or
+    "torchscript" (`export_torchscript`, cache exports only)."""
     if raw and not with_cache:
         raise ValueError("raw applies to cache exports only")
+    if exporter not in ("dynamo", "torchscript") or (exporter == "torchscript" and not with_cache):
+        raise ValueError(f"no {exporter!r} export with_cache={with_cache}")
     kind = ("_kv_raw" if raw else "_kv") if with_cache else ""
-    name = f"{size}_{arch}{kind}-{_key(arch, size, with_cache, raw)}.onnx"
+    kind += "_ts" if exporter == "torchscript" else ""
+    name = f"{size}_{arch}{kind}-{_key(arch, size, with_cache, raw, exporter)}.onnx"
     path = os.path.join(out_dir, name)
     if not os.path.exists(path):
         os.makedirs(out_dir, exist_ok=True)
         tmp = os.path.join(out_dir, f".tmp-{os.getpid()}-{name}")
-        export(build(arch, size), tmp, with_cache)
+        if exporter == "torchscript":
+            export_torchscript(build(arch, size), tmp)
+        else:
+            export(build(arch, size), tmp, with_cache)
         # The weights sit next to the graph as external data named after the temporary file:
         # re-save under the final name so the graph refers to the right data file.
         import onnx

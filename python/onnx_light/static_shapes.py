@@ -1,0 +1,124 @@
+"""Answers, at prepare time, what a decoder export computes at run time but the declared
+types already fix: the exports of torch's TorchScript exporter (Hugging Face Optimum's, most
+decoders on the Hub) read `Shape` and `Gather` of every intermediate for the head count and
+head size of each view, and keep transformers' no-op casts (`softmax(dtype=float32)`,
+`.to(input_dtype)` on FLOAT). Each is a kernel call every step, and the constant bounds
+they hide keep the plan from fusing the rotary embedding.
+
+``fold_static_shapes(model)`` runs ONNX shape inference (the ``onnx`` package; without it
+nothing changes) and rewrites the main graph in place:
+
+- ``Gather(Shape(x), i)`` with i a constant index (axis 0) of a dimension of x that the
+  inferred type fixes becomes a Constant of that value; a Shape left without readers goes;
+- ``Cast(x, to=T)`` with x already of type T goes, its readers reading x (not when its
+  output is a graph output or read inside a subgraph).
+
+Dimensions the types leave symbolic (batch, sequence, past length) stay computed at run
+time; nothing else changes.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+
+def _inferred_types(model) -> Optional[dict]:
+    """name -> TypeProto.tensor_type after onnx shape inference, or None (no onnx package, or
+    inference failed: then the model is left as it is)."""
+    try:
+        import onnx
+        from onnx import shape_inference
+    except ImportError:
+        return None
+    proto = onnx.ModelProto()
+    proto.ParseFromString(model.SerializeToString())
+    try:
+        inferred = shape_inference.infer_shapes(proto, data_prop=True)
+    except Exception:  # noqa: BLE001 - an export inference cannot follow keeps its graph
+        return None
+    graph = inferred.graph
+    return {v.name: v.type.tensor_type
+            for v in [*graph.input, *graph.value_info, *graph.output]
+            if v.type.HasField("tensor_type")}
+
+
+def _captured(graph) -> set:
+    """Names read inside the graph's subgraphs (If/Loop/Scan bodies)."""
+    names: set = set()
+
+    def walk(g):
+        for n in g.node:
+            for a in n.attribute:
+                for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    for m in sub.node:
+                        names.update(m.input)
+                    walk(sub)
+
+    walk(graph)
+    return names
+
+
+def _static_dim(types: dict, name: str, index: int) -> Optional[int]:
+    t = types.get(name)
+    if t is None or not t.HasField("shape"):
+        return None
+    dims = t.shape.dim
+    k = index + len(dims) if index < 0 else index
+    if not 0 <= k < len(dims) or not dims[k].HasField("dim_value"):
+        return None
+    return int(dims[k].dim_value)
+
+
+def fold_static_shapes(model) -> Optional[tuple]:
+    """(Shape reads folded, no-op Casts removed), or None when shape inference is not
+    available (the ``onnx`` package) or fails on the model."""
+    from onnx_light.prepare import _constant_indices, _Protos
+
+    types = _inferred_types(model)
+    if types is None:
+        return None
+    graph, protos = model.graph, _Protos(model)
+    producer = {o: n for n in graph.node for o in n.output}
+    outputs = {o.name for o in graph.output}
+    captured = _captured(graph)
+    folded, rename, dropped = 0, {}, set()  # dropped: node indices (wrappers are not stable)
+    for at, n in enumerate(graph.node):
+        if n.domain not in ("", "ai.onnx"):
+            continue
+        if n.op_type == "Gather" and len(n.input) == 2:
+            shape = producer.get(n.input[0])
+            axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+            index = _constant_indices(graph, n.input[1])
+            if (shape is None or shape.op_type != "Shape" or shape.domain not in ("", "ai.onnx")
+                    or len(shape.attribute) or axis != 0 or index is None
+                    or len(index[0]) != 1):
+                continue
+            value = _static_dim(types, shape.input[0], index[0][0])
+            if value is None:
+                continue
+            dims = [] if index[1] else [1]
+            n.CopyFrom(protos.node("Constant", [], [n.output[0]], n.name or n.output[0],
+                                   value=(dims, [value])))
+            folded += 1
+        elif n.op_type == "Cast" and len(n.input) == 1:
+            to = next((a.i for a in n.attribute if a.name == "to"), None)
+            source = types.get(n.input[0])
+            if (to is None or source is None or source.elem_type != to
+                    or n.output[0] in outputs or n.output[0] in captured):
+                continue
+            rename[n.output[0]] = n.input[0]
+            dropped.add(at)
+    if rename:
+        for n in graph.node:
+            for i, x in enumerate(n.input):
+                while x in rename:
+                    x = rename[x]
+                n.input[i] = x
+    read = {x for n in graph.node for x in n.input} | outputs | captured
+    keep = [n for at, n in enumerate(graph.node)
+            if at not in dropped
+            and not (n.op_type == "Shape" and n.domain in ("", "ai.onnx")
+                     and n.output[0] not in read)]
+    if len(keep) != len(graph.node):
+        del graph.node[:]
+        graph.node.extend(keep)
+    return folded, len(dropped)
