@@ -107,8 +107,9 @@ class Shape:
             self.path = export_hf.ensure(self.arch, with_cache=True, size=name, raw=True,
                                          exporter=exporter)
             self.prepared = self.path[: -len(".onnx")] + ".prepared.onnx"
-            if not os.path.exists(self.prepared):
-                prepare.prepare_decoder(self.path, self.prepared, bind="auto")
+            if os.path.exists(self.prepared):  # prepared afresh: it is the code under test
+                os.remove(self.prepared)
+            prepare.prepare_decoder(self.path, self.prepared, bind="auto")
         self.layers, self.kv_heads, self.head_dim = export_hf.cache_shape(self.arch, name)
         self.vocab = export_hf.vocab_size(self.arch, name)
         self.pairs = export_hf.cache_names(self.layers)
