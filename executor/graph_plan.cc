@@ -880,12 +880,31 @@ std::string ComputationKey(const NodeProto& proto, const std::vector<int>& ins) 
 
 }  // namespace
 
+// Small constants of equal type, shape and bytes read as one slot, so that nodes differing
+// only in which of them they read merge below: exporters write a Constant node per use (the
+// TorchScript exporter an axis or index per Unsqueeze, Gather and Concat of every layer).
+void GraphPlan::AliasEqualSmallConstants(const std::vector<bool>& is_output,
+                                         std::vector<int>& alias) const {
+  constexpr int64_t kMaxElements = 16;
+  std::unordered_map<std::string, int> first;  // type, shape and bytes -> slot
+  for (size_t s = 0; s < alias.size(); ++s) {
+    const RuntimeValue* v = constants_[s];
+    if (v == nullptr || is_output[s] || !v->is_tensor()) continue;
+    const Tensor& t = v->tensor();
+    if (t.numel() > kMaxElements || !t.contiguous() || t.dtype() == DataType::kString) continue;
+    std::string key = std::to_string(static_cast<int>(t.dtype())) + ':' + ShapeToString(t.shape());
+    key.append(static_cast<const char*>(t.raw_data()), t.nbytes());
+    alias[s] = first.emplace(std::move(key), static_cast<int>(s)).first->second;
+  }
+}
+
 void GraphPlan::MergeDuplicates(std::vector<int>& order, std::vector<std::vector<int>>& in_slots,
                                 std::vector<int>& producer) {
   std::vector<bool> is_output(slot_names_.size(), false);
   for (const auto& o : outputs_) is_output[static_cast<size_t>(o.slot)] = true;
   std::vector<int> alias(slot_names_.size());
   for (size_t s = 0; s < alias.size(); ++s) alias[s] = static_cast<int>(s);
+  AliasEqualSmallConstants(is_output, alias);
   std::unordered_map<std::string, int> first;  // key -> node computing it
   std::vector<int> left;
   for (int i : order) {

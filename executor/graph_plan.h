@@ -193,6 +193,7 @@ class GraphPlan {
   // readers read the earlier node's outputs instead (see merged_node_count).
   void MergeDuplicates(std::vector<int>& order, std::vector<std::vector<int>>& in_slots,
                        std::vector<int>& producer);
+  void AliasEqualSmallConstants(const std::vector<bool>& is_output, std::vector<int>& alias) const;
   const NodeProto& NodeAt(int i) const;
   bool KeepsQuantizedWeight(const NodeProto& proto, const std::vector<int>& ins,
                             const std::vector<std::vector<std::pair<int, int>>>& uses) const;
