@@ -17,9 +17,10 @@
    Shape dropped. Several node inputs reading a bound input read one Identity of it
    instead. A capture in a subgraph or a graph output beside another use is refused, naming
    the input and the node;
-3. answers the ``Shape`` reads of dimensions the declared types fix and drops no-op
-   ``Cast``s (`static_shapes.fold_static_shapes`, with the ``onnx`` package's shape
-   inference; the TorchScript exporter's files are full of both);
+3. answers the ``Shape`` reads of dimensions the declared types fix, reads the symbolic ones
+   (batch, sequence) from the non-bound graph input declaring the symbol, once for every
+   layer, and drops no-op ``Cast``s (`static_shapes.fold_static_shapes`, with the ``onnx``
+   package's shape inference; the TorchScript exporter's files are full of all three);
 4. adds the bindings, writes OUT next to IN's external data (the weights are neither read
    nor copied: OUT refers to the same data file, so it must be in IN's directory), then
    checks OUT with the onnx checker (when the ``onnx`` package is installed) and by building
@@ -70,7 +71,8 @@ class PrepareReport:
     rewrites: list                    # [Rewrite]
     external_data: list               # data files OUT refers to (in place, not copied)
     checks: list                      # checks run on OUT
-    # (Shape reads folded, no-op Casts removed) by static_shapes.fold_static_shapes; None
+    # (Shape reads folded, no-op Casts removed, Shape reads shared) by
+    # static_shapes.fold_static_shapes; None
     # when it did not run (no onnx package, inference failed, or a paged rewrite).
     static_shapes: Optional[tuple] = None
 
@@ -90,9 +92,11 @@ class PrepareReport:
             lines.append("external data referenced in place (not copied): "
                          + ", ".join(self.external_data))
         if self.static_shapes is not None:
-            lines.append(f"answered {self.static_shapes[0]} Shape reads of dimensions the types "
-                         f"fix and removed {self.static_shapes[1]} Casts to the type their "
-                         f"input has (onnx shape inference)")
+            folded, casts, shared = self.static_shapes
+            lines.append(f"answered {folded} Shape reads of dimensions the types fix, read "
+                         f"{shared} symbolic ones from the graph inputs declaring them and "
+                         f"removed {casts} Casts to the type their input has (onnx shape "
+                         f"inference)")
         lines.append("checks: " + "; ".join(self.checks))
         return "\n".join(lines)
 
@@ -319,6 +323,22 @@ def _one_reader(protos, name: str, uses: list, out: str, new_nodes: list) -> Rew
                                           f"({readers})")
 
 
+def input_symbols(graph, bound, primary=("input_ids", "attention_mask")) -> dict:
+    """{dim_param: (input, axis)}: where each symbol the non-bound graph inputs declare is
+    first declared, the `primary` inputs looked at first."""
+    declared = {i.name: i for i in graph.input}
+    order = [n for n in primary if n in declared] + \
+        [i.name for i in graph.input if i.name not in primary]
+    symbols: dict = {}
+    for name in order:
+        if name in bound:
+            continue
+        for axis, d in enumerate(_dims(declared[name]) or []):
+            if d.dim_param and d.dim_param not in symbols:
+                symbols[d.dim_param] = (name, axis)
+    return symbols
+
+
 def make_single_use(model, inputs: Iterable[str], known_dims: Optional[dict] = None,
                     ids_name: str = "input_ids", mask_name: str = "attention_mask") -> list:
     """Rewrites every ``Shape``/``Size`` of each input in `inputs` into values computed from
@@ -435,16 +455,8 @@ def make_single_use(model, inputs: Iterable[str], known_dims: Optional[dict] = N
         return dims
 
     # Symbols of the non-bound inputs, for symbolic cache dimensions.
-    symbols = {}
     primary = (ids_name, mask_name)
-    order = [n for n in (ids_name, mask_name) if n in declared] + \
-        [i.name for i in graph.input if i.name not in (ids_name, mask_name)]
-    for name in order:
-        if name in bound_set:
-            continue
-        for axis, d in enumerate(_dims(declared[name]) or []):
-            if d.dim_param and d.dim_param not in symbols:
-                symbols[d.dim_param] = (name, axis)
+    symbols = input_symbols(graph, bound_set, primary)
 
     def dim(name: str, axis: int, rank: int, node) -> tuple:
         """(tensor name, description) of one dimension of bound input `name`."""
@@ -699,7 +711,7 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
         return _prepare_paged(model, in_path, out_path, pairs, conventions, undefined_before,
                               sorted(locations), rows=paged == "rows")
     rewrites = make_single_use(model, [p for p, _ in pairs])
-    static = fold_static_shapes(model)
+    static = fold_static_shapes(model, bound=[p for p, _ in pairs])
     _check_defined(graph, undefined_before)
     for past, present in pairs:
         b = graph.persistent_bindings.add()

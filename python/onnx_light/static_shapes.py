@@ -10,11 +10,16 @@ nothing changes) and rewrites the main graph in place:
 
 - ``Gather(Shape(x), i)`` with i a constant index (axis 0) of a dimension of x that the
   inferred type fixes becomes a Constant of that value; a Shape left without readers goes;
+- ``Gather(Shape(x), i)`` of a dimension inferred as a symbol (``batch_size``,
+  ``sequence_length``, ``total_sequence_length``) that a non-bound graph input declares
+  becomes one ``Gather(Shape(input), axis)`` shared by every layer's reads, so the plan
+  merges the Unsqueezes and Concats built from them (the SmolLM2 shape: 1753 -> 952 kernels
+  a decode step). A symbol is a promise of the export's declaration: the feeds it names
+  must agree, as the exported graph itself requires;
 - ``Cast(x, to=T)`` with x already of type T goes, its readers reading x (not when its
   output is a graph output or read inside a subgraph).
 
-Dimensions the types leave symbolic (batch, sequence, past length) stay computed at run
-time; nothing else changes.
+Dimensions no input declares stay computed at run time; nothing else changes.
 """
 from __future__ import annotations
 
@@ -68,10 +73,53 @@ def _static_dim(types: dict, name: str, index: int) -> Optional[int]:
     return int(dims[k].dim_value)
 
 
-def fold_static_shapes(model) -> Optional[tuple]:
-    """(Shape reads folded, no-op Casts removed), or None when shape inference is not
-    available (the ``onnx`` package) or fails on the model."""
-    from onnx_light.prepare import _constant_indices, _Protos
+def _symbolic_dim(types: dict, name: str, index: int) -> Optional[str]:
+    t = types.get(name)
+    if t is None or not t.HasField("shape"):
+        return None
+    dims = t.shape.dim
+    k = index + len(dims) if index < 0 else index
+    if not 0 <= k < len(dims) or not dims[k].HasField("dim_param"):
+        return None
+    return dims[k].dim_param or None
+
+
+class _InputDims:
+    """One ``Gather(Shape(input), j)`` per (input, axis, scalar or [1]) read, its nodes put
+    first in the graph (they read only a graph input and a constant)."""
+
+    def __init__(self, graph, protos):
+        from onnx_light.prepare import _names_in_graph
+
+        self.protos, self.nodes, self.made = protos, [], {}
+        taken: set = set()
+        _names_in_graph(graph, taken)
+        self.prefix = "static_dim"
+        while any(t.startswith(self.prefix) for t in taken):
+            self.prefix += "_"
+        self.prefix += "/"
+
+    def _node(self, key, op_type, inputs, hint, **attrs):
+        if key not in self.made:
+            out = f"{self.prefix}{hint}"
+            self.nodes.append(self.protos.node(op_type, inputs, [out], out, **attrs))
+            self.made[key] = out
+        return self.made[key]
+
+    def read(self, source: str, axis: int, scalar: bool) -> str:
+        shape = self._node(("shape", source), "Shape", [source], f"{source}_shape")
+        dims = [] if scalar else [1]
+        index = self._node(("index", axis, scalar), "Constant", [], f"index{axis}_{int(scalar)}",
+                           value=(dims, [axis]))
+        return self._node(("dim", source, axis, scalar), "Gather", [shape, index],
+                          f"{source}_dim{axis}_{int(scalar)}", axis=0)
+
+
+def fold_static_shapes(model, bound=()) -> Optional[tuple]:
+    """(Shape reads folded, no-op Casts removed, Shape reads shared), or None when shape
+    inference is not available (the ``onnx`` package) or fails on the model. `bound`: the
+    inputs that become persistent (never read for a dimension here)."""
+    from onnx_light.prepare import _constant_indices, _Protos, input_symbols
 
     types = _inferred_types(model)
     if types is None:
@@ -80,7 +128,12 @@ def fold_static_shapes(model) -> Optional[tuple]:
     producer = {o: n for n in graph.node for o in n.output}
     outputs = {o.name for o in graph.output}
     captured = _captured(graph)
+    initialized = {t.name for t in graph.initializer}
+    symbols = {s: src for s, src in input_symbols(graph, set(bound)).items()
+               if src[0] not in initialized}
+    shared = _InputDims(graph, protos)
     folded, rename, dropped = 0, {}, set()  # dropped: node indices (wrappers are not stable)
+    graph_ops = [n.op_type for n in graph.node]
     for at, n in enumerate(graph.node):
         if n.domain not in ("", "ai.onnx"):
             continue
@@ -94,6 +147,14 @@ def fold_static_shapes(model) -> Optional[tuple]:
                 continue
             value = _static_dim(types, shape.input[0], index[0][0])
             if value is None:
+                # A symbolic dimension a graph input declares: read there, one Gather for
+                # every layer's (which then share their Unsqueezes and Concats).
+                source = symbols.get(_symbolic_dim(types, shape.input[0], index[0][0]))
+                if source is None or n.output[0] in outputs or n.output[0] in captured \
+                        or source[0] == shape.input[0]:
+                    continue
+                rename[n.output[0]] = shared.read(source[0], source[1], index[1])
+                dropped.add(at)
                 continue
             dims = [] if index[1] else [1]
             n.CopyFrom(protos.node("Constant", [], [n.output[0]], n.name or n.output[0],
@@ -113,12 +174,13 @@ def fold_static_shapes(model) -> Optional[tuple]:
                 while x in rename:
                     x = rename[x]
                 n.input[i] = x
-    read = {x for n in graph.node for x in n.input} | outputs | captured
-    keep = [n for at, n in enumerate(graph.node)
-            if at not in dropped
-            and not (n.op_type == "Shape" and n.domain in ("", "ai.onnx")
-                     and n.output[0] not in read)]
-    if len(keep) != len(graph.node):
+    kept = [n for at, n in enumerate(graph.node) if at not in dropped]
+    read = {x for n in kept for x in n.input} | outputs | captured
+    keep = shared.nodes + [n for n in kept
+                           if not (n.op_type == "Shape" and n.domain in ("", "ai.onnx")
+                                   and n.output[0] not in read)]
+    if len(keep) != len(graph.node) or shared.nodes:
         del graph.node[:]
         graph.node.extend(keep)
-    return folded, len(dropped)
+    casts = sum(1 for at in dropped if graph_ops[at] == "Cast")
+    return folded, casts, len(dropped) - casts
