@@ -57,17 +57,16 @@ TEST_CASE("EncodePage writes the valid rows' codes and the zero point's code in 
           int32_t expected = c.zero;
           if (r < kRows) {
             const float x = rows[static_cast<size_t>(h * kWidth + d)];
-            expected = std::clamp(static_cast<int32_t>(std::nearbyint(x / 0.5f)) + c.zero, c.lo,
-                                  c.hi);
+            expected =
+                std::clamp(static_cast<int32_t>(std::nearbyint(x / 0.5f)) + c.zero, c.lo, c.hi);
           }
           CHECK_MESSAGE(Code(page, c.storage, e) == expected, "head ", h, " row ", r, " elem ", d);
         }
   }
   for (DataType storage : {DataType::kFloat16, DataType::kBFloat16}) {
     size_t written = 0;
-    const auto page =
-        ops::ai_rt::EncodePage({storage, 1.0f, 0}, src, 1, kHeads, kCapacity, kWidth, kRows,
-                               core::runtime::DefaultAllocator(), &written);
+    const auto page = ops::ai_rt::EncodePage({storage, 1.0f, 0}, src, 1, kHeads, kCapacity, kWidth,
+                                             kRows, core::runtime::DefaultAllocator(), &written);
     const auto* halves = static_cast<const uint16_t*>(page.tensor().raw_data());
     for (int64_t h = 0; h < kHeads; ++h)
       for (int64_t r = 0; r < kCapacity; ++r)
