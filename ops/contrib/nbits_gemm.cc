@@ -225,17 +225,6 @@ void GemvInt8Portable(const PackedNBits& w, const Int8Row& r, float* y, int64_t 
 }
 
 #if defined(__x86_64__)
-// How far ahead of their reads the int8 GEMVs ask for the packed weights (and for their
-// scales, 64 bytes a block of 256 weight bytes, a quarter as far). The weights stream from
-// memory, and the integer work between two loads kept too few of them in flight: with the
-// hardware prefetcher alone, the int4 decode of Qwen2.5-0.5B's shape (309 MB of weights a
-// token) read at 57% of the two-thread read rate. Measured there (Intel Xeon, VNNI, 2
-// threads, p50 of 60 steps): none 18.4-19.3 ms, 512 B 17.2, 1 KiB 16.1, 2 KiB 15.1-15.3, 3 KiB
-// 14.6-15.5, 4 KiB 15.6, 6 KiB 15.5; one thread 35.1 -> 26.8 ms at 2 KiB. bench_nbits_gemv
-// from memory, one thread, 896 x 4864: VNNI 152 -> 120 us, AVX2 161 -> 122 us. Past the last
-// tile this names memory that may not be ours: a prefetch never faults.
-constexpr int64_t kWeightsAhead = 2048;
-
 OL_AVX2 void GemvInt8Avx2(const PackedNBits& w, const Int8Row& r, float* y, int64_t t0,
                           int64_t t1) {
   const __m256i nibble = _mm256_set1_epi8(0x0F);
@@ -245,7 +234,7 @@ OL_AVX2 void GemvInt8Avx2(const PackedNBits& w, const Int8Row& r, float* y, int6
       const uint8_t* q = w.weights(t, kb);
       const float* s = w.scales(t, kb);
       const float* z = w.neg_scaled_zp(t, kb);
-      _mm_prefetch(reinterpret_cast<const char*>(s) + kWeightsAhead / 4, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(s) + kNBitsWeightsAhead / 4, _MM_HINT_T0);
       for (int64_t g = 0; g < w.block() / kGroup; ++g) {
         const int64_t k0 = kb * w.block() + g * kGroup, gi = k0 / kGroup;
         const int8_t* a = r.pairs.data() + (k0 / 4) * 32;
@@ -253,7 +242,7 @@ OL_AVX2 void GemvInt8Avx2(const PackedNBits& w, const Int8Row& r, float* y, int6
         // 8 steps of 4 rows x 16 columns; int16 sums stay below 8 * 2 * 15 * 127 < 2^15.
         for (int step = 0; step < 8; ++step, q += 32, a += 32) {
           if (step % 2 == 0)
-            _mm_prefetch(reinterpret_cast<const char*>(q) + kWeightsAhead, _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(q) + kNBitsWeightsAhead, _MM_HINT_T0);
           const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
           const __m256i lo = _mm256_and_si256(bytes, nibble);
           const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
@@ -320,13 +309,13 @@ OL_VNNI_VBMI void GemvInt8Vnni(const PackedNBits& w, const Int8Row& r, float* y,
       const uint8_t* q = w.weights(t, kb);
       const float* s = w.scales(t, kb);
       const float* z = w.neg_scaled_zp(t, kb);
-      _mm_prefetch(reinterpret_cast<const char*>(s) + kWeightsAhead / 4, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(s) + kNBitsWeightsAhead / 4, _MM_HINT_T0);
       for (int64_t g = 0; g < w.block() / kGroup; ++g) {
         const int64_t gi = (kb * w.block()) / kGroup + g;
         const int8_t* a = r.q.data() + gi * kGroup;
         __m512i acc = _mm512_setzero_si512();
         for (int step = 0; step < kGroup / 8; ++step, q += 64, a += 8) {
-          _mm_prefetch(reinterpret_cast<const char*>(q) + kWeightsAhead, _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(q) + kNBitsWeightsAhead, _MM_HINT_T0);
           const __m512i bytes = _mm512_loadu_si512(q);
           const __m512i lo = _mm512_and_si512(bytes, nibble);
           const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble);

@@ -179,12 +179,17 @@ OL_VNNI_VBMI void PackedTileRows(const PackedNBits& w, int64_t t, const Int8Rows
     const float* zp = w.neg_scaled_zp(t, kb);
     const __m512 z = zp != nullptr ? _mm512_loadu_ps(zp) : _mm512_setzero_ps();
     const uint8_t* q = w.weights(t, kb);
+    _mm_prefetch(reinterpret_cast<const char*>(w.scales(t, kb)) + kNBitsWeightsAhead / 4,
+                 _MM_HINT_T0);
     for (int64_t g = 0; g < per_block; ++g) {
       const int64_t gi = kb * per_block + g;
       __m512i acc[R];
       for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
-      for (int step = 0; step < kGroup / 4; ++step, q += 32)
+      for (int step = 0; step < kGroup / 4; ++step, q += 32) {
+        if (step % 2 == 0)
+          _mm_prefetch(reinterpret_cast<const char*>(q) + kNBitsWeightsAhead, _MM_HINT_T0);
         DotStep<R>(a, r0, gi * kGroup + step * 4, VnniQuad(q, order), acc);
+      }
       AddGroup<R>(w, a, r0, gi, acc, s, zp, z, out);
     }
   }
