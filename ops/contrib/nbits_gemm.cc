@@ -118,11 +118,20 @@ OL_AVX2 void BlockDot8Avx2(const uint8_t* q, const float* a, int64_t block, __m2
   hi = _mm256_add_ps(hi0, hi1);
 }
 
+// Block kb of tile t's weights and scales, kNBitsWeightsAhead further on (see there).
+inline void PrefetchBlock(const PackedNBits& w, int64_t t, int64_t kb) {
+  const auto* q = reinterpret_cast<const char*>(w.weights(t, kb)) + kNBitsWeightsAhead;
+  for (int64_t at = 0; at < w.block_bytes(); at += 64) _mm_prefetch(q + at, _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(w.scales(t, kb)) + kNBitsWeightsAhead / 4,
+               _MM_HINT_T0);
+}
+
 OL_AVX2 void GemvTilesAvx2(const PackedNBits& w, const float* a_pad, const float* a_sums, float* y,
                            int64_t t0, int64_t t1) {
   for (int64_t t = t0; t < t1; ++t) {
     __m256 out_lo = _mm256_setzero_ps(), out_hi = _mm256_setzero_ps();
     for (int64_t kb = 0; kb < w.k_blocks(); ++kb) {
+      PrefetchBlock(w, t, kb);
       __m256 lo, hi;
       if (w.bits() == 4)
         BlockDot4Avx2(w.weights(t, kb), a_pad + kb * w.block(), w.block(), lo, hi);

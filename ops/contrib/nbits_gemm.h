@@ -31,8 +31,10 @@ constexpr int64_t kInt8Group = 32;  // activation values per int8 scale (kInt8)
 // token) read at 57% of the two-thread read rate. Measured there (Intel Xeon, VNNI, 2
 // threads, p50 of 60 steps): none 18.4-19.3 ms, 512 B 17.2, 1 KiB 16.1, 2 KiB 15.1-15.3, 3 KiB
 // 14.6-15.5, 4 KiB 15.6, 6 KiB 15.5; one thread 35.1 -> 26.8 ms at 2 KiB. bench_nbits_gemv
-// from memory, one thread, 896 x 4864: VNNI 152 -> 120 us, AVX2 161 -> 122 us. Past the last
-// tile this names memory that may not be ours: a prefetch never faults.
+// from memory, one thread, 896 x 4864: VNNI 152 -> 120 us, AVX2 161 -> 122 us. The FLOAT
+// GEMV (accuracy_level 0) stalled the same way: an 896 x 151936 int4 head, 2 threads, 10.84
+// -> 4.38 ms. Past the last tile this names memory that may not be ours: a prefetch never
+// faults.
 constexpr int64_t kNBitsWeightsAhead = 2048;
 
 // kInt8 (MatMulNBits accuracy_level 4, as onnxruntime): the activation row is quantized to
@@ -70,6 +72,7 @@ class PackedNBits {
   int64_t k_blocks() const { return k_blocks_; }
   int64_t tiles() const { return tiles_; }
   size_t bytes() const;
+  int64_t block_bytes() const { return block_bytes_; }  // of one tile's block
   // Weights of tile t, block kb: 16 * block * bits / 8 bytes.
   const uint8_t* weights(int64_t t, int64_t kb) const {
     return q_.data() + static_cast<size_t>((t * k_blocks_ + kb) * block_bytes_);
