@@ -62,26 +62,24 @@ def _captured(graph) -> set:
     return names
 
 
-def _static_dim(types: dict, name: str, index: int) -> Optional[int]:
+def _dim(types: dict, name: str, index: int):
+    """Dimension `index` (negative: from the end) of `name`'s inferred shape, or None."""
     t = types.get(name)
     if t is None or not t.HasField("shape"):
         return None
     dims = t.shape.dim
     k = index + len(dims) if index < 0 else index
-    if not 0 <= k < len(dims) or not dims[k].HasField("dim_value"):
-        return None
-    return int(dims[k].dim_value)
+    return dims[k] if 0 <= k < len(dims) else None
+
+
+def _static_dim(types: dict, name: str, index: int) -> Optional[int]:
+    d = _dim(types, name, index)
+    return int(d.dim_value) if d is not None and d.HasField("dim_value") else None
 
 
 def _symbolic_dim(types: dict, name: str, index: int) -> Optional[str]:
-    t = types.get(name)
-    if t is None or not t.HasField("shape"):
-        return None
-    dims = t.shape.dim
-    k = index + len(dims) if index < 0 else index
-    if not 0 <= k < len(dims) or not dims[k].HasField("dim_param"):
-        return None
-    return dims[k].dim_param or None
+    d = _dim(types, name, index)
+    return d.dim_param or None if d is not None and d.HasField("dim_param") else None
 
 
 class _InputDims:
