@@ -17,6 +17,7 @@
 
 #include "ops/math/code_dot.h"
 #include "ops/math/cpu_features.h"
+#include "ops/math/sum16_avx512.h"
 #include "ops/math/x86_intrinsics.h"
 
 namespace {
@@ -101,28 +102,6 @@ QueryLimbs SplitQuery(const float* q) {
     }
   }
   return r;
-}
-
-// Lane 4g + r: the sum of acc[r][g]'s lanes (the product kernel's transposing tree).
-OL_VNNI inline __m512 Sum16(const __m512 (&acc)[4][4]) {
-  __m512 u[8];
-#pragma GCC unroll 8
-  for (int j = 0; j < 8; ++j) {
-    const __m512 a = acc[(2 * j) % 4][(2 * j) / 4], b = acc[(2 * j + 1) % 4][(2 * j + 1) / 4];
-    u[j] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-  }
-  __m512 w[4];
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    const __m512d a = _mm512_castps_pd(u[2 * j]), b = _mm512_castps_pd(u[2 * j + 1]);
-    w[j] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-  }
-  const __m512 x0 =
-      _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88), _mm512_shuffle_f32x4(w[0], w[1], 0xdd));
-  const __m512 x1 =
-      _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], 0x88), _mm512_shuffle_f32x4(w[2], w[3], 0xdd));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xdd));
 }
 
 // One head's dot with keys (k + 128) in k0/k1, as FLOAT: limbs combined in integers where

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "ops/math/code_dispatch.h"
+#include "ops/math/sum16_avx512.h"
 #include "ops/math/x86_intrinsics.h"
 
 namespace onnx_light::ops::math {
@@ -99,31 +100,6 @@ OL_CODE512 inline __m128 Sum4(__m512 a, __m512 b, __m512 c, __m512 e) {
   const __m256 h =
       _mm256_hadd_ps(_mm256_hadd_ps(Half(a), Half(b)), _mm256_hadd_ps(Half(c), Half(e)));
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-
-// The sums of 16 vectors in one: lane 4g + r is the sum of acc[r][g]'s lanes (a transposing
-// tree, 30 shuffles and 15 additions for the 16 sums, against a horizontal sum each).
-OL_CODE512 inline __m512 Sum16(const __m512 (&acc)[4][4]) {
-  __m512 u[8];
-#pragma GCC unroll 8
-  for (int j = 0; j < 8; ++j) {  // vectors 2j, 2j + 1 (vector m = acc[m % 4][m / 4])
-    const __m512 a = acc[(2 * j) % 4][(2 * j) / 4], b = acc[(2 * j + 1) % 4][(2 * j + 1) / 4];
-    u[j] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-  }
-  __m512 w[4];
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    const __m512d a = _mm512_castps_pd(u[2 * j]), b = _mm512_castps_pd(u[2 * j + 1]);
-    w[j] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-  }
-  // Each 128-bit lane of w[j] holds partial sums of vectors 4j .. 4j + 3.
-  const __m512 x0 = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                  _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512 x1 = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                                  _mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_f32x4(x0, x1, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
 // Dots of G query heads with R consecutive rows (R x G accumulators; each chunk of a row
