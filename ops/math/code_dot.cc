@@ -293,10 +293,12 @@ void DotsAvx2Zero(const float* q, int64_t q_stride, const CodeRows& run, int64_t
 }  // namespace
 
 bool PrefetchesAhead(const CodeRows& run, int64_t d) {
-  // Not packed 4/2-bit rows: a 32k-token cache of them nearly fits L3, the kernels are bound
-  // by their arithmetic, and the per-chunk prefetch cost more than it saved (INT2 at 32k
-  // tokens 10.1 -> 11.2 ms).
-  return PerByte(run.code) == 1 && Wide(run, d, VecPath::kAuto);
+  // Whole-byte and 4-bit rows (one prefetch per 64 bytes of a row: every row of a 128-wide
+  // 4-bit head): asked for by the caller in one burst per block, an INT4 cache's lines stalled
+  // on the fill buffers instead (INT4 at 32k tokens, one thread: 8.8-9.2 -> 7.5-7.9 ms,
+  // perf/README.md "2026-12-05 (evening)"). Not 2-bit rows: there the per-chunk prefetch cost
+  // more than it saved (INT2 at 32k tokens 10.1 -> 11.2 ms).
+  return PerByte(run.code) <= 2 && Wide(run, d, VecPath::kAuto);
 }
 
 const void* RunBytes(const CodeRows& run) {

@@ -52,7 +52,7 @@ struct CodeRows {
 };
 
 // True when GroupCodeDots / GroupCodeWeightedRowSums (path kAuto) honour `run.ahead`: the
-// AVX-512 kernels, on rows of whole bytes per element.
+// AVX-512 kernels, on rows of whole bytes or 4-bit codes per element.
 bool PrefetchesAhead(const CodeRows& run, int64_t d);
 
 // The first byte of the run's rows (its element `first`, which starts a byte).

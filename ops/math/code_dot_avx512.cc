@@ -102,15 +102,15 @@ OL_CODE512 inline __m128 Sum4(__m512 a, __m512 b, __m512 c, __m512 e) {
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-// Dots of G query heads with R consecutive rows (R x G accumulators; each chunk of a row
-// widened once for the G heads, each query chunk loaded once for the R rows).
 // The line of `ahead` (null: none) at the offset of chunk i of a row, into L2, once per line.
 template <RowCode C>
 OL_CODE512 inline void PrefetchChunk(const uint8_t* ahead, uint64_t i) {
-  if constexpr (PerByte(C) == 1)  // (math::PrefetchesAhead: never for packed rows)
+  if constexpr (PerByte(C) <= 2)  // (math::PrefetchesAhead: not for 2-bit rows)
     if (ahead != nullptr && Bytes<C>(i) % 64 == 0) _mm_prefetch(ahead + Bytes<C>(i), _MM_HINT_T1);
 }
 
+// Dots of G query heads with R consecutive rows (R x G accumulators; each chunk of a row
+// widened once for the G heads, each query chunk loaded once for the R rows).
 // PQ: permute each query chunk into the codes' lane order here (4-bit codes whose caller has
 // not laid the query out interleaved).
 template <RowCode C, int G, int R, bool Z, bool PQ>
