@@ -39,7 +39,8 @@ second to the next (its 1-thread rate stays near 30), so the best of several is 
 level, which a run of many steps meets only part of the time.
 
     PYTHONPATH=. .venv/bin/python perf/bench_real_decode.py [--shapes smollm2 qwen05]
-        [--prompts 128 1024] [--new-tokens 128] [--rounds 3] [--threads 2] [--json OUT]
+        [--prompts 128 1024] [--new-tokens 128] [--rounds 3] [--threads 2]
+        [--quantize dynamic] [--json OUT]
 """
 from __future__ import annotations
 
@@ -93,19 +94,34 @@ def read_bandwidth(threads: int, repeats: int = 5) -> float:
     return data.nbytes / best / 1e9
 
 
+def quantized_dynamic(path: str) -> str:
+    """The export as onnxruntime's quantize_dynamic writes it (int8 weights, QInt8 per tensor:
+    DynamicQuantizeLinear and MatMulInteger), made once beside it."""
+    out = path[: -len(".onnx")] + ".qdyn.onnx"
+    if not os.path.exists(out):
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantize_dynamic(path, out, weight_type=QuantType.QInt8)
+    return out
+
+
 class Shape:
-    def __init__(self, name: str, exporter: str = "dynamo"):
+    def __init__(self, name: str, exporter: str = "dynamo", quantize: str = "none"):
         self.name, self.arch = name, SHAPES[name]
         # onnx-light runs `prepared` (None: `path` with bindings added by name), onnxruntime
         # `path`. A TorchScript export goes through the user's `prepare --bind auto`.
         self.prepared = None
         if exporter == "dynamo":
             self.path = export_hf.ensure(self.arch, with_cache=True, size=name)
+            if quantize == "dynamic":
+                self.path = quantized_dynamic(self.path)
         else:
             from onnx_light import prepare
 
             self.path = export_hf.ensure(self.arch, with_cache=True, size=name, raw=True,
                                          exporter=exporter)
+            if quantize == "dynamic":
+                self.path = quantized_dynamic(self.path)
             self.prepared = self.path[: -len(".onnx")] + ".prepared.onnx"
             if os.path.exists(self.prepared):  # prepared afresh: it is the code under test
                 os.remove(self.prepared)
@@ -365,6 +381,10 @@ def main() -> None:
                         help="torchscript: torch.onnx.export(dynamo=False), as Hugging Face "
                              "Optimum exports and most decoders on the Hub are, prepared with "
                              "prepare_decoder(bind='auto') for onnx-light")
+    parser.add_argument("--quantize", choices=["none", "dynamic"], default="none",
+                        help="dynamic: both engines run the export after onnxruntime's "
+                             "quantize_dynamic (int8 weights, DynamicQuantizeLinear and "
+                             "MatMulInteger)")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args()
     try:
@@ -378,7 +398,7 @@ def main() -> None:
     report = {"threads": args.threads, "new_tokens": args.new_tokens,
               "onnxruntime": onnxruntime.__version__, "results": []}
     for name in args.shapes:
-        bench_shape(Shape(name, args.exporter), args, report)
+        bench_shape(Shape(name, args.exporter, args.quantize), args, report)
     report["peak_rss_mb"] = peak_rss_mb()
     print(f"\npeak RSS of the process (all engines): {report['peak_rss_mb']:.0f} MB")
     if args.json:
