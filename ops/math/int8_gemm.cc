@@ -15,21 +15,27 @@ constexpr int64_t kStrip = 16;      // columns per strip (one int32 vector)
 constexpr int64_t kRowsTile = 4;    // rows of A per tile
 constexpr int64_t kStripsTile = 4;  // strips per tile
 
+// B is stored in groups of kStripsTile strips, each group's 64-byte pieces in the order a tile
+// reads them (k group q, then strip s of the group), so a tile streams one contiguous range:
+// byte (col % 16) * 4 + k % 4 of piece (q, s) of group g holds B[k][col], k = 4q + k % 4,
+// col = 16 (4g + s) + col % 16.
+constexpr int64_t GroupOffset(int64_t q, int64_t s) { return (q * kStripsTile + s) * kStrip * 4; }
+
 int32_t ByteAt(const void* p, bool is_signed, int64_t i) {
   return is_signed ? static_cast<const int8_t*>(p)[i] : static_cast<const uint8_t*>(p)[i];
 }
 
 // The tile's raw sums sum_k a' b' of `rows` rows (a' at a + r * a_stride, 4 * k4 bytes) and
-// `strips` strips (from b, strip_bytes apart) into raw[r][64].
-void TilePortable(const uint8_t* a, int64_t a_stride, int64_t rows, const int8_t* b,
-                  int64_t strip_bytes, int64_t strips, int64_t k4, int32_t (*raw)[64]) {
+// `strips` strips of one group (b: the group's first byte) into raw[r][64].
+void TilePortable(const uint8_t* a, int64_t a_stride, int64_t rows, const int8_t* b, int64_t strips,
+                  int64_t k4, int32_t (*raw)[64]) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t s = 0; s < strips; ++s)
       for (int64_t col = 0; col < kStrip; ++col) {
         int32_t acc = 0;
         for (int64_t q = 0; q < k4; ++q)
           for (int64_t j = 0; j < 4; ++j)
-            acc += a[r * a_stride + 4 * q + j] * b[s * strip_bytes + (q * kStrip + col) * 4 + j];
+            acc += a[r * a_stride + 4 * q + j] * b[GroupOffset(q, s) + col * 4 + j];
         raw[r][s * kStrip + col] = acc;
       }
 }
@@ -40,8 +46,8 @@ void TilePortable(const uint8_t* a, int64_t a_stride, int64_t rows, const int8_t
 // The same with vpdpbusd: R x S accumulators, each A group of 4 bytes broadcast once for the
 // S strips and each 64 bytes of B loaded once for the R rows.
 template <int R, int S>
-OL_VNNI void TileVnni(const uint8_t* a, int64_t a_stride, const int8_t* b, int64_t strip_bytes,
-                      int64_t k4, int32_t (*raw)[64]) {
+OL_VNNI void TileVnni(const uint8_t* a, int64_t a_stride, const int8_t* b, int64_t k4,
+                      int32_t (*raw)[64]) {
   __m512i acc[R][S];
   for (int r = 0; r < R; ++r)
     for (int s = 0; s < S; ++s) acc[r][s] = _mm512_setzero_si512();
@@ -53,7 +59,7 @@ OL_VNNI void TileVnni(const uint8_t* a, int64_t a_stride, const int8_t* b, int64
       av[r] = _mm512_set1_epi32(word);
     }
     for (int s = 0; s < S; ++s) {
-      const __m512i bv = _mm512_loadu_si512(b + s * strip_bytes + 64 * q);
+      const __m512i bv = _mm512_loadu_si512(b + GroupOffset(q, s));
       for (int r = 0; r < R; ++r) acc[r][s] = _mm512_dpbusd_epi32(acc[r][s], av[r], bv);
     }
   }
@@ -62,38 +68,38 @@ OL_VNNI void TileVnni(const uint8_t* a, int64_t a_stride, const int8_t* b, int64
 }
 
 template <int R>
-void TileVnniRows(const uint8_t* a, int64_t a_stride, const int8_t* b, int64_t strip_bytes,
-                  int64_t strips, int64_t k4, int32_t (*raw)[64]) {
+void TileVnniRows(const uint8_t* a, int64_t a_stride, const int8_t* b, int64_t strips, int64_t k4,
+                  int32_t (*raw)[64]) {
   switch (strips) {
     case 1:
-      return TileVnni<R, 1>(a, a_stride, b, strip_bytes, k4, raw);
+      return TileVnni<R, 1>(a, a_stride, b, k4, raw);
     case 2:
-      return TileVnni<R, 2>(a, a_stride, b, strip_bytes, k4, raw);
+      return TileVnni<R, 2>(a, a_stride, b, k4, raw);
     case 3:
-      return TileVnni<R, 3>(a, a_stride, b, strip_bytes, k4, raw);
+      return TileVnni<R, 3>(a, a_stride, b, k4, raw);
     default:
-      return TileVnni<R, 4>(a, a_stride, b, strip_bytes, k4, raw);
+      return TileVnni<R, 4>(a, a_stride, b, k4, raw);
   }
 }
 
-void Tile(const uint8_t* a, int64_t a_stride, int64_t rows, const int8_t* b, int64_t strip_bytes,
-          int64_t strips, int64_t k4, int32_t (*raw)[64], bool vnni) {
-  if (!vnni) return TilePortable(a, a_stride, rows, b, strip_bytes, strips, k4, raw);
+void Tile(const uint8_t* a, int64_t a_stride, int64_t rows, const int8_t* b, int64_t strips,
+          int64_t k4, int32_t (*raw)[64], bool vnni) {
+  if (!vnni) return TilePortable(a, a_stride, rows, b, strips, k4, raw);
   switch (rows) {
     case 1:
-      return TileVnniRows<1>(a, a_stride, b, strip_bytes, strips, k4, raw);
+      return TileVnniRows<1>(a, a_stride, b, strips, k4, raw);
     case 2:
-      return TileVnniRows<2>(a, a_stride, b, strip_bytes, strips, k4, raw);
+      return TileVnniRows<2>(a, a_stride, b, strips, k4, raw);
     case 3:
-      return TileVnniRows<3>(a, a_stride, b, strip_bytes, strips, k4, raw);
+      return TileVnniRows<3>(a, a_stride, b, strips, k4, raw);
     default:
-      return TileVnniRows<4>(a, a_stride, b, strip_bytes, strips, k4, raw);
+      return TileVnniRows<4>(a, a_stride, b, strips, k4, raw);
   }
 }
 #else
-void Tile(const uint8_t* a, int64_t a_stride, int64_t rows, const int8_t* b, int64_t strip_bytes,
-          int64_t strips, int64_t k4, int32_t (*raw)[64], bool) {
-  TilePortable(a, a_stride, rows, b, strip_bytes, strips, k4, raw);
+void Tile(const uint8_t* a, int64_t a_stride, int64_t rows, const int8_t* b, int64_t strips,
+          int64_t k4, int32_t (*raw)[64], bool) {
+  TilePortable(a, a_stride, rows, b, strips, k4, raw);
 }
 #endif
 
@@ -103,13 +109,16 @@ PackedInt8B::PackedInt8B(const void* b, bool b_signed, int64_t k, int64_t n, int
                          const void* b_zero, int64_t zero_count)
     : k_(k), n_(n), k4_((k + 3) / 4), strips_((n + kStrip - 1) / kStrip) {
   const int32_t shift = b_signed ? 0 : 128;  // b' = b - shift is signed
-  data_.assign(static_cast<size_t>(strips_ * k4_ * kStrip * 4), 0);
+  const int64_t groups = (strips_ + kStripsTile - 1) / kStripsTile;
+  data_.assign(static_cast<size_t>(groups * k4_ * kStripsTile * kStrip * 4), 0);
   col_sums_.assign(static_cast<size_t>(strips_ * kStrip), 0);
   beta_.assign(static_cast<size_t>(strips_ * kStrip), 0);
   for (int64_t kk = 0; kk < k; ++kk)
     for (int64_t col = 0; col < n; ++col) {
       const int32_t v = ByteAt(b, b_signed, kk * ldb + col) - shift;
-      const int64_t at = ((col / kStrip * k4_ + kk / 4) * kStrip + col % kStrip) * 4 + kk % 4;
+      const int64_t strip = col / kStrip;
+      const int64_t at = strip / kStripsTile * k4_ * kStripsTile * kStrip * 4 +
+                         GroupOffset(kk / 4, strip % kStripsTile) + col % kStrip * 4 + kk % 4;
       data_[static_cast<size_t>(at)] = static_cast<int8_t>(v);
       col_sums_[static_cast<size_t>(col)] += v;
     }
@@ -144,13 +153,16 @@ void Int8Gemm(const PackedInt8B& b, int64_t m, const void* a, bool a_signed, int
   }
   const int64_t row_tiles = (m + kRowsTile - 1) / kRowsTile;
   const int64_t strip_tiles = (strips + kStripsTile - 1) / kStripsTile;
-  const int64_t strip_bytes = k4 * kStrip * 4;
-  ParallelFor(row_tiles * strip_tiles, 1, [&](int64_t t0, int64_t t1) {
+  const int64_t group_bytes = k4 * kStripsTile * kStrip * 4;
+  // At least 128 KiB of B per task: a decode step's small products (a KV projection is 110 KB
+  // at 576 x 192) run on one thread instead of paying a wake-up for microseconds of work.
+  const int64_t grain = std::max<int64_t>(1, (int64_t{128} << 10) / group_bytes);
+  ParallelFor(row_tiles * strip_tiles, grain, [&](int64_t t0, int64_t t1) {
     int32_t raw[kRowsTile][64];
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t m0 = t / strip_tiles * kRowsTile, s0 = t % strip_tiles * kStripsTile;
       const int64_t nr = std::min(kRowsTile, m - m0), ns = std::min(kStripsTile, strips - s0);
-      Tile(rows.data() + m0 * width, width, nr, b.data_.data() + s0 * strip_bytes, strip_bytes, ns,
+      Tile(rows.data() + m0 * width, width, nr, b.data_.data() + s0 / kStripsTile * group_bytes, ns,
            k4, raw, vnni);
       // sum (a - za)(b - zb) = raw + beta * sum a' - alpha * sum b' - alpha * beta * K, in
       // 64-bit and wrapped to int32 as the reference's int32 arithmetic wraps.

@@ -32,7 +32,7 @@ class PackedInt8B {
   friend void Int8Gemm(const PackedInt8B&, int64_t, const void*, bool, int64_t, const void*,
                        int64_t, int32_t*, int64_t, VecPath);
   int64_t k_ = 0, n_ = 0, k4_ = 0, strips_ = 0;
-  std::vector<int8_t> data_;       // [strip][k4][16 columns][4 k]
+  std::vector<int8_t> data_;       // [group of 4 strips][k4][4 strips][16 columns][4 k]
   std::vector<int32_t> col_sums_;  // sum_k b' per column (padded to the strips)
   std::vector<int32_t> beta_;      // sb - zb per column
 };
