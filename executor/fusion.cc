@@ -696,6 +696,56 @@ std::optional<Fusion> MatchMatMulGroup(const GraphIndex& ix, const ConstantFn& c
   return f;
 }
 
+// Mul(Cast(MatMulInteger(A, W, a_zero, w_zero), FLOAT), Mul(a_scale, w_scale)) (either
+// operand order in both Muls) with A, a_scale and a_zero (when given) outputs of one
+// DynamicQuantizeLinear, W a constant [K, N] INT8/UINT8, w_zero absent or a constant of W's
+// type (one value or [N]) and w_scale a constant FLOAT of one value or [N] (rank <= 1, so the
+// product keeps MatMulInteger's shape) -> MatMulIntegerToFloat(A, W, a_scale, w_scale, a_zero,
+// w_zero): what onnxruntime's quantize_dynamic writes for every product.
+std::optional<Fusion> MatchMatMulIntegerToFloat(const GraphIndex& ix, const ConstantFn& constant,
+                                                int mul) {
+  const NodeProto& n = ix.node(mul);
+  if (n.input_size() != 2) return std::nullopt;
+  auto per_column = [](const Tensor* t, int64_t cols) {
+    return t != nullptr && t->rank() <= 1 && (t->numel() == 1 || t->numel() == cols);
+  };
+  for (int side = 0; side < 2; ++side) {
+    const int cast = ix.Producer(n.input(side), "Cast");
+    const int scale_mul = ix.Producer(n.input(1 - side), "Mul");
+    if (cast < 0 || scale_mul < 0) continue;
+    const AttributeProto* to = Attr(ix.node(cast), "to");
+    if (to == nullptr || to->i() != static_cast<int64_t>(DataType::kFloat)) continue;
+    const int mi = ix.Producer(ix.node(cast).input(0), "MatMulInteger");
+    if (mi < 0 || ix.node(mi).input_size() < 2 || ix.node(mi).input_size() > 4) continue;
+    const NodeProto& m = ix.node(mi);
+    const Tensor* w = constant(m.input(1));
+    if (w == nullptr || w->rank() != 2 ||
+        (w->dtype() != DataType::kInt8 && w->dtype() != DataType::kUint8))
+      continue;
+    const std::string a_zero = m.input_size() > 2 ? m.input(2) : "";
+    const std::string w_zero = m.input_size() > 3 ? m.input(3) : "";
+    if (!w_zero.empty() &&
+        (!per_column(constant(w_zero), w->dim(1)) || constant(w_zero)->dtype() != w->dtype()))
+      continue;
+    const NodeProto& sm = ix.node(scale_mul);
+    for (int s = 0; s < 2; ++s) {
+      const Tensor* w_scale = constant(sm.input(s));
+      if (!per_column(w_scale, w->dim(1)) || w_scale->dtype() != DataType::kFloat) continue;
+      const std::string& a_scale = sm.input(1 - s);
+      const int dq = ix.Producer(a_scale, "DynamicQuantizeLinear");
+      if (dq < 0 || ix.node(dq).output_size() < 3) continue;
+      const NodeProto& d = ix.node(dq);
+      if (d.output(1) != a_scale || d.output(0) != m.input(0) ||
+          (!a_zero.empty() && d.output(2) != a_zero))
+        continue;
+      return MakeFusion({mi, cast, scale_mul, mul}, "MatMulIntegerToFloat", n.name(),
+                        {m.input(0), m.input(1), a_scale, sm.input(s), a_zero, w_zero}, n.output(0),
+                        {});
+    }
+  }
+  return std::nullopt;
+}
+
 // MatMul(A, DequantizeLinear(W, scale, zp)) with a packable constant W -> DequantizeMatMul.
 std::optional<Fusion> MatchDequantizeMatMul(const GraphIndex& ix, const ConstantFn& constant,
                                             int matmul) {
@@ -811,7 +861,9 @@ std::vector<Fusion> FindFusions(const GraphProto& graph, const std::vector<bool>
         keep(match.Run(i));
       }
     } else if (ix.Producer(y, "Mul") == i) {
-      if (auto f = MatchRmsNorm(ix, constant, i))
+      if (auto q = MatchMatMulIntegerToFloat(ix, constant, i))
+        keep(std::move(q));
+      else if (auto f = MatchRmsNorm(ix, constant, i))
         keep(std::move(f));
       else if (auto g = MatchGelu(ix, constant, i))
         keep(std::move(g));

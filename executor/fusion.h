@@ -19,6 +19,8 @@
 //  - MatMul(A, DequantizeLinear(W)) of a constant 4- or 8-bit weight blocked along K ->
 //    DequantizeMatMul, which multiplies by the packed quantized weight (the plan does not
 //    fold such a DequantizeLinear: PackableDequantize).
+//  - Mul(Cast(MatMulInteger(A, W)), Mul(a_scale, w_scale)) after a DynamicQuantizeLinear of
+//    a constant 8-bit W (onnxruntime's quantize_dynamic) -> MatMulIntegerToFloat.
 #pragma once
 
 #include <functional>

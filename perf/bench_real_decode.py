@@ -108,6 +108,7 @@ def quantized_dynamic(path: str) -> str:
 class Shape:
     def __init__(self, name: str, exporter: str = "dynamo", quantize: str = "none"):
         self.name, self.arch = name, SHAPES[name]
+        self.quantized = quantize != "none"
         # onnx-light runs `prepared` (None: `path` with bindings added by name), onnxruntime
         # `path`. A TorchScript export goes through the user's `prepare --bind auto`.
         self.prepared = None
@@ -308,7 +309,11 @@ def bench_shape(shape: Shape, args, report):
                 beside[e.name] += [before, bandwidth[-1]]
                 if reference is None:
                     reference = tokens
-                if not getattr(e, "matches_tokens", True):
+                if not getattr(e, "matches_tokens", True) or shape.quantized:
+                    # (Dynamic int8 quantization rounds each activation to one of 256 levels:
+                    # a FLOAT difference of an ulp upstream moves a value across a level, and
+                    # onnxruntime's own optimized and unoptimized runs of a quantized file
+                    # differ by up to 0.09 in the logits here, so near-ties can flip.)
                     same_tokens[e.name] = same_tokens.get(e.name, True) and tokens == reference
                 elif tokens != reference:
                     raise SystemExit(f"{shape.name}: {e.name} generated {tokens[:16]}..., "
@@ -361,11 +366,15 @@ def bench_shape(shape: Shape, args, report):
                                   "read_gbps": gbps, "bandwidth_rounds": bandwidth,
                                   "read_gbps_one_thread": one_thread,
                                   "read_gbps_median": float(np.median(bandwidth)),
-                                  "bound_ms": bound_ms, "identical_tokens": True,
+                                  "bound_ms": bound_ms,
+                                  "identical_tokens": all(same_tokens.values()),
                                   "own_weights_same_tokens": same_tokens, "engines": rows})
         for name, same in same_tokens.items():
-            print(f"{name}: its own conversion of the weights; its tokens "
-                  f"{'equal' if same else 'differ from'} the export's")
+            what = ("the quantized export; its tokens" if name == "onnx-light" or
+                    (shape.quantized and name == "onnxruntime") else
+                    "its own conversion of the weights; its tokens")
+            print(f"{name}: {what} {'equal' if same else 'differ from'} "
+                  f"{engines[0].name}'s first run")
     del engines
 
 

@@ -128,10 +128,14 @@ PackedInt8B::PackedInt8B(const void* b, bool b_signed, int64_t k, int64_t n, int
   }
 }
 
-void Int8Gemm(const PackedInt8B& b, int64_t m, const void* a, bool a_signed, int64_t lda,
-              const void* a_zero, int64_t a_zero_count, int32_t* c, int64_t ldc, VecPath path) {
+namespace {
+
+// The products, each element handed to store(row, column, exact int32 value).
+template <class Store>
+void Int8GemmTo(const PackedInt8B& b, int64_t m, const void* a, bool a_signed, int64_t lda,
+                const void* a_zero, int64_t a_zero_count, VecPath path, const Store& store) {
   const bool vnni = path != VecPath::kPortable && CpuHasAvx512Vnni();
-  const int64_t k = b.k_, n = b.n_, k4 = b.k4_, strips = b.strips_, width = 4 * k4;
+  const int64_t k = b.k(), n = b.n(), k4 = b.k4(), strips = b.strips(), width = 4 * k4;
   // A shifted to unsigned (a' = a + 128 for INT8), rows padded with zeros to 4 * k4 bytes,
   // and each row's sum and alpha = shift + zero point.
   const int32_t shift = a_signed ? 128 : 0;
@@ -162,25 +166,40 @@ void Int8Gemm(const PackedInt8B& b, int64_t m, const void* a, bool a_signed, int
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t m0 = t / strip_tiles * kRowsTile, s0 = t % strip_tiles * kStripsTile;
       const int64_t nr = std::min(kRowsTile, m - m0), ns = std::min(kStripsTile, strips - s0);
-      Tile(rows.data() + m0 * width, width, nr, b.data_.data() + s0 / kStripsTile * group_bytes, ns,
-           k4, raw, vnni);
+      Tile(rows.data() + m0 * width, width, nr, b.data() + s0 / kStripsTile * group_bytes, ns, k4,
+           raw, vnni);
       // sum (a - za)(b - zb) = raw + beta * sum a' - alpha * sum b' - alpha * beta * K, in
       // 64-bit and wrapped to int32 as the reference's int32 arithmetic wraps.
       for (int64_t r = 0; r < nr; ++r) {
         const int64_t sa = row_sums[static_cast<size_t>(m0 + r)];
         const int64_t al = alpha[static_cast<size_t>(m0 + r)];
-        int32_t* out = c + (m0 + r) * ldc;
         for (int64_t j = 0; j < ns * kStrip; ++j) {
           const int64_t col = s0 * kStrip + j;
           if (col >= n) break;
-          const int64_t be = b.beta_[static_cast<size_t>(col)];
-          const int64_t v =
-              raw[r][j] + be * sa - al * b.col_sums_[static_cast<size_t>(col)] - al * be * k;
-          out[col] = static_cast<int32_t>(static_cast<uint32_t>(v));
+          const int64_t be = b.beta()[col];
+          const int64_t v = raw[r][j] + be * sa - al * b.col_sums()[col] - al * be * k;
+          store(m0 + r, col, static_cast<int32_t>(static_cast<uint32_t>(v)));
         }
       }
     }
   });
+}
+
+}  // namespace
+
+void Int8Gemm(const PackedInt8B& b, int64_t m, const void* a, bool a_signed, int64_t lda,
+              const void* a_zero, int64_t a_zero_count, int32_t* c, int64_t ldc, VecPath path) {
+  Int8GemmTo(b, m, a, a_signed, lda, a_zero, a_zero_count, path,
+             [&](int64_t r, int64_t col, int32_t v) { c[r * ldc + col] = v; });
+}
+
+void Int8GemmToFloat(const PackedInt8B& b, int64_t m, const void* a, bool a_signed, int64_t lda,
+                     const void* a_zero, int64_t a_zero_count, const float* scale,
+                     int64_t scale_count, float* y, int64_t ldy, VecPath path) {
+  Int8GemmTo(b, m, a, a_signed, lda, a_zero, a_zero_count, path,
+             [&](int64_t r, int64_t col, int32_t v) {
+               y[r * ldy + col] = static_cast<float>(v) * scale[scale_count == 1 ? 0 : col];
+             });
 }
 
 }  // namespace onnx_light::ops::math

@@ -26,11 +26,14 @@ class PackedInt8B {
               int64_t zero_count);
   int64_t k() const { return k_; }
   int64_t n() const { return n_; }
+  int64_t k4() const { return k4_; }          // K in groups of 4, rounded up
+  int64_t strips() const { return strips_; }  // N in strips of 16, rounded up
   size_t bytes() const { return data_.size() + 4 * (col_sums_.size() + beta_.size()); }
+  const int8_t* data() const { return data_.data(); }
+  const int32_t* col_sums() const { return col_sums_.data(); }
+  const int32_t* beta() const { return beta_.data(); }
 
  private:
-  friend void Int8Gemm(const PackedInt8B&, int64_t, const void*, bool, int64_t, const void*,
-                       int64_t, int32_t*, int64_t, VecPath);
   int64_t k_ = 0, n_ = 0, k4_ = 0, strips_ = 0;
   std::vector<int8_t> data_;       // [group of 4 strips][k4][4 strips][16 columns][4 k]
   std::vector<int32_t> col_sums_;  // sum_k b' per column (padded to the strips)
@@ -43,5 +46,12 @@ class PackedInt8B {
 void Int8Gemm(const PackedInt8B& b, int64_t m, const void* a, bool a_signed, int64_t lda,
               const void* a_zero, int64_t a_zero_count, int32_t* c, int64_t ldc,
               VecPath path = VecPath::kAuto);
+
+// The same products as FLOAT, each times its column's scale (scale_count N) or the one scale
+// (scale_count 1): y[m * ldy + n] = float(C[m][n]) * scale[n], the int32 rounded to FLOAT
+// first, as Cast then Mul would.
+void Int8GemmToFloat(const PackedInt8B& b, int64_t m, const void* a, bool a_signed, int64_t lda,
+                     const void* a_zero, int64_t a_zero_count, const float* scale,
+                     int64_t scale_count, float* y, int64_t ldy, VecPath path = VecPath::kAuto);
 
 }  // namespace onnx_light::ops::math

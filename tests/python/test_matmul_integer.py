@@ -114,8 +114,9 @@ def test_a_constant_weight_is_packed_once_and_reused():
     before = runtime.packed_weight_bytes()
     for _ in range(3):
         np.testing.assert_array_equal(np.from_dlpack(session.run(context, feeds)["y"]), expected)
-    # One pack of the 64 x 32 weight (32 columns, 16 groups of 4 rows): bytes, sums, betas.
-    assert runtime.packed_weight_bytes() - before == 64 * 32 + 4 * (32 + 32)
+    # One pack of the 64 x 32 weight: its two strips of 16 columns padded to a group of four
+    # (64 rows x 64 columns of bytes), and a column sum and a shift per column (int32).
+    assert runtime.packed_weight_bytes() - before == 64 * 64 + 4 * (32 + 32)
 
 
 @pytest.mark.parametrize("zero_shape,message", [
@@ -193,3 +194,51 @@ def test_a_dynamically_quantized_decoder_generates_onnxruntimes_tokens(tmp_path,
         model, context, {"input_ids": ids, **export_hf.empty_cache("llama")},
         runtime.GenerationOptions(max_new_tokens=10)))
     np.testing.assert_array_equal(tokens, onnxruntime_greedy(path, "llama", ids, mask, 10))
+
+
+def quantized_product_model(weight_type, per_column, m=3, k=96, n=40, seed=5):
+    """MatMul(x, W) after quantize_dynamic: DynamicQuantizeLinear, MatMulInteger, Cast and the
+    two Muls of the scales, as onnxruntime writes them."""
+    import os
+    import tempfile
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "f.onnx"), os.path.join(tmp, "q.onnx")
+        onnx.save(model, src)
+        quantize_dynamic(src, dst, weight_type=getattr(QuantType, weight_type),
+                         per_channel=per_column)
+        quantized = onnx.load(dst)
+    return quantized, {"x": rng.standard_normal((m, k)).astype(np.float32) * 3}
+
+
+@pytest.mark.parametrize("weight_type,per_column", [("QInt8", False), ("QUInt8", True),
+                                                    ("QInt8", True)])
+def test_the_quantized_product_runs_as_one_fused_node_with_the_same_bits(weight_type,
+                                                                         per_column):
+    model, feeds = quantized_product_model(weight_type, per_column)
+    ops = [n.op_type for n in model.graph.node]
+    assert {"DynamicQuantizeLinear", "MatMulInteger", "Cast"} <= set(ops) and ops.count("Mul") == 2
+    data = model.SerializeToString()
+    results = {}
+    for fuse in (True, False):
+        context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(17)),
+                                         events_enabled=True)
+        session = runtime.RuntimeSession(data, runtime.RuntimeSessionOptions(fuse_subgraphs=fuse))
+        results[fuse] = np.from_dlpack(session.run(context, feeds)["y"]).copy()
+        kernels = sorted(e.op_type for e in context.events()
+                         if e.action == runtime.RuntimeEventAction.kKernel)
+        if fuse:  # the quantization stays its own node (several products may share it)
+            assert kernels == ["DynamicQuantizeLinear", "MatMulIntegerToFloat"]
+    np.testing.assert_array_equal(results[True], results[False])
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(results[True], theirs, rtol=1e-6, atol=1e-6 * np.abs(theirs).max())

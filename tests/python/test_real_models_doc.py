@@ -1,5 +1,6 @@
 """docs/real-models.md runs as written: its shell blocks, in order, in a temporary $OUT (the
-2-layer SmolLM2-shaped random checkpoint, the genai builder's int4 export, prepare, generate)."""
+2-layer SmolLM2-shaped random checkpoint, the genai builder's int4 export, prepare, generate,
+the paged-rows rewrite, and the fp32 build quantized by onnxruntime's quantize_dynamic)."""
 import os
 import pathlib
 import re
@@ -11,7 +12,7 @@ DOC = ROOT / "docs" / "real-models.md"
 
 def test_every_shell_block_of_the_real_model_walkthrough_runs(tmp_path):
     blocks = re.findall(r"```sh\n(.*?)```", DOC.read_text(), flags=re.S)
-    assert len(blocks) == 5
+    assert len(blocks) == 6
     env = dict(os.environ, OUT=str(tmp_path))
     outputs = []
     for block in blocks:
@@ -31,3 +32,6 @@ def test_every_shell_block_of_the_real_model_walkthrough_runs(tmp_path):
     assert "PagedAttention 'past_key_values.0/paged_attention'" in outputs[4]
     assert "logits equal onnx-light's on the original" in outputs[4]
     assert re.search(r"\[5 prompt tokens, prefill [\d.]+ ms, \d+ new tokens", outputs[4])
+    # Step 6: the dynamically quantized fp32 build prepares and generates.
+    assert "bound 4 past/present pairs" in outputs[5]
+    assert re.search(r"\[5 prompt tokens, prefill [\d.]+ ms, \d+ new tokens", outputs[5])
