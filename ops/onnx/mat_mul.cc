@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "ops/elementwise/broadcast.h"
 #include "ops/kernel_factory.h"
 #include "ops/math/common.h"
 #include "ops/math/constant_weight.h"
 #include "ops/math/gemm.h"
+#include "ops/math/matmul_shape.h"
 
 namespace onnx_light::ops {
 
@@ -65,25 +65,10 @@ class MatMul final : public core::runtime::KernelBase {
     if (a.dtype() != b.dtype())
       call.Fail("A is " + core::DataTypeName(a.dtype()) + " but B is " +
                 core::DataTypeName(b.dtype()));
-    if (a.rank() == 0 || b.rank() == 0) call.Fail("MatMul does not accept scalar inputs");
-    Shape as = a.shape(), bs = b.shape();
-    const bool a_vec = as.size() == 1, b_vec = bs.size() == 1;
-    if (a_vec) as.insert(as.begin(), 1);
-    if (b_vec) bs.push_back(1);
-    const int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
-    if (bs[bs.size() - 2] != k)
-      call.Fail("inner dimensions differ: A has shape " + ShapeToString(a.shape()) +
-                " and B has shape " + ShapeToString(b.shape()));
-    const Shape a_batch(as.begin(), as.end() - 2), b_batch(bs.begin(), bs.end() - 2);
-    const Shape batches[2] = {a_batch, b_batch};
-    std::optional<Shape> broadcast = elementwise::TryBroadcastShapes(batches);
-    if (!broadcast)
-      call.Fail("shapes " + ShapeToString(a_batch) + " and " + ShapeToString(b_batch) +
-                " cannot be broadcast");
-    Shape out_shape = std::move(*broadcast);
-    const Shape batch = out_shape;
-    if (!a_vec) out_shape.push_back(m);
-    if (!b_vec) out_shape.push_back(n);
+    const math::MatMulShape shape = math::MatMulShapes(call, a.shape(), b.shape());
+    const int64_t m = shape.m, k = shape.k, n = shape.n;
+    const Shape &a_batch = shape.a_batch, &b_batch = shape.b_batch, &batch = shape.batch;
+    const Shape& out_shape = shape.out;
     const int64_t nb = ShapeNumel(batch);
     const DataType dt = a.dtype();
     switch (dt) {
