@@ -163,6 +163,92 @@ OL_AVX2 void GemvTilesAvx2(const PackedNBits& w, const float* a_pad, const float
     }
   }
 }
+
+// ---- a few rows, float activations --------------------------------------------------------
+
+#define OL_AVX512VL __attribute__((target("avx2,fma,avx512f,avx512vl")))
+
+// R rows (2..4) of float activations against the same tiles, each tile's blocks decoded once
+// for all R rows: per row exactly GemvTilesAvx2's operations in its order (two accumulator
+// pairs per block, the same epilogue), so every row's outputs are that GEMV's bit for bit.
+// AVX2 arithmetic on AVX-512VL's 32 registers: R x 4 block accumulators, R x 2 outputs.
+template <int R>
+OL_AVX512VL void GemvRowsAvx512vl(const PackedNBits& w, const float* a_pad, const float* a_sums,
+                                  float* y, int64_t t0, int64_t t1) {
+  const int64_t a_stride = w.k_blocks() * w.block(), n = w.n();
+  const __m256i mask = _mm256_set1_epi32(0xF);
+  for (int64_t t = t0; t < t1; ++t) {
+    __m256 out_lo[R], out_hi[R];
+    for (int r = 0; r < R; ++r) out_lo[r] = out_hi[r] = _mm256_setzero_ps();
+    for (int64_t kb = 0; kb < w.k_blocks(); ++kb) {
+      PrefetchBlock(w, t, kb);
+      __m256 lo0[R], lo1[R], hi0[R], hi1[R];
+      for (int r = 0; r < R; ++r) lo0[r] = lo1[r] = hi0[r] = hi1[r] = _mm256_setzero_ps();
+      const uint8_t* q = w.weights(t, kb);
+      const float* a = a_pad + kb * w.block();
+      if (w.bits() == 4) {
+        for (int64_t p = 0; p < w.block() / 2; ++p, q += kTile) {
+          const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+          const __m256i l = _mm256_cvtepu8_epi32(bytes);
+          const __m256i h = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
+          const __m256 w0l = _mm256_cvtepi32_ps(_mm256_and_si256(l, mask));
+          const __m256 w0h = _mm256_cvtepi32_ps(_mm256_and_si256(h, mask));
+          const __m256 w1l = _mm256_cvtepi32_ps(_mm256_srli_epi32(l, 4));
+          const __m256 w1h = _mm256_cvtepi32_ps(_mm256_srli_epi32(h, 4));
+          for (int r = 0; r < R; ++r) {
+            const __m256 a0 = _mm256_broadcast_ss(a + r * a_stride + 2 * p);
+            const __m256 a1 = _mm256_broadcast_ss(a + r * a_stride + 2 * p + 1);
+            lo0[r] = _mm256_fmadd_ps(w0l, a0, lo0[r]);
+            hi0[r] = _mm256_fmadd_ps(w0h, a0, hi0[r]);
+            lo1[r] = _mm256_fmadd_ps(w1l, a1, lo1[r]);
+            hi1[r] = _mm256_fmadd_ps(w1h, a1, hi1[r]);
+          }
+        }
+      } else {
+        for (int64_t i = 0; i < w.block(); i += 2, q += 2 * kTile) {
+          const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+          const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kTile));
+          const __m256 w0l = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(r0));
+          const __m256 w0h = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(r0, 8)));
+          const __m256 w1l = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(r1));
+          const __m256 w1h = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(r1, 8)));
+          for (int r = 0; r < R; ++r) {
+            const __m256 a0 = _mm256_broadcast_ss(a + r * a_stride + i);
+            const __m256 a1 = _mm256_broadcast_ss(a + r * a_stride + i + 1);
+            lo0[r] = _mm256_fmadd_ps(w0l, a0, lo0[r]);
+            hi0[r] = _mm256_fmadd_ps(w0h, a0, hi0[r]);
+            lo1[r] = _mm256_fmadd_ps(w1l, a1, lo1[r]);
+            hi1[r] = _mm256_fmadd_ps(w1h, a1, hi1[r]);
+          }
+        }
+      }
+      const float* s = w.scales(t, kb);
+      const float* z = w.neg_scaled_zp(t, kb);
+      for (int r = 0; r < R; ++r) {
+        __m256 lo = _mm256_add_ps(lo0[r], lo1[r]), hi = _mm256_add_ps(hi0[r], hi1[r]);
+        const float a_sum = a_sums[r * w.k_blocks() + kb];
+        if (z != nullptr) {
+          const __m256 sum = _mm256_set1_ps(a_sum);
+          out_lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(z), sum, out_lo[r]);
+          out_hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(z + 8), sum, out_hi[r]);
+        } else {
+          const __m256 zs = _mm256_set1_ps(-w.uniform_zp() * a_sum);
+          lo = _mm256_add_ps(lo, zs);
+          hi = _mm256_add_ps(hi, zs);
+        }
+        out_lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(s), lo, out_lo[r]);
+        out_hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(s + 8), hi, out_hi[r]);
+      }
+    }
+    const int64_t cols = std::min(kTile, n - t * kTile);
+    for (int r = 0; r < R; ++r) {
+      alignas(32) float out[kTile];
+      _mm256_store_ps(out, out_lo[r]);
+      _mm256_store_ps(out + 8, out_hi[r]);
+      std::memcpy(y + r * n + t * kTile, out, static_cast<size_t>(cols) * sizeof(float));
+    }
+  }
+}
 #endif
 
 // ---- int8 activations (accuracy_level 4) --------------------------------------------------
@@ -619,6 +705,38 @@ void DequantizeTiles(const PackedNBits& w, int64_t k0, int64_t kc, int64_t t0, i
 
 }  // namespace
 
+namespace {
+
+// m rows (2..4) of float activations in one pass over the tiles (GemvRowsAvx512vl), each row's
+// outputs those of NBitsGemv on that row; false (nothing done) without AVX-512VL or when
+// `path` asks for another kernel.
+bool GemvRows(const PackedNBits& w, int64_t m, const float* a, float* c, NBitsPath path) {
+#if defined(__x86_64__)
+  static const bool vl = math::CpuHasAvx512() && __builtin_cpu_supports("avx512vl");
+  if (!vl || (path != NBitsPath::kAuto && path != NBitsPath::kAvx512)) return false;
+  const int64_t width = w.k_blocks() * w.block();
+  std::vector<float> pads(static_cast<size_t>(m * width), 0.0f),
+      sums(static_cast<size_t>(m * w.k_blocks()));
+  for (int64_t r = 0; r < m; ++r) {
+    std::memcpy(pads.data() + r * width, a + r * w.k(), static_cast<size_t>(w.k()) * sizeof(float));
+    BlockSums(pads.data() + r * width, w.k_blocks(), w.block(), sums.data() + r * w.k_blocks());
+  }
+  const int64_t tile_bytes = w.k_blocks() * w.block() * kTile * w.bits() / 8;
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, tile_bytes));
+  math::ParallelFor(w.tiles(), grain, [&](int64_t t0, int64_t t1) {
+    if (m == 2) return GemvRowsAvx512vl<2>(w, pads.data(), sums.data(), c, t0, t1);
+    if (m == 3) return GemvRowsAvx512vl<3>(w, pads.data(), sums.data(), c, t0, t1);
+    GemvRowsAvx512vl<4>(w, pads.data(), sums.data(), c, t0, t1);
+  });
+  return true;
+#else
+  (void)w, (void)m, (void)a, (void)c, (void)path;
+  return false;
+#endif
+}
+
+}  // namespace
+
 void NBitsGemm(const PackedNBits& w, int64_t m, const float* a, float* c, NBitsPath path,
                NBitsCompute compute) {
   const int64_t n = w.n(), k = w.k();
@@ -626,7 +744,10 @@ void NBitsGemm(const PackedNBits& w, int64_t m, const float* a, float* c, NBitsP
   const bool few_rows = m > 1 && int8 && (path == NBitsPath::kAuto || path == NBitsPath::kAvx512) &&
                         Int8Eligible(w) && NBitsGemmInt8FewRows(m);
   if (m <= 4 && !few_rows) {
-    // A few rows: the GEMV reads the packed weights at memory speed.
+    // A few rows: the GEMV reads the packed weights at memory speed, all rows in one pass
+    // where the float GEMV serves them (GemvRows).
+    if (m > 1 && !(compute == NBitsCompute::kInt8 && Int8Eligible(w)) && GemvRows(w, m, a, c, path))
+      return;
     for (int64_t r = 0; r < m; ++r) NBitsGemv(w, a + r * k, c + r * n, path, compute);
     return;
   }

@@ -161,6 +161,33 @@ TEST_CASE("the M > 1 product (GEMV rows, then dequantized tiles into SGEMM) equa
 }
 
 TEST_CASE(
+    "2-4 rows of float activations (one pass over the tiles) equal the GEMV of each row "
+    "bit for bit") {
+  for (int bits : {4, 8})
+    for (bool zero_points : {true, false})
+      for (int64_t m : {2, 3, 4})
+        for (auto nkb :
+             {std::tuple<int64_t, int64_t, int64_t>{37, 91, 32}, {300, 576, 64}, {129, 17, 16}}) {
+          const int64_t n = std::get<0>(nkb), k = std::get<1>(nkb), block = std::get<2>(nkb);
+          CAPTURE(bits);
+          CAPTURE(zero_points);
+          CAPTURE(m);
+          CAPTURE(n);
+          const Quantized q(bits, n, k, block, zero_points, static_cast<uint32_t>(m + n + bits));
+          const contrib::PackedNBits packed(q.Source());
+          const auto a = Activations(m * k, static_cast<uint32_t>(m + 3));
+          std::vector<float> c(static_cast<size_t>(m * n), -1.0f), row(static_cast<size_t>(n));
+          contrib::NBitsGemm(packed, m, a.data(), c.data());
+          for (int64_t r = 0; r < m; ++r) {
+            contrib::NBitsGemv(packed, a.data() + r * k, row.data());
+            for (int64_t col = 0; col < n; ++col)
+              REQUIRE(c[static_cast<size_t>(r * n + col)] == row[static_cast<size_t>(col)]);
+            CheckRow(q, a.data() + r * k, c.data() + r * n);
+          }
+        }
+}
+
+TEST_CASE(
     "the packed copy holds the 4-bit weights, one scale and one scaled zero point per block") {
   // Without zero points (all 8) no per-block zero point is kept.
   const Quantized symmetric(4, 40, 100, 32, false, 4);
