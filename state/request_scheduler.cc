@@ -168,8 +168,17 @@ struct Driver {
 };
 
 // Whether the model's caches are row caches: every bound input is declared a sequence.
+// Whether the model's requests can run as the rows of one call: every persistent input a
+// sequence of row caches, and no node whose result for one row depends on the others.
+// DynamicQuantizeLinear takes one range over its whole input (onnxruntime's quantize_dynamic
+// quantizes every activation so): rows run together would set each other's quantization, and
+// a request would no longer get the tokens it gets alone.
 bool HasRowCaches(const GraphProto& graph) {
   if (graph.persistent_bindings_size() == 0) return false;
+  for (const auto& node : graph.node())
+    if (node.op_type() == "DynamicQuantizeLinear" &&
+        (node.domain().empty() || node.domain() == "ai.onnx"))
+      return false;
   for (const auto& b : graph.persistent_bindings()) {
     const auto declared = std::find_if(graph.input().begin(), graph.input().end(),
                                        [&](const auto& in) { return in.name() == b.input_name(); });

@@ -2,7 +2,8 @@
 //
 // Two modes, chosen per request from its model (RequestStats::mode, SchedulerStats):
 // - "batched" (continuous batching, issue 15): when every persistent input of the model is
-//   declared a sequence (row caches of ai.rt::PagedAttention, state/batch_rows.h), each
+//   declared a sequence (row caches of ai.rt::PagedAttention, state/batch_rows.h) and no
+//   node mixes the rows (DynamicQuantizeLinear's one range over its input), each
 //   request's GenerateTask hands its model calls to the scheduler (GenerationOptions::
 //   step_runner) and the scheduler runs one step for all of them once every running batched
 //   request is waiting: calls whose feeds agree in names, dtypes and shapes past dim 0 (all
