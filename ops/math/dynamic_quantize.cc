@@ -43,10 +43,11 @@ OL_DQ512 void QuantizeAvx512(const float* x, int64_t n, float scale, float zero,
 
 }  // namespace
 
-UInt8Quantization DynamicUInt8Range(const float* x, int64_t n) {
+UInt8Quantization DynamicUInt8Range(const float* x, int64_t n, VecPath path) {
+  (void)path;  // (x86 only)
   float lo = 0.0f, hi = 0.0f;
 #if defined(__x86_64__)
-  if (CpuHasAvx512()) {
+  if (path != VecPath::kPortable && CpuHasAvx512()) {
     RangeAvx512(x, n, &lo, &hi);
   } else
 #endif
@@ -63,10 +64,11 @@ UInt8Quantization DynamicUInt8Range(const float* x, int64_t n) {
   return q;
 }
 
-void QuantizeUInt8(const float* x, int64_t n, UInt8Quantization q, uint8_t* y) {
+void QuantizeUInt8(const float* x, int64_t n, UInt8Quantization q, uint8_t* y, VecPath path) {
+  (void)path;  // (x86 only)
   const auto zero = static_cast<float>(q.zero_point);
 #if defined(__x86_64__)
-  if (CpuHasAvx512()) return QuantizeAvx512(x, n, q.scale, zero, y);
+  if (path != VecPath::kPortable && CpuHasAvx512()) return QuantizeAvx512(x, n, q.scale, zero, y);
 #endif
   for (int64_t i = 0; i < n; ++i) {
     float v = std::nearbyint(x[i] / q.scale) + zero;

@@ -86,40 +86,51 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("DynamicUInt8Range and QuantizeUInt8 follow the ONNX reference") {
-  using onnx_light::ops::math::DynamicUInt8Range;
-  using onnx_light::ops::math::QuantizeUInt8;
-  // The reference's example: x = [0, 2, -3, -2.5, 1.34, 0.5] -> scale 5/255, zero point 153.
-  const std::vector<float> x = {0.0f, 2.0f, -3.0f, -2.5f, 1.34f, 0.5f};
-  const auto q = DynamicUInt8Range(x.data(), static_cast<int64_t>(x.size()));
-  CHECK(q.scale == 5.0f / 255.0f);
-  CHECK(q.zero_point == 153);
-  std::vector<uint8_t> y(x.size());
-  QuantizeUInt8(x.data(), static_cast<int64_t>(x.size()), q, y.data());
-  CHECK(y == std::vector<uint8_t>{153, 255, 0, 26, 221, 179});
-  // All zeros (and nothing at all): scale 1 (onnxruntime's), zero point 0.
-  const std::vector<float> zeros(37, 0.0f);
-  CHECK(DynamicUInt8Range(zeros.data(), 37).scale == 1.0f);
-  CHECK(DynamicUInt8Range(zeros.data(), 37).zero_point == 0);
-  CHECK(DynamicUInt8Range(nullptr, 0).zero_point == 0);
-  // Only positive values: the range starts at 0; NaN is left out and quantizes to the zero
-  // point; 17+ elements take the vector path with a tail.
-  std::vector<float> pos(21);
-  for (size_t i = 0; i < pos.size(); ++i) pos[i] = 0.5f * static_cast<float>(i);
-  pos[4] = std::numeric_limits<float>::quiet_NaN();
-  const auto p = DynamicUInt8Range(pos.data(), 21);
-  CHECK(p.scale == 10.0f / 255.0f);
-  CHECK(p.zero_point == 0);
-  std::vector<uint8_t> py(21);
-  QuantizeUInt8(pos.data(), 21, p, py.data());
-  for (size_t i = 0; i < pos.size(); ++i) {
-    const float expect = i == 4 ? 0.0f : std::nearbyint(pos[i] / p.scale);
-    CHECK(py[i] == static_cast<uint8_t>(std::fmin(255.0f, expect)));
+TEST_CASE(
+    "DynamicUInt8Range and QuantizeUInt8 follow the ONNX reference, vector and scalar paths "
+    "alike") {
+  using onnx_light::ops::math::VecPath;
+  for (VecPath path : {VecPath::kAuto, VecPath::kPortable}) {
+    CAPTURE(static_cast<int>(path));
+    auto DynamicUInt8Range = [&](const float* x, int64_t n) {
+      return onnx_light::ops::math::DynamicUInt8Range(x, n, path);
+    };
+    auto QuantizeUInt8 = [&](const float* x, int64_t n, onnx_light::ops::math::UInt8Quantization q,
+                             uint8_t* y) {
+      onnx_light::ops::math::QuantizeUInt8(x, n, q, y, path);
+    };
+    // The reference's example: x = [0, 2, -3, -2.5, 1.34, 0.5] -> scale 5/255, zero point 153.
+    const std::vector<float> x = {0.0f, 2.0f, -3.0f, -2.5f, 1.34f, 0.5f};
+    const auto q = DynamicUInt8Range(x.data(), static_cast<int64_t>(x.size()));
+    CHECK(q.scale == 5.0f / 255.0f);
+    CHECK(q.zero_point == 153);
+    std::vector<uint8_t> y(x.size());
+    QuantizeUInt8(x.data(), static_cast<int64_t>(x.size()), q, y.data());
+    CHECK(y == std::vector<uint8_t>{153, 255, 0, 26, 221, 179});
+    // All zeros (and nothing at all): scale 1 (onnxruntime's), zero point 0.
+    const std::vector<float> zeros(37, 0.0f);
+    CHECK(DynamicUInt8Range(zeros.data(), 37).scale == 1.0f);
+    CHECK(DynamicUInt8Range(zeros.data(), 37).zero_point == 0);
+    CHECK(DynamicUInt8Range(nullptr, 0).zero_point == 0);
+    // Only positive values: the range starts at 0; NaN is left out and quantizes to the zero
+    // point; 17+ elements take the vector path with a tail.
+    std::vector<float> pos(21);
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = 0.5f * static_cast<float>(i);
+    pos[4] = std::numeric_limits<float>::quiet_NaN();
+    const auto p = DynamicUInt8Range(pos.data(), 21);
+    CHECK(p.scale == 10.0f / 255.0f);
+    CHECK(p.zero_point == 0);
+    std::vector<uint8_t> py(21);
+    QuantizeUInt8(pos.data(), 21, p, py.data());
+    for (size_t i = 0; i < pos.size(); ++i) {
+      const float expect = i == 4 ? 0.0f : std::nearbyint(pos[i] / p.scale);
+      CHECK(py[i] == static_cast<uint8_t>(std::fmin(255.0f, expect)));
+    }
+    // Ties round to even (scale 1, zero point 10): 2.5 -> 2 + 10, 3.5 -> 4 + 10; saturation.
+    const onnx_light::ops::math::UInt8Quantization unit{1.0f, 10};
+    const std::vector<float> ties = {2.5f, 3.5f, -10.5f, -11.5f, 300.0f};
+    std::vector<uint8_t> ty(ties.size());
+    QuantizeUInt8(ties.data(), 5, unit, ty.data());
+    CHECK(ty == std::vector<uint8_t>{12, 14, 0, 0, 255});
   }
-  // Ties round to even (scale 1, zero point 10): 2.5 -> 2 + 10, 3.5 -> 4 + 10; saturation.
-  const onnx_light::ops::math::UInt8Quantization unit{1.0f, 10};
-  const std::vector<float> ties = {2.5f, 3.5f, -10.5f, -11.5f, 300.0f};
-  std::vector<uint8_t> ty(ties.size());
-  QuantizeUInt8(ties.data(), 5, unit, ty.data());
-  CHECK(ty == std::vector<uint8_t>{12, 14, 0, 0, 255});
 }
