@@ -52,6 +52,9 @@ TEXT_MODELS = [
     'g (float[2,3] x, float[3,2] w) => (float[2,2] y) { y = MatMul(x, w) }',
     'g (float[2,3] x, int64[1] st, int64[1] en) => (float[A,B] y) { y = Slice(x, st, en) }',
     'g (float[4] x) => (float[A] y, float[B] z) { y, z = Split<num_outputs=2>(x) }',
+    'g (float[2,3] x) => (uint8[2,3] y, float s, uint8 z) { y, s, z = DynamicQuantizeLinear(x) }',
+    'g (uint8[2,3] a, int8[3,2] b, uint8 za, int8[2] zb) => (int32[2,2] y) '
+    '{ y = MatMulInteger(a, b, za, zb) }',
 ]
 STATE_MODEL = ('g (float[2] x, float[2] past) => (float[2] y, float[2] present) '
                '{ present = Add(x, past) y = Identity(present) }')

@@ -45,6 +45,10 @@ EXTRA_TEXT_MODELS = [
     HEADER + 'g (float[3,4] x, int64[2] idx) => (float[2,4] y) { y = Gather<axis=0>(x, idx) }',
     HEADER + 'g (float[2,3,4] x) => (float[2,4,3] y) { y = Transpose<perm=[0,2,1]>(x) }',
     HEADER + 'g (float[4,4] x) => (float[4,4] y) { y = Gemm<alpha=0.5, transB=1>(x, x) }',
+    # onnxruntime's quantize_dynamic product (the plan fuses it to MatMulIntegerToFloat).
+    HEADER + 'g (float[2,3] x) => (float[2,2] y) <int8[3,2] w = {1, -2, 3, 4, -5, 6}, '
+    'float ws = {0.5}> { q, s, z = DynamicQuantizeLinear(x) m = MatMulInteger(q, w, z) '
+    'c = Cast<to=1>(m) sc = Mul(s, ws) y = Mul(c, sc) }',
 ]
 
 
