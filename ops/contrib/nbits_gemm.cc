@@ -164,89 +164,111 @@ OL_AVX2 void GemvTilesAvx2(const PackedNBits& w, const float* a_pad, const float
   }
 }
 
-// ---- a few rows, float activations --------------------------------------------------------
+#define OL_AVX512F __attribute__((target("avx2,fma,avx512f")))
 
-#define OL_AVX512VL __attribute__((target("avx2,fma,avx512f,avx512vl")))
-
-// R rows (2..4) of float activations against the same tiles, each tile's blocks decoded once
-// for all R rows: per row exactly GemvTilesAvx2's operations in its order (two accumulator
-// pairs per block, the same epilogue), so every row's outputs are that GEMV's bit for bit.
-// AVX2 arithmetic on AVX-512VL's 32 registers: R x 4 block accumulators, R x 2 outputs.
-template <int R>
-OL_AVX512VL void GemvRowsAvx512vl(const PackedNBits& w, const float* a_pad, const float* a_sums,
-                                  float* y, int64_t t0, int64_t t1) {
-  const int64_t a_stride = w.k_blocks() * w.block(), n = w.n();
-  const __m256i mask = _mm256_set1_epi32(0xF);
+// GemvTilesAvx2 with the tile's 16 columns in one register: per lane the same operations in
+// the same order (even and odd rows in separate accumulators, then the same epilogue), so
+// the same bits, from half the decode and multiply-add instructions.
+OL_AVX512F void GemvTilesAvx512(const PackedNBits& w, const float* a_pad, const float* a_sums,
+                                float* y, int64_t t0, int64_t t1) {
+  const __m512i mask = _mm512_set1_epi32(0xF);
   for (int64_t t = t0; t < t1; ++t) {
-    __m256 out_lo[R], out_hi[R];
-    for (int r = 0; r < R; ++r) out_lo[r] = out_hi[r] = _mm256_setzero_ps();
+    __m512 out = _mm512_setzero_ps();
     for (int64_t kb = 0; kb < w.k_blocks(); ++kb) {
       PrefetchBlock(w, t, kb);
-      __m256 lo0[R], lo1[R], hi0[R], hi1[R];
-      for (int r = 0; r < R; ++r) lo0[r] = lo1[r] = hi0[r] = hi1[r] = _mm256_setzero_ps();
+      __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
       const uint8_t* q = w.weights(t, kb);
       const float* a = a_pad + kb * w.block();
       if (w.bits() == 4) {
         for (int64_t p = 0; p < w.block() / 2; ++p, q += kTile) {
-          const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-          const __m256i l = _mm256_cvtepu8_epi32(bytes);
-          const __m256i h = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
-          const __m256 w0l = _mm256_cvtepi32_ps(_mm256_and_si256(l, mask));
-          const __m256 w0h = _mm256_cvtepi32_ps(_mm256_and_si256(h, mask));
-          const __m256 w1l = _mm256_cvtepi32_ps(_mm256_srli_epi32(l, 4));
-          const __m256 w1h = _mm256_cvtepi32_ps(_mm256_srli_epi32(h, 4));
+          const __m512i v =
+              _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+          acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, mask)),
+                                 _mm512_set1_ps(a[2 * p]), acc0);
+          acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)),
+                                 _mm512_set1_ps(a[2 * p + 1]), acc1);
+        }
+      } else {
+        for (int64_t i = 0; i < w.block(); i += 2, q += 2 * kTile) {
+          const __m512i r0 =
+              _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+          const __m512i r1 =
+              _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kTile)));
+          acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(r0), _mm512_set1_ps(a[i]), acc0);
+          acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(r1), _mm512_set1_ps(a[i + 1]), acc1);
+        }
+      }
+      __m512 dot = _mm512_add_ps(acc0, acc1);
+      const float* z = w.neg_scaled_zp(t, kb);
+      if (z != nullptr)
+        out = _mm512_fmadd_ps(_mm512_loadu_ps(z), _mm512_set1_ps(a_sums[kb]), out);
+      else
+        dot = _mm512_add_ps(dot, _mm512_set1_ps(-w.uniform_zp() * a_sums[kb]));
+      out = _mm512_fmadd_ps(_mm512_loadu_ps(w.scales(t, kb)), dot, out);
+    }
+    const int64_t cols = std::min(kTile, w.n() - t * kTile);
+    _mm512_mask_storeu_ps(y + t * kTile, static_cast<__mmask16>((1u << cols) - 1u), out);
+  }
+}
+
+// ---- a few rows, float activations --------------------------------------------------------
+
+// R rows (2..4) of float activations against the same tiles, each tile's blocks decoded once
+// for all R rows: per row and lane exactly GemvTilesAvx512's operations in its order, so
+// every row's outputs are that GEMV's (and the AVX2 one's) bit for bit.
+template <int R>
+OL_AVX512F void GemvRowsAvx512(const PackedNBits& w, const float* a_pad, const float* a_sums,
+                               float* y, int64_t t0, int64_t t1) {
+  const int64_t a_stride = w.k_blocks() * w.block(), n = w.n();
+  const __m512i mask = _mm512_set1_epi32(0xF);
+  for (int64_t t = t0; t < t1; ++t) {
+    __m512 out[R];
+    for (int r = 0; r < R; ++r) out[r] = _mm512_setzero_ps();
+    for (int64_t kb = 0; kb < w.k_blocks(); ++kb) {
+      PrefetchBlock(w, t, kb);
+      __m512 acc0[R], acc1[R];
+      for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+      const uint8_t* q = w.weights(t, kb);
+      const float* a = a_pad + kb * w.block();
+      if (w.bits() == 4) {
+        for (int64_t p = 0; p < w.block() / 2; ++p, q += kTile) {
+          const __m512i v =
+              _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+          const __m512 even = _mm512_cvtepi32_ps(_mm512_and_si512(v, mask));
+          const __m512 odd = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
           for (int r = 0; r < R; ++r) {
-            const __m256 a0 = _mm256_broadcast_ss(a + r * a_stride + 2 * p);
-            const __m256 a1 = _mm256_broadcast_ss(a + r * a_stride + 2 * p + 1);
-            lo0[r] = _mm256_fmadd_ps(w0l, a0, lo0[r]);
-            hi0[r] = _mm256_fmadd_ps(w0h, a0, hi0[r]);
-            lo1[r] = _mm256_fmadd_ps(w1l, a1, lo1[r]);
-            hi1[r] = _mm256_fmadd_ps(w1h, a1, hi1[r]);
+            acc0[r] = _mm512_fmadd_ps(even, _mm512_set1_ps(a[r * a_stride + 2 * p]), acc0[r]);
+            acc1[r] = _mm512_fmadd_ps(odd, _mm512_set1_ps(a[r * a_stride + 2 * p + 1]), acc1[r]);
           }
         }
       } else {
         for (int64_t i = 0; i < w.block(); i += 2, q += 2 * kTile) {
-          const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-          const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kTile));
-          const __m256 w0l = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(r0));
-          const __m256 w0h = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(r0, 8)));
-          const __m256 w1l = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(r1));
-          const __m256 w1h = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(r1, 8)));
+          const __m512 r0 = _mm512_cvtepi32_ps(
+              _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
+          const __m512 r1 = _mm512_cvtepi32_ps(
+              _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kTile))));
           for (int r = 0; r < R; ++r) {
-            const __m256 a0 = _mm256_broadcast_ss(a + r * a_stride + i);
-            const __m256 a1 = _mm256_broadcast_ss(a + r * a_stride + i + 1);
-            lo0[r] = _mm256_fmadd_ps(w0l, a0, lo0[r]);
-            hi0[r] = _mm256_fmadd_ps(w0h, a0, hi0[r]);
-            lo1[r] = _mm256_fmadd_ps(w1l, a1, lo1[r]);
-            hi1[r] = _mm256_fmadd_ps(w1h, a1, hi1[r]);
+            acc0[r] = _mm512_fmadd_ps(r0, _mm512_set1_ps(a[r * a_stride + i]), acc0[r]);
+            acc1[r] = _mm512_fmadd_ps(r1, _mm512_set1_ps(a[r * a_stride + i + 1]), acc1[r]);
           }
         }
       }
-      const float* s = w.scales(t, kb);
       const float* z = w.neg_scaled_zp(t, kb);
+      const __m512 s = _mm512_loadu_ps(w.scales(t, kb));
       for (int r = 0; r < R; ++r) {
-        __m256 lo = _mm256_add_ps(lo0[r], lo1[r]), hi = _mm256_add_ps(hi0[r], hi1[r]);
+        __m512 dot = _mm512_add_ps(acc0[r], acc1[r]);
         const float a_sum = a_sums[r * w.k_blocks() + kb];
-        if (z != nullptr) {
-          const __m256 sum = _mm256_set1_ps(a_sum);
-          out_lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(z), sum, out_lo[r]);
-          out_hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(z + 8), sum, out_hi[r]);
-        } else {
-          const __m256 zs = _mm256_set1_ps(-w.uniform_zp() * a_sum);
-          lo = _mm256_add_ps(lo, zs);
-          hi = _mm256_add_ps(hi, zs);
-        }
-        out_lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(s), lo, out_lo[r]);
-        out_hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(s + 8), hi, out_hi[r]);
+        if (z != nullptr)
+          out[r] = _mm512_fmadd_ps(_mm512_loadu_ps(z), _mm512_set1_ps(a_sum), out[r]);
+        else
+          dot = _mm512_add_ps(dot, _mm512_set1_ps(-w.uniform_zp() * a_sum));
+        out[r] = _mm512_fmadd_ps(s, dot, out[r]);
       }
     }
     const int64_t cols = std::min(kTile, n - t * kTile);
-    for (int r = 0; r < R; ++r) {
-      alignas(32) float out[kTile];
-      _mm256_store_ps(out, out_lo[r]);
-      _mm256_store_ps(out + 8, out_hi[r]);
-      std::memcpy(y + r * n + t * kTile, out, static_cast<size_t>(cols) * sizeof(float));
-    }
+    for (int r = 0; r < R; ++r)
+      _mm512_mask_storeu_ps(y + r * n + t * kTile, static_cast<__mmask16>((1u << cols) - 1u),
+                            out[r]);
   }
 }
 #endif
@@ -512,6 +534,8 @@ float NBitsWeight(const PackedNBits& w, int64_t k, int64_t n) {
 void NBitsGemvTiles(const PackedNBits& w, const float* a_pad, const float* a_sums, float* y,
                     int64_t t0, int64_t t1, NBitsPath path) {
 #if defined(__x86_64__)
+  if ((path == NBitsPath::kAuto || path == NBitsPath::kAvx512) && math::CpuHasAvx512())
+    return GemvTilesAvx512(w, a_pad, a_sums, y, t0, t1);
   if (UseAvx2(path)) return GemvTilesAvx2(w, a_pad, a_sums, y, t0, t1);
 #endif
   (void)path;
@@ -707,13 +731,13 @@ void DequantizeTiles(const PackedNBits& w, int64_t k0, int64_t kc, int64_t t0, i
 
 namespace {
 
-// m rows (2..4) of float activations in one pass over the tiles (GemvRowsAvx512vl), each row's
-// outputs those of NBitsGemv on that row; false (nothing done) without AVX-512VL or when
-// `path` asks for another kernel.
+// m rows (2..4) of float activations in one pass over the tiles (GemvRowsAvx512), each row's
+// outputs those of NBitsGemv on that row; false (nothing done) without AVX-512 or when `path`
+// asks for another kernel.
 bool GemvRows(const PackedNBits& w, int64_t m, const float* a, float* c, NBitsPath path) {
 #if defined(__x86_64__)
-  static const bool vl = math::CpuHasAvx512() && __builtin_cpu_supports("avx512vl");
-  if (!vl || (path != NBitsPath::kAuto && path != NBitsPath::kAvx512)) return false;
+  if (!math::CpuHasAvx512() || (path != NBitsPath::kAuto && path != NBitsPath::kAvx512))
+    return false;
   const int64_t width = w.k_blocks() * w.block();
   std::vector<float> pads(static_cast<size_t>(m * width), 0.0f),
       sums(static_cast<size_t>(m * w.k_blocks()));
@@ -724,9 +748,9 @@ bool GemvRows(const PackedNBits& w, int64_t m, const float* a, float* c, NBitsPa
   const int64_t tile_bytes = w.k_blocks() * w.block() * kTile * w.bits() / 8;
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, tile_bytes));
   math::ParallelFor(w.tiles(), grain, [&](int64_t t0, int64_t t1) {
-    if (m == 2) return GemvRowsAvx512vl<2>(w, pads.data(), sums.data(), c, t0, t1);
-    if (m == 3) return GemvRowsAvx512vl<3>(w, pads.data(), sums.data(), c, t0, t1);
-    GemvRowsAvx512vl<4>(w, pads.data(), sums.data(), c, t0, t1);
+    if (m == 2) return GemvRowsAvx512<2>(w, pads.data(), sums.data(), c, t0, t1);
+    if (m == 3) return GemvRowsAvx512<3>(w, pads.data(), sums.data(), c, t0, t1);
+    GemvRowsAvx512<4>(w, pads.data(), sums.data(), c, t0, t1);
   });
   return true;
 #else

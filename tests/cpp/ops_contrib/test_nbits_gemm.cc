@@ -95,7 +95,8 @@ void CheckRow(const Quantized& q, const float* a, const float* y) {
   }
 }
 
-constexpr contrib::NBitsPath kPaths[] = {contrib::NBitsPath::kPortable, contrib::NBitsPath::kAvx2};
+constexpr contrib::NBitsPath kPaths[] = {contrib::NBitsPath::kPortable, contrib::NBitsPath::kAvx2,
+                                         contrib::NBitsPath::kAvx512};
 
 }  // namespace
 
@@ -180,8 +181,13 @@ TEST_CASE(
           contrib::NBitsGemm(packed, m, a.data(), c.data());
           for (int64_t r = 0; r < m; ++r) {
             contrib::NBitsGemv(packed, a.data() + r * k, row.data());
-            for (int64_t col = 0; col < n; ++col)
+            // (The AVX-512 GEMV, 16 columns a register, equals the AVX2 one bit for bit.)
+            std::vector<float> avx2(static_cast<size_t>(n));
+            contrib::NBitsGemv(packed, a.data() + r * k, avx2.data(), contrib::NBitsPath::kAvx2);
+            for (int64_t col = 0; col < n; ++col) {
               REQUIRE(c[static_cast<size_t>(r * n + col)] == row[static_cast<size_t>(col)]);
+              REQUIRE(avx2[static_cast<size_t>(col)] == row[static_cast<size_t>(col)]);
+            }
             CheckRow(q, a.data() + r * k, c.data() + r * n);
           }
         }
