@@ -164,58 +164,15 @@ OL_AVX2 void GemvTilesAvx2(const PackedNBits& w, const float* a_pad, const float
   }
 }
 
+// ---- AVX-512: 1-4 rows, float activations ---------------------------------------------------
+
 #define OL_AVX512F __attribute__((target("avx2,fma,avx512f")))
 
-// GemvTilesAvx2 with the tile's 16 columns in one register: per lane the same operations in
-// the same order (even and odd rows in separate accumulators, then the same epilogue), so
-// the same bits, from half the decode and multiply-add instructions.
-OL_AVX512F void GemvTilesAvx512(const PackedNBits& w, const float* a_pad, const float* a_sums,
-                                float* y, int64_t t0, int64_t t1) {
-  const __m512i mask = _mm512_set1_epi32(0xF);
-  for (int64_t t = t0; t < t1; ++t) {
-    __m512 out = _mm512_setzero_ps();
-    for (int64_t kb = 0; kb < w.k_blocks(); ++kb) {
-      PrefetchBlock(w, t, kb);
-      __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-      const uint8_t* q = w.weights(t, kb);
-      const float* a = a_pad + kb * w.block();
-      if (w.bits() == 4) {
-        for (int64_t p = 0; p < w.block() / 2; ++p, q += kTile) {
-          const __m512i v =
-              _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
-          acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, mask)),
-                                 _mm512_set1_ps(a[2 * p]), acc0);
-          acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)),
-                                 _mm512_set1_ps(a[2 * p + 1]), acc1);
-        }
-      } else {
-        for (int64_t i = 0; i < w.block(); i += 2, q += 2 * kTile) {
-          const __m512i r0 =
-              _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
-          const __m512i r1 =
-              _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kTile)));
-          acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(r0), _mm512_set1_ps(a[i]), acc0);
-          acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(r1), _mm512_set1_ps(a[i + 1]), acc1);
-        }
-      }
-      __m512 dot = _mm512_add_ps(acc0, acc1);
-      const float* z = w.neg_scaled_zp(t, kb);
-      if (z != nullptr)
-        out = _mm512_fmadd_ps(_mm512_loadu_ps(z), _mm512_set1_ps(a_sums[kb]), out);
-      else
-        dot = _mm512_add_ps(dot, _mm512_set1_ps(-w.uniform_zp() * a_sums[kb]));
-      out = _mm512_fmadd_ps(_mm512_loadu_ps(w.scales(t, kb)), dot, out);
-    }
-    const int64_t cols = std::min(kTile, w.n() - t * kTile);
-    _mm512_mask_storeu_ps(y + t * kTile, static_cast<__mmask16>((1u << cols) - 1u), out);
-  }
-}
-
-// ---- a few rows, float activations --------------------------------------------------------
-
-// R rows (2..4) of float activations against the same tiles, each tile's blocks decoded once
-// for all R rows: per row and lane exactly GemvTilesAvx512's operations in its order, so
-// every row's outputs are that GEMV's (and the AVX2 one's) bit for bit.
+// R rows (1..4) of float activations against the same tiles, a tile's 16 columns in one
+// register and each block decoded once for all R rows: per row and lane exactly
+// GemvTilesAvx2's operations in its order (even and odd rows in separate accumulators, then
+// the same epilogue), so the same bits, from half the decode and multiply-add instructions;
+// R = 1 is the single-row GEMV.
 template <int R>
 OL_AVX512F void GemvRowsAvx512(const PackedNBits& w, const float* a_pad, const float* a_sums,
                                float* y, int64_t t0, int64_t t1) {
@@ -535,7 +492,7 @@ void NBitsGemvTiles(const PackedNBits& w, const float* a_pad, const float* a_sum
                     int64_t t0, int64_t t1, NBitsPath path) {
 #if defined(__x86_64__)
   if ((path == NBitsPath::kAuto || path == NBitsPath::kAvx512) && math::CpuHasAvx512())
-    return GemvTilesAvx512(w, a_pad, a_sums, y, t0, t1);
+    return GemvRowsAvx512<1>(w, a_pad, a_sums, y, t0, t1);
   if (UseAvx2(path)) return GemvTilesAvx2(w, a_pad, a_sums, y, t0, t1);
 #endif
   (void)path;
