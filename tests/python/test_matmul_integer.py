@@ -249,10 +249,8 @@ def test_a_dynamically_quantized_model_runs_per_request_in_the_scheduler(tmp_pat
     one call would set each other's quantization. The scheduler runs such a model per request
     even when it is prepared for batching (paged='rows'), so each request still gets the
     tokens it gets alone, which are onnxruntime's greedy tokens on the quantized file."""
-    import threading
-
     from onnxruntime.quantization import quantize_dynamic
-    from test_prepare_paged import _ort_greedy
+    from test_prepare_paged import check_scheduled_as_alone
 
     from onnx_light import prepare
 
@@ -262,25 +260,6 @@ def test_a_dynamically_quantized_model_runs_per_request_in_the_scheduler(tmp_pat
     model = ol_onnx.load_model(tmp_path / "rows.onnx")
     context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
     rng = np.random.default_rng(11)
-    prompts = [rng.integers(0, 128, (1, n), dtype=np.int64) for n in (3, 9, 5)]
-
-    def feeds(prompt):
-        return {"input_ids": prompt, **{f"past_key_values.{i}": [{"blocks": []}] for i in range(2)}}
-
-    options = runtime.GenerationOptions(max_new_tokens=6)
-    alone = [np.from_dlpack(runtime.generate(model, context, feeds(p), options))[0].tolist()
-             for p in prompts]
-    for p, tokens in zip(prompts, alone):
-        expected, _ = _ort_greedy(quantized, p, 6)
-        assert tokens[p.shape[1]:] == expected[0].tolist()
-    scheduler = runtime.RequestScheduler(context, max_in_flight=len(prompts))
-    submitted = threading.Event()
-    handles = [scheduler.submit(model, feeds(p), options,
-                                on_token=(lambda s, t: submitted.wait(60)) if i == 0 else None)
-               for i, p in enumerate(prompts)]
-    submitted.set()
-    scheduler.wait_idle()
-    for handle, tokens in zip(handles, alone):
-        assert np.from_dlpack(handle.result())[0].tolist() == tokens
-        assert handle.stats()["mode"] == "per_request"
-    assert scheduler.stats()["mode"] == "per_request"
+    feeds = [{"input_ids": rng.integers(0, 128, (1, n), dtype=np.int64),
+              **{f"past_key_values.{i}": [{"blocks": []}] for i in range(2)}} for n in (3, 9, 5)]
+    check_scheduled_as_alone(model, context, quantized, feeds, "per_request")

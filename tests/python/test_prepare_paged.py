@@ -254,25 +254,35 @@ def test_a_prepared_export_runs_batched_in_the_request_scheduler(tmp_path):
         return {"input_ids": prompt,
                 **{f"past_key_values.{i}": [{"blocks": []}] for i in range(layers)}}
 
-    options = runtime.GenerationOptions(max_new_tokens=6)
-    alone = [np.from_dlpack(runtime.generate(model, context, feeds(p), options))[0].tolist()
-             for p in prompts]
-    for p, tokens in zip(prompts, alone):
-        expected, _ = _ort_greedy(original, p, 6)
-        assert tokens[p.shape[1]:] == expected[0].tolist()
-    scheduler = runtime.RequestScheduler(context, max_in_flight=len(prompts))
+    stats = check_scheduled_as_alone(model, context, original, [feeds(p) for p in prompts],
+                                     "batched")
+    assert stats["max_batch_size"] > 1
+
+
+def check_scheduled_as_alone(model, context, original, feeds, mode, new_tokens=6):
+    """Each request of `feeds` (dicts with input_ids [1, n]) alone through runtime.generate gets
+    onnxruntime's greedy tokens on `original`, and the same tokens through one RequestScheduler
+    that runs them together in `mode`; returns the scheduler's stats."""
+    options = runtime.GenerationOptions(max_new_tokens=new_tokens)
+    alone = [np.from_dlpack(runtime.generate(model, context, f, options))[0].tolist()
+             for f in feeds]
+    for f, tokens in zip(feeds, alone):
+        expected, _ = _ort_greedy(original, f["input_ids"], new_tokens)
+        assert tokens[f["input_ids"].shape[1]:] == expected[0].tolist()
+    scheduler = runtime.RequestScheduler(context, max_in_flight=len(feeds))
     # The first request waits at its first token until all are submitted, so they overlap.
     submitted = threading.Event()
-    handles = [scheduler.submit(model, feeds(p), options,
+    handles = [scheduler.submit(model, f, options,
                                 on_token=(lambda s, t: submitted.wait(60)) if i == 0 else None)
-               for i, p in enumerate(prompts)]
+               for i, f in enumerate(feeds)]
     submitted.set()
     scheduler.wait_idle()
     for handle, tokens in zip(handles, alone):
         assert np.from_dlpack(handle.result())[0].tolist() == tokens
-        assert handle.stats()["mode"] == "batched"
+        assert handle.stats()["mode"] == mode
     stats = scheduler.stats()
-    assert stats["mode"] == "batched" and stats["max_batch_size"] > 1
+    assert stats["mode"] == mode
+    return stats
 
 
 def test_a_prepared_export_declares_its_page_layout_for_a_kv_budget_in_bytes(tmp_path):
