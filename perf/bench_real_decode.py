@@ -40,7 +40,7 @@ level, which a run of many steps meets only part of the time.
 
     PYTHONPATH=. .venv/bin/python perf/bench_real_decode.py [--shapes smollm2 qwen05]
         [--prompts 128 1024] [--new-tokens 128] [--rounds 3] [--threads 2]
-        [--quantize dynamic] [--json OUT]
+        [--quantize dynamic|q4|fp16|q4f16] [--json OUT]
 """
 from __future__ import annotations
 
@@ -94,35 +94,63 @@ def read_bandwidth(threads: int, repeats: int = 5) -> float:
     return data.nbytes / best / 1e9
 
 
-def quantized_dynamic(path: str) -> str:
-    """The export as onnxruntime's quantize_dynamic writes it (int8 weights, QInt8 per tensor:
-    DynamicQuantizeLinear and MatMulInteger), made once beside it."""
-    out = path[: -len(".onnx")] + ".qdyn.onnx"
-    if not os.path.exists(out):
+# The variants the Hub's ONNX repositories ship beside model.onnx (model_quantized, model_q4,
+# model_fp16, model_q4f16), each made by onnxruntime's own tools.
+VARIANTS = {"dynamic": "qdyn", "q4": "q4", "fp16": "fp16", "q4f16": "q4f16"}
+
+
+def converted(path: str, kind: str) -> str:
+    """The export converted to `kind` (see VARIANTS), made once beside it: dynamic =
+    quantize_dynamic (int8 weights, QInt8 per tensor: DynamicQuantizeLinear and MatMulInteger);
+    q4 = MatMulNBitsQuantizer (int4, block 32, symmetric: MatMulNBits); fp16 =
+    convert_float_to_float16 (every tensor FLOAT16, the caches too); q4f16 = fp16, then q4."""
+    out = path[: -len(".onnx")] + f".{VARIANTS[kind]}.onnx"
+    if os.path.exists(out):
+        return out
+    if kind == "dynamic":
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         quantize_dynamic(path, out, weight_type=QuantType.QInt8)
+        return out
+    import logging
+
+    import onnx
+
+    logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
+    model = onnx.load(path)
+    if kind in ("fp16", "q4f16"):
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        model = convert_float_to_float16(model, keep_io_types=False)
+    if kind in ("q4", "q4f16"):
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+        quantizer = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True)
+        quantizer.process()
+        model = quantizer.model.model
+    onnx.save(model, out, save_as_external_data=True, location=os.path.basename(out) + ".data")
     return out
 
 
 class Shape:
     def __init__(self, name: str, exporter: str = "dynamo", quantize: str = "none"):
         self.name, self.arch = name, SHAPES[name]
-        self.quantized = quantize != "none"
+        self.quantized = quantize != "none"  # (tokens reported, not required, to agree)
+        self.dtype = np.float16 if quantize in ("fp16", "q4f16") else np.float32
         # onnx-light runs `prepared` (None: `path` with bindings added by name), onnxruntime
         # `path`. A TorchScript export goes through the user's `prepare --bind auto`.
         self.prepared = None
         if exporter == "dynamo":
             self.path = export_hf.ensure(self.arch, with_cache=True, size=name)
-            if quantize == "dynamic":
-                self.path = quantized_dynamic(self.path)
+            if quantize != "none":
+                self.path = converted(self.path, quantize)
         else:
             from onnx_light import prepare
 
             self.path = export_hf.ensure(self.arch, with_cache=True, size=name, raw=True,
                                          exporter=exporter)
-            if quantize == "dynamic":
-                self.path = quantized_dynamic(self.path)
+            if quantize != "none":
+                self.path = converted(self.path, quantize)
             self.prepared = self.path[: -len(".onnx")] + ".prepared.onnx"
             if os.path.exists(self.prepared):  # prepared afresh: it is the code under test
                 os.remove(self.prepared)
@@ -133,10 +161,11 @@ class Shape:
         self.weights = weight_bytes(self.path)
 
     def empty_cache(self):
-        return export_hf.empty_cache(self.arch, 1, self.name)
+        return {k: v.astype(self.dtype)
+                for k, v in export_hf.empty_cache(self.arch, 1, self.name).items()}
 
     def cache_bytes(self, length: float) -> float:
-        return 2 * self.layers * self.kv_heads * self.head_dim * 4 * length
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype().itemsize * length
 
 
 class OnnxLight:
@@ -390,10 +419,12 @@ def main() -> None:
                         help="torchscript: torch.onnx.export(dynamo=False), as Hugging Face "
                              "Optimum exports and most decoders on the Hub are, prepared with "
                              "prepare_decoder(bind='auto') for onnx-light")
-    parser.add_argument("--quantize", choices=["none", "dynamic"], default="none",
-                        help="dynamic: both engines run the export after onnxruntime's "
-                             "quantize_dynamic (int8 weights, DynamicQuantizeLinear and "
-                             "MatMulInteger)")
+    parser.add_argument("--quantize", choices=["none", *VARIANTS], default="none",
+                        help="both engines run the export converted by onnxruntime's tools as "
+                             "the Hub's ONNX repositories ship it: dynamic (quantize_dynamic: "
+                             "int8 weights, DynamicQuantizeLinear and MatMulInteger), q4 "
+                             "(MatMulNBitsQuantizer, block 32), fp16 (convert_float_to_float16) "
+                             "or q4f16 (both)")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args()
     try:

@@ -3,7 +3,7 @@ per-op and per-node kernel tables from the runtime's events, inline executor.
 
     PYTHONPATH=python .venv/bin/python perf/profile_real_decode.py [--shape smollm2]
         [--prompt 128] [--steps 16] [--threads 2] [--executor inline|flow] [--spin-wait-us N]
-        [--exporter dynamo|torchscript]
+        [--exporter dynamo|torchscript] [--quantize dynamic|q4|fp16|q4f16]
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from models import export_hf  # noqa: E402
 from onnx_light import onnx as ol_onnx, profiling  # noqa: E402
 from onnx_light.onnx_py._onnxpykernels import runtime  # noqa: E402
 
-from bench_real_decode import SHAPES as ARCH, Shape  # noqa: E402  (name -> architecture)
+from bench_real_decode import SHAPES as ARCH, VARIANTS, Shape  # noqa: E402  (name -> architecture)
 
 
 def step_feeds(ids, start):
@@ -45,11 +45,13 @@ def main() -> None:
     parser.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo",
                         help="the export bench_real_decode.py --exporter runs (torchscript: "
                              "prepared with prepare_decoder(bind='auto'))")
+    parser.add_argument("--quantize", choices=["none", *VARIANTS], default="none",
+                        help="the converted export bench_real_decode.py --quantize runs")
     parser.add_argument("--no-events", action="store_true",
                         help="time the steps with events off (no tables): the events' own cost")
     args = parser.parse_args()
     arch = ARCH[args.shape]
-    shape = Shape(args.shape, args.exporter)
+    shape = Shape(args.shape, args.exporter, args.quantize)
     model = ol_onnx.load_model(shape.prepared or shape.path)
     if shape.prepared is None:
         export_hf.add_cache_bindings(model, shape.layers)
@@ -59,7 +61,7 @@ def main() -> None:
                                             spin_wait_us=args.spin_wait_us,
                                             executor=args.executor,
                                             persistent_tensor_initial_capacity=args.prompt + 64)
-    state = runtime.PersistentValueState(model, initial=export_hf.empty_cache(arch, 1, args.shape),
+    state = runtime.PersistentValueState(model, initial=shape.empty_cache(),
                                          options=options)
     vocab = export_hf.vocab_size(arch, args.shape)
     prompt = np.random.default_rng(0).integers(0, vocab, (1, args.prompt), dtype=np.int64)
@@ -78,9 +80,9 @@ def main() -> None:
         marks.append(len(context.events()))
         return marks, times
 
-    state.reset(export_hf.empty_cache(arch, 1, args.shape))
+    state.reset(shape.empty_cache())
     request(2)  # warm-up: packs, buffers
-    state.reset(export_hf.empty_cache(arch, 1, args.shape))
+    state.reset(shape.empty_cache())
     context.clear_events()
     marks, times = request(args.steps)
     events = context.events()

@@ -2,14 +2,61 @@
 // take and return compute-type values (float for FLOAT16/BFLOAT16); loads and stores convert.
 #pragma once
 
+#include <algorithm>
 #include <type_traits>
 #include <vector>
 
 #include "ops/elementwise/broadcast.h"
 #include "ops/elementwise/parallel.h"
 #include "ops/elementwise/types.h"
+#include "ops/math/half_convert.h"
 
 namespace onnx_light::ops::elementwise {
+
+// FLOAT16 operands and results are converted a block at a time (math::HalvesToFloats), not
+// one call per element.
+template <typename T>
+constexpr bool kIsHalf = std::is_same_v<T, Float16>;
+constexpr int64_t kHalfBlock = 256;
+
+// v[0, n) = the compute-type values of p[0, n) (strided) or of *p repeated.
+template <typename T>
+void LoadBlock(const T* p, bool strided, int64_t n, Compute<T>* v) {
+  if (!strided) {
+    std::fill(v, v + n, Load(*p));
+  } else if constexpr (kIsHalf<T>) {
+    math::HalvesToFloats(reinterpret_cast<const uint16_t*>(p), v, n);
+  } else {
+    for (int64_t j = 0; j < n; ++j) v[j] = Load(p[j]);
+  }
+}
+
+// o[0, n) = v[0, n) stored as O.
+template <typename O, typename R>
+void StoreBlock(const R* v, int64_t n, O* o) {
+  if constexpr (kIsHalf<O> && std::is_same_v<R, float>) {
+    math::FloatsToHalves(v, reinterpret_cast<uint16_t*>(o), n);
+  } else {
+    for (int64_t j = 0; j < n; ++j) o[j] = Store<O>(v[j]);
+  }
+}
+
+// One segment of BinaryLoop with a FLOAT16 operand or result, block by block.
+template <typename A, typename B, typename O, typename F>
+void BinarySegmentInBlocks(const A* pa, bool sa, const B* pb, bool sb, O* po, int64_t n,
+                           const F& f) {
+  using R = std::invoke_result_t<const F&, Compute<A>, Compute<B>>;
+  Compute<A> va[kHalfBlock];
+  Compute<B> vb[kHalfBlock];
+  R vr[kHalfBlock];
+  for (int64_t j0 = 0; j0 < n; j0 += kHalfBlock) {
+    const int64_t m = std::min(kHalfBlock, n - j0);
+    LoadBlock(sa ? pa + j0 : pa, sa, m, va);
+    LoadBlock(sb ? pb + j0 : pb, sb, m, vb);
+    for (int64_t j = 0; j < m; ++j) vr[j] = f(va[j], vb[j]);
+    StoreBlock(vr, m, po + j0);
+  }
+}
 
 // o[i] = f(a[i], b[i]) over a broadcast plan of two inputs.
 template <typename A, typename B, typename O, typename F>
@@ -21,7 +68,9 @@ void BinaryLoop(const BroadcastPlan& plan, const A* a, const B* b, O* o, const F
       const A* pa = a + off[0];
       const B* pb = b + off[1];
       O* po = o + oi;
-      if (sa && sb) {
+      if constexpr (kIsHalf<A> || kIsHalf<B> || kIsHalf<O>) {
+        BinarySegmentInBlocks(pa, sa, pb, sb, po, n, f);
+      } else if (sa && sb) {
         for (int64_t j = 0; j < n; ++j) po[j] = Store<O>(f(Load(pa[j]), Load(pb[j])));
       } else if (sa) {
         const auto vb = Load(*pb);
@@ -59,7 +108,19 @@ void RunBinary(KernelCall& call, const Tensor& a, const Tensor& b, DataType out_
 template <typename A, typename O, typename F>
 void UnaryLoop(int64_t n, const A* a, O* o, const F& f) {
   ParallelFor(n, kParallelGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) o[i] = Store<O>(f(Load(a[i])));
+    if constexpr (kIsHalf<A> || kIsHalf<O>) {
+      using R = std::invoke_result_t<const F&, Compute<A>>;
+      Compute<A> va[kHalfBlock];
+      R vr[kHalfBlock];
+      for (int64_t i0 = begin; i0 < end; i0 += kHalfBlock) {
+        const int64_t m = std::min(kHalfBlock, end - i0);
+        LoadBlock(a + i0, true, m, va);
+        for (int64_t j = 0; j < m; ++j) vr[j] = f(va[j]);
+        StoreBlock(vr, m, o + i0);
+      }
+    } else {
+      for (int64_t i = begin; i < end; ++i) o[i] = Store<O>(f(Load(a[i])));
+    }
   });
 }
 

@@ -6,6 +6,7 @@
 #include "core/dtype.h"
 #include "executor/attributes.h"
 #include "onnx_light.pb.h"
+#include "ops/math/half_convert.h"
 
 namespace onnx_light::ops::math {
 
@@ -30,11 +31,8 @@ void ToFloat(DataType type, const void* src, float* dst, int64_t n) {
     case DataType::kFloat:
       std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
       return;
-    case DataType::kFloat16: {
-      const auto* s = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = core::HalfToFloat(s[i]);
-      return;
-    }
+    case DataType::kFloat16:
+      return HalvesToFloats(static_cast<const uint16_t*>(src), dst, n);
     case DataType::kBFloat16: {
       const auto* s = static_cast<const uint16_t*>(src);
       for (int64_t i = 0; i < n; ++i) dst[i] = core::BFloat16ToFloat(s[i]);
@@ -50,11 +48,8 @@ void FromFloat(const float* src, DataType type, void* dst, int64_t n) {
     case DataType::kFloat:
       std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
       return;
-    case DataType::kFloat16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) d[i] = core::FloatToHalf(src[i]);
-      return;
-    }
+    case DataType::kFloat16:
+      return FloatsToHalves(src, static_cast<uint16_t*>(dst), n);
     case DataType::kBFloat16: {
       auto* d = static_cast<uint16_t*>(dst);
       for (int64_t i = 0; i < n; ++i) d[i] = core::FloatToBFloat16(src[i]);

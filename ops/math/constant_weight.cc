@@ -36,8 +36,9 @@ bool SecondUse(std::atomic<int>& calls) {
 
 // `make()` within the budget (`bytes` reserved while it lives); null over budget or out of
 // memory: every call then runs unpacked, as without a cache.
-std::unique_ptr<const PackedB> KeepPack(
-    size_t bytes, const std::function<std::unique_ptr<const PackedB>()>& make) {
+template <class Pack>
+std::unique_ptr<const Pack> KeepPack(size_t bytes,
+                                     const std::function<std::unique_ptr<const Pack>()>& make) {
   if (!Reserve(bytes)) return nullptr;
   try {
     return make();
@@ -50,7 +51,7 @@ std::unique_ptr<const PackedB> KeepPack(
 // The pack replaces reading the weight: a memory-mapped weight's pages go back to the page
 // cache (another reader, e.g. the Gather of a tied embedding, faults in what it reads).
 void ReleaseWeight(const core::runtime::Tensor& b) {
-  if (b.dtype() == core::DataType::kFloat)
+  if (b.dtype() == core::DataType::kFloat || b.dtype() == core::DataType::kFloat16)
     core::runtime::ReleaseMappedPages(b.strided_data(), b.nbytes());
 }
 
@@ -67,6 +68,7 @@ void UncountPackedWeightBytes(size_t bytes) { kept.fetch_sub(bytes, std::memory_
 
 ConstantWeight::~ConstantWeight() {
   if (packed_ != nullptr) kept.fetch_sub(packed_->bytes(), std::memory_order_relaxed);
+  if (half_ != nullptr) kept.fetch_sub(half_->bytes(), std::memory_order_relaxed);
 }
 
 void ConstantWeight::Declare(const core::runtime::RuntimeValue& value) {
@@ -95,11 +97,26 @@ const PackedB* ConstantWeight::Get(const core::runtime::Tensor& b, bool trans_b,
   if (k <= 0 || n <= 0 || !Serves(b) || NarrowForPacking(n) || !SecondUse(calls_)) return nullptr;
   std::call_once(once_, [&] {
     const size_t bytes = static_cast<size_t>(k * Padded(n)) * sizeof(float);
-    packed_ = KeepPack(
+    packed_ = KeepPack<PackedB>(
         bytes, [&] { return std::make_unique<const PackedB>(trans_b, k, n, values(), ldb); });
     if (packed_ != nullptr) ReleaseWeight(b);
   });
   return packed_.get();
+}
+
+const PackedHalfB* ConstantWeight::GetHalf(const core::runtime::Tensor& b, int64_t k,
+                                           int64_t n) const {
+  if (k <= 0 || n <= 0 || b.dtype() != core::DataType::kFloat16 || !b.contiguous() || !Serves(b) ||
+      NarrowForPacking(n) || !SecondUse(calls_))
+    return nullptr;
+  std::call_once(once_, [&] {
+    const size_t bytes = static_cast<size_t>(k * Padded(n)) * sizeof(uint16_t);
+    half_ = KeepPack<PackedHalfB>(bytes, [&] {
+      return std::make_unique<const PackedHalfB>(static_cast<const uint16_t*>(b.raw_data()), k, n);
+    });
+    if (half_ != nullptr) ReleaseWeight(b);
+  });
+  return half_.get();
 }
 
 ConstantWeightGroup::~ConstantWeightGroup() {
@@ -137,7 +154,7 @@ void ConstantWeightGroup::Build() const {
   for (const auto& c : constants_) offsets_.push_back(offsets_.back() + Padded(c.dim(1)));
   const int64_t k = constants_[0].dim(0), width = offsets_.back();
   const size_t bytes = static_cast<size_t>(k * width) * sizeof(float);
-  packed_ = KeepPack(bytes, [&] {
+  packed_ = KeepPack<PackedB>(bytes, [&] {
     std::vector<float> side_by_side(static_cast<size_t>(k * width), 0.0f);
     for (size_t i = 0; i < constants_.size(); ++i) {
       const int64_t n = constants_[i].dim(1);

@@ -38,6 +38,7 @@
 #include "core/runtime_value.h"
 #include "core/tensor.h"
 #include "ops/math/gemm.h"
+#include "ops/math/half_gemm.h"
 
 namespace onnx_light::ops::math {
 
@@ -68,6 +69,10 @@ class ConstantWeight {
   // in that layout and is called only to build the pack.
   const PackedB* Get(const core::runtime::Tensor& b, bool trans_b, int64_t k, int64_t n,
                      int64_t ldb, const std::function<const float*()>& values) const;
+  // The 16-bit panels of `b`, a declared dense FLOAT16 [K, N] constant, under the same rules
+  // (second call, budget, mapped pages released); null otherwise. A FLOAT16 weight is never
+  // packed as FLOAT by MatMul: it streams half the bytes this way.
+  const PackedHalfB* GetHalf(const core::runtime::Tensor& b, int64_t k, int64_t n) const;
   // Whether `b` is the declared constant (same storage, layout, dtype and shape).
   bool Serves(const core::runtime::Tensor& b) const;
   // The row stride of a FLOAT matrix viewed transposed (strides {1, ld}, ld >= rows), whose
@@ -79,6 +84,7 @@ class ConstantWeight {
   mutable std::atomic<int> calls_{0};  // eligible calls so far (saturates at 2)
   mutable std::once_flag once_;
   mutable std::unique_ptr<const PackedB> packed_;
+  mutable std::unique_ptr<const PackedHalfB> half_;
 };
 
 // Several dense FLOAT [K, N_i] weights that one input multiplies (the Q/K/V or gate/up

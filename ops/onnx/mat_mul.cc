@@ -1,6 +1,7 @@
 // MatMul: numpy matmul semantics. Rank-1 operands are promoted (A to [1,K], B to [K,1]) and
 // the added dimension removed from the result; batch dimensions broadcast. Float types go
-// through the packed SGEMM (FLOAT16/BFLOAT16 converted at the edges); a weight without
+// through the packed SGEMM (FLOAT16/BFLOAT16 converted at the edges; a FLOAT16 B with one
+// matrix is read as 16 bits, math::HalfWeightGemm, never packed as FLOAT); a weight without
 // batch dimensions folds the batch into M so that one GEMM streams it once. A constant B
 // (an initializer, or a Transpose of one folded to a transposed view) is packed on its
 // second use and the pack serves every later call, prompts and decode steps alike
@@ -13,6 +14,7 @@
 #include "ops/math/common.h"
 #include "ops/math/constant_weight.h"
 #include "ops/math/gemm.h"
+#include "ops/math/half_gemm.h"
 #include "ops/math/matmul_shape.h"
 
 namespace onnx_light::ops {
@@ -135,6 +137,19 @@ class MatMul final : public core::runtime::KernelBase {
   // read (a FLOAT16 weight is not converted per call).
   void MultiplyOneMatrix(const Tensor& a, const Tensor& b, int64_t transposed_ld, int64_t m,
                          int64_t n, int64_t k, Tensor& y) const {
+    if (b.dtype() == DataType::kFloat16 && transposed_ld == 0) {
+      // Read as 16 bits where it lies: no FLOAT pack of a FLOAT16 weight.
+      const math::FloatView av(a);
+      math::FloatSink yv(y);
+      const math::PackedHalfB* pack = weight_.declared() ? weight_.GetHalf(b, k, n) : nullptr;
+      if (pack != nullptr)
+        math::HalfWeightGemm(av.data(), m, *pack, yv.data());
+      else
+        math::HalfWeightGemm(av.data(), m, k, static_cast<const uint16_t*>(b.raw_data()), n,
+                             yv.data());
+      yv.Finish();
+      return;
+    }
     std::optional<math::FloatView> bv;
     auto b_values = [&]() -> const float* {
       if (b.dtype() == DataType::kFloat) return static_cast<const float*>(b.strided_data());

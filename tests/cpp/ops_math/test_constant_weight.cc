@@ -346,23 +346,32 @@ TEST_CASE("Gemm with a constant transposed B packs it once and matches the refer
   CheckClose(Values(y1), Ref(true, m, n, k, Values(a), Values(w)), 1e-5, 1e-5);
 }
 
-TEST_CASE("FLOAT16 MatMul with a constant B keeps one pack of its float values") {
-  const int64_t m = 4, k = 24, n = 64;
-  const std::vector<float> av = Random(m * k, -1, 1, 14), wv = Random(k * n, -1, 1, 15);
-  const Tensor a = Half(DataType::kFloat16, {m, k}, av), w = Half(DataType::kFloat16, {k, n}, wv);
-  Kernel mm("MatMul");
-  mm.get().OnConstantInput(1, RuntimeValue(w));
-  const uint64_t packs = math::BPacksForTesting();
-  const Tensor y1 = mm.Run(a, w);
-  const Tensor y2 = mm.Run(a, w);
-  const Tensor y3 = mm.Run(a, w);
-  CHECK(math::BPacksForTesting() == packs + 2);
-  CHECK(y1.dtype() == DataType::kFloat16);
-  CHECK(Values(y1) == Values(y2));
-  CHECK(Values(y1) == Values(y3));
-  CheckClose(Values(y1),
-             Ref(false, m, n, k, RoundTo(DataType::kFloat16, av), RoundTo(DataType::kFloat16, wv)),
-             2e-3, 2e-3);
+TEST_CASE("FLOAT16 MatMul with a constant B keeps one 16-bit pack, never a FLOAT one") {
+  const int64_t k = 24, n = 64;
+  const std::vector<float> wv = Random(k * n, -1, 1, 15);
+  const Tensor w = Half(DataType::kFloat16, {k, n}, wv);
+  for (const int64_t m : {1, 4, 9}) {  // the GEMV and the panel GEMM
+    CAPTURE(m);
+    const std::vector<float> av = Random(m * k, -1, 1, 14);
+    const Tensor a = Half(DataType::kFloat16, {m, k}, av);
+    Kernel mm("MatMul");
+    mm.get().OnConstantInput(1, RuntimeValue(w));
+    const uint64_t packs = math::BPacksForTesting();
+    const size_t kept = math::PackedWeightBytes();
+    const Tensor y1 = mm.Run(a, w);  // row-major B
+    CHECK(math::PackedWeightBytes() == kept);
+    const Tensor y2 = mm.Run(a, w);  // builds the 16-bit panels: K x 64 halves
+    CHECK(math::PackedWeightBytes() == kept + static_cast<size_t>(k * n) * sizeof(uint16_t));
+    const Tensor y3 = mm.Run(a, w);
+    CHECK(math::BPacksForTesting() == packs);  // no FLOAT pack, kept or per call
+    CHECK(y1.dtype() == DataType::kFloat16);
+    CHECK(Values(y1) == Values(y2));  // the same sums in the same order either way
+    CHECK(Values(y1) == Values(y3));
+    CheckClose(
+        Values(y1),
+        Ref(false, m, n, k, RoundTo(DataType::kFloat16, av), RoundTo(DataType::kFloat16, wv)), 2e-3,
+        2e-3);
+  }
 }
 
 TEST_CASE("concurrent calls on one kernel build the kept pack of the constant B exactly once") {
