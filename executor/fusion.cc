@@ -71,9 +71,16 @@ std::optional<std::vector<int64_t>> ConstInts(const ConstantFn& constant, const 
   return t->ToInt64Vector();
 }
 
-std::optional<float> ConstScalar(const ConstantFn& constant, const std::string& name) {
+// A FLOAT scalar constant; with `half_too`, FLOAT16 and BFLOAT16 ones as well (for fusions
+// whose kernels take those types: a FLOAT16 model's constants are FLOAT16).
+std::optional<float> ConstScalar(const ConstantFn& constant, const std::string& name,
+                                 bool half_too = false) {
   const Tensor* t = constant(name);
-  if (t == nullptr || t->numel() != 1 || t->dtype() != DataType::kFloat) return std::nullopt;
+  if (t == nullptr || t->numel() != 1) return std::nullopt;
+  const DataType dt = t->dtype();
+  if (dt != DataType::kFloat &&
+      !(half_too && (dt == DataType::kFloat16 || dt == DataType::kBFloat16)))
+    return std::nullopt;
   return t->ToFloatVector()[0];
 }
 
@@ -439,7 +446,7 @@ std::optional<Fusion> MatchRmsNorm(const GraphIndex& ix, const ConstantFn& const
         if (r >= 0) {
           denominator = ix.node(r).input(0);
         } else if ((r = ix.Producer(mul.input(side), "Div")) >= 0 &&
-                   ConstScalar(constant, ix.node(r).input(0)) == 1.0f) {
+                   ConstScalar(constant, ix.node(r).input(0), true) == 1.0f) {
           denominator = ix.node(r).input(1);
         }
         if (!denominator.empty()) {
@@ -458,7 +465,7 @@ std::optional<Fusion> MatchRmsNorm(const GraphIndex& ix, const ConstantFn& const
     if (add < 0) return false;
     std::string mean;
     for (int side = 0; side < 2 && mean.empty(); ++side)
-      if (auto e = ConstScalar(constant, ix.node(add).input(side))) {
+      if (auto e = ConstScalar(constant, ix.node(add).input(side), true)) {
         *eps = *e;
         mean = ix.node(add).input(1 - side);
       }
@@ -474,7 +481,7 @@ std::optional<Fusion> MatchRmsNorm(const GraphIndex& ix, const ConstantFn& const
     if ((keep != nullptr && keep->i() != 1) || !IsLastAxis(axes)) return false;
     // The square as Pow(X, 2) or as Mul(X, X).
     int pw = ix.Producer(reduce.input(0), "Pow");
-    if (pw >= 0 && ConstScalar(constant, ix.node(pw).input(1)) != 2.0f) pw = -1;
+    if (pw >= 0 && ConstScalar(constant, ix.node(pw).input(1), true) != 2.0f) pw = -1;
     if (pw < 0 && (pw = ix.Producer(reduce.input(0), "Mul")) >= 0 &&
         ix.node(pw).input(1) != ix.node(pw).input(0))
       pw = -1;

@@ -125,3 +125,24 @@ def test_float16_matmul_matches_the_reference_and_onnxruntime(m, k, n, constant)
         assert np.all(np.abs(got - reference) <= 2.0 ** -11 * np.abs(reference) + 1e-6)
         np.testing.assert_allclose(got.astype(np.float32), theirs.run(None, feeds)[0],
                                    rtol=4e-3, atol=4e-3 * np.abs(reference).max())
+
+
+def test_a_float16_models_rms_norms_run_fused(tmp_path):
+    """convert_float_to_float16 makes the norms' constants (the square's 2, eps) FLOAT16: the
+    plan still fuses each norm into one RMSNormalization (computed in FLOAT, rounded once),
+    and no ReduceMean is left."""
+    src = export_hf.ensure("llama", with_cache=True, raw=True, exporter="torchscript")
+    path = converted(src, "fp16", str(tmp_path / "model_fp16.onnx"))
+    layers, kv, head = export_hf.cache_shape("llama")
+    feeds = {"input_ids": np.array([PROMPT], np.int64),
+             "attention_mask": np.ones((1, len(PROMPT)), np.int64),
+             "position_ids": np.arange(len(PROMPT), dtype=np.int64)[None],
+             **{p: np.zeros((1, kv, 0, head), np.float16)
+                for p, _ in export_hf.cache_names(layers)}}
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(17)),
+                                     events_enabled=True)
+    runtime.RuntimeSession(onnx.load(path)).run(context, feeds)
+    kernels = [e.op_type for e in context.events()
+               if e.action == runtime.RuntimeEventAction.kKernel]
+    assert kernels.count("RMSNormalization") == 2 * layers + 1
+    assert "ReduceMean" not in kernels
