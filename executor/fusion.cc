@@ -135,7 +135,7 @@ class AttentionMatch {
     if (int w = ix_.Producer(probs, "Where"); w >= 0) {  // Where(IsNaN(s), 0, s)
       const NodeProto& where = ix_.node(w);
       const int isnan = ix_.Producer(where.input(0), "IsNaN");
-      const auto zero = ConstScalar(constant_, where.input(1));
+      const auto zero = ConstScalar(constant_, where.input(1), true);
       if (isnan < 0 || ix_.node(isnan).input(0) != where.input(2) || !zero || *zero != 0.0f)
         return std::nullopt;
       Take(w);
@@ -215,7 +215,7 @@ class AttentionMatch {
     if (mul < 0) return name;
     const NodeProto& m = ix_.node(mul);
     for (int side = 0; side < 2; ++side)
-      if (auto c = ConstScalar(constant_, m.input(side))) {
+      if (auto c = ConstScalar(constant_, m.input(side), true)) {
         *scale = *c;
         Take(mul);
         return m.input(1 - side);
@@ -232,7 +232,7 @@ class AttentionMatch {
     const NodeProto& n = ix_.node(mul);
     for (int side = 0; side < 2; ++side) {
       const int m = ix_.Producer(n.input(1 - side), "MatMul");
-      if (const auto c = ConstScalar(constant_, n.input(side)); c && m >= 0) {
+      if (const auto c = ConstScalar(constant_, n.input(side), true); c && m >= 0) {
         *scale = *c;
         Take(mul);
         return m;
@@ -250,7 +250,7 @@ class AttentionMatch {
     if (mul < 0) return -1;
     const NodeProto& outer = ix_.node(mul);
     for (int side = 0; side < 2; ++side) {
-      const auto c = ConstScalar(constant_, outer.input(side));
+      const auto c = ConstScalar(constant_, outer.input(side), true);
       const int tanh = ix_.Producer(outer.input(1 - side), "Tanh");
       if (!c || *c <= 0.0f || tanh < 0) continue;
       // Tanh(x / c) or Tanh(x * (1 / c)).

@@ -3,12 +3,15 @@
 // (Unsqueeze/Expand/Reshape), transpose K, scale Q and K, MatMul, add the mask, Softmax,
 // zero fully masked rows (IsNaN/Where), MatMul with V.
 //
-// Inputs: Q [B, H, S, D]; K [B, Hkv, T, D] and V [B, Hkv, T, Dv] (FLOAT; may be strided
-// append-capacity caches, read in place); optional additive FLOAT mask broadcastable to
-// [B, H, S, T]; then the int64 shape operands of the replaced Expand/Reshape nodes, checked
-// against the GQA layout so that the substitution is exact (inputs 4-9: K's Expand shape,
-// K's Reshape shape, the [-1, T, D] Reshape, the [B, H, D, T] Reshape, V's Expand shape, V's
-// Reshape shape; each may be empty when that node was absent).
+// Inputs: Q [B, H, S, D]; K [B, Hkv, T, D] and V [B, Hkv, T, Dv] (FLOAT, FLOAT16 or BFLOAT16,
+// all one type; may be strided append-capacity caches, read in place); optional additive
+// mask (FLOAT, FLOAT16 or BFLOAT16) broadcastable to [B, H, S, T]; then the int64 shape operands of
+// the replaced Expand/Reshape nodes, checked against the GQA layout so that the substitution is
+// exact (inputs 4-9: K's Expand shape, K's Reshape shape, the [-1, T, D] Reshape, the [B, H, D, T]
+// Reshape, V's Expand shape, V's Reshape shape; each may be empty when that node was absent).
+// 16-bit types are computed in FLOAT: decode reads the 16-bit K/V rows in place (the
+// code-domain kernels widen them in registers), prompts widen K and V once, and Y is rounded
+// once at the end.
 // Attributes: q_scale, k_scale (the scalar Muls of q and k; a scalar Mul of the scores is
 // folded into q_scale); softcap (> 0: the scores are softcap * tanh(s / softcap) before the
 // mask, Gemma 2's soft cap; 0 or absent: none). Output: Y [B, H, S, Dv].
@@ -33,6 +36,7 @@
 #include "ops/fused/tiled_attention.h"
 #include "ops/kernel_factory.h"
 #include "ops/math/code_dot.h"
+#include "ops/math/common.h"
 #include "ops/math/vector_ops.h"
 #include "ops/math/vexp.h"
 
@@ -74,16 +78,27 @@ Shape ResolveReshape(const Shape& in, const std::vector<int64_t>& target) {
   return out;
 }
 
-// Rows of one (batch, KV head) of a [B, Hkv, T, D] tensor whose last dim is dense.
+// Rows of one (batch, KV head) of a [B, Hkv, T, D] tensor whose last dim is dense; `stride`
+// in elements of `bytes` bytes. FLOAT rows also as floats (the non-dense path reads those).
 struct Rows {
-  const float* base = nullptr;
+  const uint8_t* base = nullptr;
   int64_t stride = 0;
-  const float* Row(int64_t j) const { return base + j * stride; }
+  int64_t bytes = 4;
+  const void* Row(int64_t j) const { return base + j * stride * bytes; }
+  const float* FloatRow(int64_t j) const { return static_cast<const float*>(Row(j)); }
 };
 
 Rows RowsOf(const Tensor& t, int64_t b, int64_t h) {
   const Shape st = t.strides();
-  return {static_cast<const float*>(t.strided_data()) + b * st[0] + h * st[1], st[2]};
+  const int64_t bytes = core::ElementBits(t.dtype()) / 8;
+  return {static_cast<const uint8_t*>(t.strided_data()) + (b * st[0] + h * st[1]) * bytes, st[2],
+          bytes};
+}
+
+math::RowCode CodeOf(DataType dt) {
+  if (dt == DataType::kFloat16) return math::RowCode::kHalf;
+  if (dt == DataType::kBFloat16) return math::RowCode::kBFloat16;
+  return math::RowCode::kFloat;
 }
 
 struct Partial {
@@ -180,8 +195,8 @@ struct RowAttention {
         Prefetch(keys, values, j0 + n, next);
         continue;
       }
-      math::CodeRows krows{math::RowCode::kFloat, keys.Row(j0), 0, n};
-      math::CodeRows vrows{math::RowCode::kFloat, values.Row(j0), 0, n};
+      math::CodeRows krows{CodeOf(k.dtype()), keys.Row(j0), 0, n};
+      math::CodeRows vrows{CodeOf(v.dtype()), values.Row(j0), 0, n};
       if (dense && next == n) {
         krows.ahead = keys.Row(j0 + n);
         vrows.ahead = values.Row(j0 + n);
@@ -192,7 +207,8 @@ struct RowAttention {
       if (dense)
         math::GroupCodeDots(q0, sq * dk, group, &krows, 1, dk, scores[0], kKeyBlock);
       else
-        math::GroupDots(q0, sq * dk, group, keys.Row(j0), keys.stride, n, dk, scores[0], kKeyBlock);
+        math::GroupDots(q0, sq * dk, group, keys.FloatRow(j0), keys.stride, n, dk, scores[0],
+                        kKeyBlock);
       bool all_live = true;
       for (int64_t g = 0; g < group; ++g) {
         live[g] = Softmax(part[g], scores[g], n, Bias(b, h0 + g, i, j0, n, buffer), out + g * dv);
@@ -205,8 +221,8 @@ struct RowAttention {
           math::GroupCodeWeightedRowSums(scores[0], kKeyBlock, group, &vrows, 1, dv, nullptr, out,
                                          dv);
         else
-          math::GroupWeightedRowSums(scores[0], kKeyBlock, group, values.Row(j0), values.stride, n,
-                                     out, dv, dv);
+          math::GroupWeightedRowSums(scores[0], kKeyBlock, group, values.FloatRow(j0),
+                                     values.stride, n, out, dv, dv);
         continue;
       }
       for (int64_t g = 0; g < group; ++g) {
@@ -215,7 +231,7 @@ struct RowAttention {
           math::GroupCodeWeightedRowSums(scores[g], kKeyBlock, 1, &vrows, 1, dv, nullptr,
                                          out + g * dv, dv);
         else
-          math::WeightedRowSum(scores[g], n, values.Row(j0), values.stride, out + g * dv, dv);
+          math::WeightedRowSum(scores[g], n, values.FloatRow(j0), values.stride, out + g * dv, dv);
       }
     }
   }
@@ -226,8 +242,8 @@ struct RowAttention {
     for (int64_t t = 0; t < n; ++t) {
       const char* kr = reinterpret_cast<const char*>(keys.Row(j0 + t));
       const char* vr = reinterpret_cast<const char*>(values.Row(j0 + t));
-      for (int64_t byte = 0; byte < dk * 4; byte += 64) __builtin_prefetch(kr + byte);
-      for (int64_t byte = 0; byte < dv * 4; byte += 64) __builtin_prefetch(vr + byte);
+      for (int64_t byte = 0; byte < dk * keys.bytes; byte += 64) __builtin_prefetch(kr + byte);
+      for (int64_t byte = 0; byte < dv * values.bytes; byte += 64) __builtin_prefetch(vr + byte);
     }
   }
 
@@ -296,10 +312,13 @@ class ScaledDotProductAttention final : public core::runtime::KernelBase {
     const Tensor& k = call.input(1);
     const Tensor& v = call.input(2);
     const Tensor* mask = call.has_input(3) ? &call.input(3) : nullptr;
+    const DataType dt = q.dtype();
+    if (dt != DataType::kFloat && dt != DataType::kFloat16 && dt != DataType::kBFloat16)
+      call.Fail("Q must be FLOAT, FLOAT16 or BFLOAT16, got " + core::DataTypeName(dt));
     for (const Tensor* t : {&q, &k, &v})
-      if (t->dtype() != DataType::kFloat || t->rank() != 4)
-        call.Fail("Q, K and V must be 4D FLOAT, got " + core::DataTypeName(t->dtype()) + " " +
-                  ShapeToString(t->shape()));
+      if (t->dtype() != dt || t->rank() != 4)
+        call.Fail("Q, K and V must be 4D " + core::DataTypeName(dt) + ", got " +
+                  core::DataTypeName(t->dtype()) + " " + ShapeToString(t->shape()));
     const int64_t batch = q.dim(0), heads = q.dim(1), sq = q.dim(2), dk = q.dim(3);
     const int64_t kv_heads = k.dim(1), total = k.dim(2), dv = v.dim(3);
     if (k.dim(0) != batch || v.dim(0) != batch || k.dim(3) != dk || v.dim(1) != kv_heads ||
@@ -314,9 +333,12 @@ class ScaledDotProductAttention final : public core::runtime::KernelBase {
     const float* mask_data = nullptr;
     Tensor mask_dense;
     if (mask != nullptr) {
-      if (mask->dtype() != DataType::kFloat || mask->rank() > 4)
-        call.Fail("the mask must be FLOAT of rank <= 4, got " + mask->DebugString());
-      mask_dense = mask->Contiguous();
+      const DataType mt = mask->dtype();
+      if ((mt != DataType::kFloat && mt != DataType::kFloat16 && mt != DataType::kBFloat16) ||
+          mask->rank() > 4)
+        call.Fail("the mask must be FLOAT, FLOAT16 or BFLOAT16 of rank <= 4, got " +
+                  mask->DebugString());
+      mask_dense = Widened(*mask);
       const int64_t want[4] = {batch, heads, sq, total};
       int64_t stride = 1;
       for (int64_t i = mask->rank() - 1; i >= 0; --i) {
@@ -331,14 +353,22 @@ class ScaledDotProductAttention final : public core::runtime::KernelBase {
       mask_data = mask_dense.data<float>();
     }
 
-    Tensor& y = call.AllocateOutput(0, DataType::kFloat, {batch, heads, sq, dv});
-    float* yp = y.mutable_data<float>();
-    const Tensor qd = q.Contiguous();
+    Tensor& y = call.AllocateOutput(0, dt, {batch, heads, sq, dv});
+    math::FloatSink ys(y);
+    const Tensor qd = Widened(q);
     const float* qp = qd.data<float>();
     const float scale = q_scale_ * k_scale_;
-    if (fused::PrefersTiles(sq) && ComputeTiled(q, k, v, qp, mask_data, ms, scale, yp)) return;
-
-    RowAttention(q, k, v, qp, mask_data, ms, scale, softcap_, yp).Run(call);
+    if (fused::PrefersTiles(sq)) {
+      // The tiled path reads FLOAT K/V: 16-bit ones are widened once here.
+      const Tensor kw = dt == DataType::kFloat ? k : Widened(k);
+      const Tensor vw = dt == DataType::kFloat ? v : Widened(v);
+      if (ComputeTiled(q, kw, vw, qp, mask_data, ms, scale, ys.data())) return ys.Finish();
+    }
+    // The row path reads 16-bit rows in place when each head's rows lie back to back.
+    const bool in_place = dt == DataType::kFloat || (k.strides()[2] == dk && v.strides()[2] == dv);
+    const Tensor kr = in_place ? k : Widened(k), vr = in_place ? v : Widened(v);
+    RowAttention(q, kr, vr, qp, mask_data, ms, scale, softcap_, ys.data()).Run(call);
+    ys.Finish();
   }
 
  protected:
@@ -352,6 +382,15 @@ class ScaledDotProductAttention final : public core::runtime::KernelBase {
   }
 
  private:
+  // `t` as a dense FLOAT tensor (itself when it already is one).
+  static Tensor Widened(const Tensor& t) {
+    if (t.dtype() == DataType::kFloat) return t.Contiguous();
+    const Tensor dense = t.Contiguous();
+    Tensor out("", DataType::kFloat, t.shape());
+    math::ToFloat(t.dtype(), dense.raw_data(), out.mutable_data<float>(), t.numel());
+    return out;
+  }
+
   // Prompts: the tiled path (ops/fused/tiled_attention.h); false when it declines.
   bool ComputeTiled(const Tensor& q, const Tensor& k, const Tensor& v, const float* qp,
                     const float* mask, const int64_t ms[4], float scale, float* yp) const {

@@ -127,10 +127,11 @@ def test_float16_matmul_matches_the_reference_and_onnxruntime(m, k, n, constant)
                                    rtol=4e-3, atol=4e-3 * np.abs(reference).max())
 
 
-def test_a_float16_models_rms_norms_run_fused(tmp_path):
-    """convert_float_to_float16 makes the norms' constants (the square's 2, eps) FLOAT16: the
-    plan still fuses each norm into one RMSNormalization (computed in FLOAT, rounded once),
-    and no ReduceMean is left."""
+def test_a_float16_models_norms_and_attention_run_fused(tmp_path):
+    """convert_float_to_float16 makes the norms' constants (the square's 2, eps) and the
+    attention's scales FLOAT16: the plan still fuses each norm into one RMSNormalization and
+    each layer's attention into one ScaledDotProductAttention (computed in FLOAT, rounded
+    once), and no ReduceMean or Softmax is left."""
     src = export_hf.ensure("llama", with_cache=True, raw=True, exporter="torchscript")
     path = converted(src, "fp16", str(tmp_path / "model_fp16.onnx"))
     layers, kv, head = export_hf.cache_shape("llama")
@@ -145,4 +146,5 @@ def test_a_float16_models_rms_norms_run_fused(tmp_path):
     kernels = [e.op_type for e in context.events()
                if e.action == runtime.RuntimeEventAction.kKernel]
     assert kernels.count("RMSNormalization") == 2 * layers + 1
-    assert "ReduceMean" not in kernels
+    assert kernels.count("ScaledDotProductAttention") == layers
+    assert "ReduceMean" not in kernels and "Softmax" not in kernels

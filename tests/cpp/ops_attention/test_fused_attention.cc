@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "executor/kernel_registry.h"
 #include "executor/runtime_context.h"
@@ -333,5 +334,83 @@ TEST_CASE("a negative soft cap is refused when the kernel is built, naming the n
   CHECK_THROWS_WITH_AS(Run(1.0f, 1.0f, -2.0f),
                        doctest::Contains("ScaledDotProductAttention node 'sdpa': softcap must be "
                                          ">= 0, got -2"),
+                       core::Error);
+}
+
+namespace {
+
+// 16-bit copies of float values: the rounded values (what the tensor holds) and the bits.
+std::vector<float> Rounded(DataType dt, std::vector<float> v) {
+  for (auto& x : v)
+    x = dt == DataType::kFloat16 ? core::HalfToFloat(core::FloatToHalf(x))
+                                 : core::BFloat16ToFloat(core::FloatToBFloat16(x));
+  return v;
+}
+std::vector<uint16_t> Bits16(DataType dt, const std::vector<float>& v) {
+  std::vector<uint16_t> bits(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    bits[i] = dt == DataType::kFloat16 ? core::FloatToHalf(v[i]) : core::FloatToBFloat16(v[i]);
+  return bits;
+}
+
+// K/V [b, hkv, t, d] of 16-bit type `dt` with room for `capacity` rows per head (strided when
+// capacity > t: then rows of a head still lie back to back).
+Tensor Cache16(DataType dt, const std::vector<float>& dense, int64_t b, int64_t hkv, int64_t t,
+               int64_t d, int64_t capacity, std::shared_ptr<std::vector<uint16_t>>& store) {
+  const std::vector<uint16_t> bits = Bits16(dt, dense);
+  store = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(b * hkv * capacity * d),
+                                                  uint16_t{0x7e00});  // NaN past the rows
+  for (int64_t x = 0; x < b * hkv; ++x)
+    std::copy(bits.begin() + x * t * d, bits.begin() + (x + 1) * t * d,
+              store->begin() + x * capacity * d);
+  return Tensor::StridedView("cache", dt, {b, hkv, t, d}, {hkv * capacity * d, capacity * d, d, 1},
+                             store->data(), store);
+}
+
+}  // namespace
+
+TEST_CASE("FLOAT16 and BFLOAT16 attention computes in FLOAT and rounds once, on every path") {
+  // Decode reads the 16-bit K/V rows in place; prompts (the tiled path) widen them once; a
+  // 16-bit mask; the output is the input's type. Tolerance: the reference on the rounded
+  // inputs, then half an ulp of the output type (|y| < 4 here) plus FLOAT error.
+  for (DataType dt : {DataType::kFloat16, DataType::kBFloat16})
+    for (int64_t s : {1, 3, 40})
+      for (int64_t t_extra : {0, 150}) {
+        const int64_t t = s + t_extra;
+        CAPTURE(core::DataTypeName(dt));
+        CAPTURE(s);
+        CAPTURE(t);
+        const Shape4 qs{1, 6, s, 32};
+        const int64_t hkv = 2, rep = 3;
+        const auto q = Rounded(dt, Random(static_cast<size_t>(qs.h * s * qs.d), 7));
+        const auto k = Rounded(dt, Random(static_cast<size_t>(hkv * t * qs.d), 8));
+        const auto v = Rounded(dt, Random(static_cast<size_t>(hkv * t * qs.d), 9));
+        std::vector<float> mask(static_cast<size_t>(s * t), 0.0f);
+        for (int64_t i = 0; i < s; ++i)
+          for (int64_t j = t - s + i + 1; j < t; ++j) mask[i * t + j] = -kInf;  // causal
+        std::shared_ptr<std::vector<uint16_t>> k_store, v_store;
+        const Tensor qt = Tensor::FromVector("q", dt, {qs.b, qs.h, s, qs.d}, Bits16(dt, q));
+        const Tensor kt = Cache16(dt, k, qs.b, hkv, t, qs.d, t + 5, k_store);
+        const Tensor vt = Cache16(dt, v, qs.b, hkv, t, qs.d, t + 5, v_store);
+        const Tensor mt = Tensor::FromVector("m", dt, {qs.b, 1, s, t}, Bits16(dt, mask));
+        const Tensor ek = Ints({qs.b, hkv, rep, t, qs.d}), rk = Ints({qs.b, qs.h, t, qs.d});
+        const Tensor ev = Ints({qs.b, hkv, rep, t, qs.d}), rv = Ints({0, -1, t, qs.d});
+        Run run(0.5f, 0.25f);
+        const Tensor y = run({&qt, &kt, &vt, &mt, &ek, &rk, nullptr, nullptr, &ev, &rv});
+        CHECK(y.dtype() == dt);
+        CHECK(y.shape() == Shape{qs.b, qs.h, s, qs.d});
+        const float tol = dt == DataType::kFloat16 ? 2.0f / 1024 : 2.0f / 128;
+        CheckClose(y.ToFloatVector(), Reference(q, k, v, mask, qs, hkv, t, 0.125f), tol);
+      }
+}
+
+TEST_CASE("fused attention refuses Q, K and V of different types, naming them") {
+  std::shared_ptr<std::vector<uint16_t>> store;
+  const auto k = Random(2 * 4 * 8, 1);
+  const Tensor qt = Tensor::FromFloat("q", {1, 2, 1, 8}, Random(16, 2));
+  const Tensor kt = Cache16(DataType::kFloat16, k, 1, 2, 4, 8, 4, store);
+  Run run(1.0f, 1.0f);
+  CHECK_THROWS_WITH_AS(run({&qt, &kt, &kt}),
+                       doctest::Contains("Q, K and V must be 4D FLOAT, got FLOAT16 [1, 2, 4, 8]"),
                        core::Error);
 }
