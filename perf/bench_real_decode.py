@@ -40,7 +40,7 @@ level, which a run of many steps meets only part of the time.
 
     PYTHONPATH=. .venv/bin/python perf/bench_real_decode.py [--shapes smollm2 qwen05]
         [--prompts 128 1024] [--new-tokens 128] [--rounds 3] [--threads 2]
-        [--quantize dynamic|q4|fp16|q4f16] [--json OUT]
+        [--quantize dynamic|q4|fp16|q4f16|bnb4] [--json OUT]
 """
 from __future__ import annotations
 
@@ -96,14 +96,15 @@ def read_bandwidth(threads: int, repeats: int = 5) -> float:
 
 # The variants the Hub's ONNX repositories ship beside model.onnx (model_quantized, model_q4,
 # model_fp16, model_q4f16), each made by onnxruntime's own tools.
-VARIANTS = {"dynamic": "qdyn", "q4": "q4", "fp16": "fp16", "q4f16": "q4f16"}
+VARIANTS = {"dynamic": "qdyn", "q4": "q4", "fp16": "fp16", "q4f16": "q4f16", "bnb4": "bnb4"}
 
 
 def converted(path: str, kind: str) -> str:
     """The export converted to `kind` (see VARIANTS), made once beside it: dynamic =
     quantize_dynamic (int8 weights, QInt8 per tensor: DynamicQuantizeLinear and MatMulInteger);
     q4 = MatMulNBitsQuantizer (int4, block 32, symmetric: MatMulNBits); fp16 =
-    convert_float_to_float16 (every tensor FLOAT16, the caches too); q4f16 = fp16, then q4."""
+    convert_float_to_float16 (every tensor FLOAT16, the caches too); q4f16 = fp16, then q4;
+    bnb4 = MatMulBnb4Quantizer (NF4 codes, block 64: MatMulBnb4)."""
     out = path[: -len(".onnx")] + f".{VARIANTS[kind]}.onnx"
     if os.path.exists(out):
         return out
@@ -126,6 +127,12 @@ def converted(path: str, kind: str) -> str:
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
         quantizer = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True)
+        quantizer.process()
+        model = quantizer.model.model
+    if kind == "bnb4":
+        from onnxruntime.quantization.matmul_bnb4_quantizer import MatMulBnb4Quantizer
+
+        quantizer = MatMulBnb4Quantizer(model, MatMulBnb4Quantizer.NF4, 64)
         quantizer.process()
         model = quantizer.model.model
     onnx.save(model, out, save_as_external_data=True, location=os.path.basename(out) + ".data")
@@ -424,7 +431,7 @@ def main() -> None:
                              "the Hub's ONNX repositories ship it: dynamic (quantize_dynamic: "
                              "int8 weights, DynamicQuantizeLinear and MatMulInteger), q4 "
                              "(MatMulNBitsQuantizer, block 32), fp16 (convert_float_to_float16) "
-                             "or q4f16 (both)")
+                             ", q4f16 (both) or bnb4 (MatMulBnb4Quantizer, NF4)")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args()
     try:

@@ -3,7 +3,7 @@ per-op and per-node kernel tables from the runtime's events, inline executor.
 
     PYTHONPATH=python .venv/bin/python perf/profile_real_decode.py [--shape smollm2]
         [--prompt 128] [--steps 16] [--threads 2] [--executor inline|flow] [--spin-wait-us N]
-        [--exporter dynamo|torchscript] [--quantize dynamic|q4|fp16|q4f16]
+        [--exporter dynamo|torchscript] [--quantize dynamic|q4|fp16|q4f16|bnb4]
 """
 from __future__ import annotations
 

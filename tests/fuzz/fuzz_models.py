@@ -55,6 +55,7 @@ TEXT_MODELS = [
     'g (float[2,3] x) => (uint8[2,3] y, float s, uint8 z) { y, s, z = DynamicQuantizeLinear(x) }',
     'g (uint8[2,3] a, int8[3,2] b, uint8 za, int8[2] zb) => (int32[2,2] y) '
     '{ y = MatMulInteger(a, b, za, zb) }',
+    'g (float16[2,3] x, float16[3,2] w) => (float16[2,2] y) { y = MatMul(x, w) }',
 ]
 STATE_MODEL = ('g (float[2] x, float[2] past) => (float[2] y, float[2] present) '
                '{ present = Add(x, past) y = Identity(present) }')

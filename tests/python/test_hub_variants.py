@@ -1,7 +1,8 @@
 """The variants the Hub's ONNX repositories ship beside model.onnx, each made by onnxruntime's
 own tools from a TorchScript export (what Optimum writes): model_fp16 (convert_float_to_float16:
 every tensor FLOAT16, the caches too), model_q4 (MatMulNBitsQuantizer: int4 MatMulNBits,
-block 32) and model_q4f16 (both). Each, prepared with `prepare_decoder(bind="auto")`, gives
+block 32), model_q4f16 (both) and model_bnb4 (MatMulBnb4Quantizer: bitsandbytes NF4 or FP4
+codes, block 64). Each, prepared with `prepare_decoder(bind="auto")`, gives
 onnxruntime's greedy tokens on the same file; FLOAT16 MatMul (read as 16 bits, never packed
 as FLOAT) matches a float64 reference and onnxruntime."""
 from __future__ import annotations
@@ -36,6 +37,13 @@ def converted(src: str, kind: str, out: str) -> str:
         quantizer = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True)
         quantizer.process()
         model = quantizer.model.model
+    if kind.startswith("bnb4"):  # bnb4 (NF4, as the Hub's files) or bnb4_fp4
+        from onnxruntime.quantization.matmul_bnb4_quantizer import MatMulBnb4Quantizer
+
+        quant_type = MatMulBnb4Quantizer.FP4 if kind == "bnb4_fp4" else MatMulBnb4Quantizer.NF4
+        quantizer = MatMulBnb4Quantizer(model, quant_type, 64)
+        quantizer.process()
+        model = quantizer.model.model
     onnx.save(model, out)
     return out
 
@@ -66,12 +74,13 @@ def onnxruntime_greedy(path: str, arch: str, dtype) -> list[int]:
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
-@pytest.mark.parametrize("kind", ["fp16", "q4", "q4f16"])
+@pytest.mark.parametrize("kind", ["fp16", "q4", "q4f16", "bnb4", "bnb4_fp4"])
 def test_a_hub_variant_generates_onnxruntimes_tokens(tmp_path, arch, kind):
     src = export_hf.ensure(arch, with_cache=True, raw=True, exporter="torchscript")
     path = converted(src, kind, str(tmp_path / f"model_{kind}.onnx"))
     ops = {n.op_type for n in onnx.load(path).graph.node}
     assert ("MatMulNBits" in ops) == kind.startswith("q4")
+    assert ("MatMulBnb4" in ops) == kind.startswith("bnb4")
     dtype = np.float16 if kind.endswith("16") else np.float32
     expected = onnxruntime_greedy(path, arch, dtype)
     prepared = tmp_path / "prepared.onnx"
@@ -148,3 +157,70 @@ def test_a_float16_models_norms_and_attention_run_fused(tmp_path):
     assert kernels.count("RMSNormalization") == 2 * layers + 1
     assert kernels.count("ScaledDotProductAttention") == layers
     assert "ReduceMean" not in kernels and "Softmax" not in kernels
+
+
+def bnb4_matmul(k: int, n: int, block: int, quant_type: int, b, absmax, dtype=np.float32):
+    t = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("MatMulBnb4", ["A", "B", "absmax"], ["Y"], domain="com.microsoft", K=k,
+                          N=n, block_size=block, quant_type=quant_type)], "g",
+        [helper.make_tensor_value_info("A", t, None)], [helper.make_tensor_value_info("Y", t, None)],
+        [numpy_helper.from_array(b, "B"), numpy_helper.from_array(absmax.astype(dtype), "absmax")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("quant_type", [0, 1], ids=["fp4", "nf4"])
+def test_the_bnb4_codebooks_are_onnxruntimes(quant_type):
+    """Each of the 16 codes, scaled by absmax 1 and 2, read back through an identity A: the
+    values and the nibble order (even flat index high) are onnxruntime's."""
+    codes = np.array(list(range(16)) + list(range(15, -1, -1)), np.uint8)  # W [2, 16] flattened
+    b = ((codes[0::2] << 4) | codes[1::2]).astype(np.uint8)
+    model = bnb4_matmul(16, 2, 16, quant_type, b, np.array([1.0, 2.0], np.float32))
+    feeds = {"A": np.eye(16, dtype=np.float32)}
+    theirs = ort.InferenceSession(model.SerializeToString(),
+                                  providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+    ours = np.from_dlpack(runtime.RuntimeSession(model).run(context, feeds)["Y"])
+    np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("m,k,n,block", [(1, 576, 1536, 64), (3, 128, 40, 32), (4, 64, 33, 64),
+                                         (2, 40, 7, 16), (1, 30, 5, 64), (9, 256, 48, 64),
+                                         (130, 96, 70, 32)])
+@pytest.mark.parametrize("quant_type", [0, 1], ids=["fp4", "nf4"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float", "float16"])
+def test_bnb4_matmul_matches_onnxruntime(m, k, n, block, quant_type, dtype):
+    """Vector GEMV (whole 32-code steps in whole blocks per row), element GEMV (blocks that
+    straddle rows, odd K), and the panel GEMM of more than 4 rows, against onnxruntime on the
+    file its MatMulBnb4Quantizer writes."""
+    from onnxruntime.capi._pybind_state import quantize_matmul_bnb4
+
+    rng = np.random.default_rng(m * 7 + k + n + block + quant_type)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    b = np.zeros((n * k + 1) // 2, np.uint8)
+    absmax = np.zeros((n * k + block - 1) // block, np.float32)
+    quantize_matmul_bnb4(b, np.ascontiguousarray(w.T), absmax, block, quant_type, n, k)
+    model = bnb4_matmul(k, n, block, quant_type, b, absmax, dtype)
+    a = rng.standard_normal((1, m, k)).astype(dtype)
+    theirs = ort.InferenceSession(model.SerializeToString(),
+                                  providers=["CPUExecutionProvider"]).run(None, {"A": a})[0]
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+    session = runtime.RuntimeSession(model)
+    for _ in range(2):
+        ours = np.from_dlpack(session.run(context, {"A": a})["Y"])
+        assert ours.dtype == dtype and ours.shape == (1, m, n)
+        scale = np.abs(theirs.astype(np.float32)).max()
+        tol = 2e-3 if dtype == np.float16 else 1e-5
+        np.testing.assert_allclose(ours.astype(np.float32), theirs.astype(np.float32), rtol=tol,
+                                   atol=tol * scale)
+
+
+def test_bnb4_refuses_a_weight_of_the_wrong_size_naming_it():
+    model = bnb4_matmul(16, 2, 16, 1, np.zeros(15, np.uint8), np.ones(2, np.float32))
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+    with pytest.raises(Exception, match="input 'B' must be UINT8 with \\(N \\* K \\+ 1\\) / 2 = 16 "
+                                        "elements, got UINT8 \\[15\\]"):
+        runtime.RuntimeSession(model).run(context, {"A": np.ones((1, 16), np.float32)})
