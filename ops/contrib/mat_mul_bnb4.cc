@@ -144,7 +144,38 @@ void Gemv(const Bnb4& w, const float* a, int64_t m, float* y) {
                              [&](int64_t n0, int64_t n1) { GemvPortable(w, a, m, n0, n1, y); });
 }
 
-// Y = A W^T for more rows: W^T [K, N] decoded into the SGEMM's panels as it reaches them.
+#if defined(__x86_64__)
+// out[0, count) = W's flat elements [flat, flat + count): whole 32-code steps inside blocks
+// (flat and count multiples of 32, block a multiple of 32).
+OL_BNB4_512 void DecodeAvx512(const Bnb4& w, int64_t flat, int64_t count, float* out) {
+  const __m512 table = _mm512_load_ps(w.table);
+  // Even codes (high nibbles) and odd ones back into order: e0 o0 e1 o1 ...
+  const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i second =
+      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  for (int64_t i = 0; i < count; i += 32) {
+    const __m512i bytes = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.codes + (flat + i) / 2)));
+    const __m512 s = _mm512_set1_ps(w.absmax[(flat + i) / w.block]);
+    const __m512 hi = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table), s);
+    const __m512 lo = _mm512_mul_ps(_mm512_permutexvar_ps(bytes, table), s);
+    _mm512_storeu_ps(out + i, _mm512_permutex2var_ps(hi, first, lo));
+    _mm512_storeu_ps(out + i + 16, _mm512_permutex2var_ps(hi, second, lo));
+  }
+}
+#endif
+
+// out[0, count) = W's flat elements [flat, flat + count).
+void Decode(const Bnb4& w, int64_t flat, int64_t count, float* out) {
+#if defined(__x86_64__)
+  if (flat % 32 == 0 && count % 32 == 0 && w.block % 32 == 0 && math::CpuHasAvx512())
+    return DecodeAvx512(w, flat, count, out);
+#endif
+  for (int64_t i = 0; i < count; ++i) out[i] = w.At(flat + i);
+}
+
+// Y = A W^T for more rows: W^T [K, N] decoded into the SGEMM's panels as it reaches them
+// (row n of W, depth p0 .. p0 + kc, is column n of the panel).
 void Gemm(const Bnb4& w, const float* a, int64_t m, float* y) {
   math::GemmArgs g;
   g.m = m;
@@ -157,7 +188,7 @@ void Gemm(const Bnb4& w, const float* a, int64_t m, float* y) {
   math::SgemmFromPanels(g, [&](int64_t p0, int64_t kc, int64_t j0, int64_t j1, float* out) {
     std::vector<float> column(static_cast<size_t>(kc));
     for (int64_t n = j0; n < j1; ++n) {
-      for (int64_t p = 0; p < kc; ++p) column[static_cast<size_t>(p)] = w.At(n * w.k + p0 + p);
+      Decode(w, n * w.k + p0, kc, column.data());
       float* panel = out + (n - j0) / math::kPanelColumns * math::kPanelColumns * kc;
       const int64_t j = (n - j0) % math::kPanelColumns;
       for (int64_t p = 0; p < kc; ++p)
