@@ -222,10 +222,10 @@ class MatMulBnb4 final : public core::runtime::KernelBase {
       call.Fail("input 'B' must be UINT8 with (N * K + 1) / 2 = " +
                 std::to_string((n_ * k_ + 1) / 2) + " elements, got " +
                 core::DataTypeName(b.dtype()) + " " + core::runtime::ShapeToString(b.shape()));
-    if (absmax.dtype() != t1 || absmax.numel() != (n_ * k_ + block_ - 1) / block_)
+    if (absmax.dtype() != t1 || absmax.numel() != (n_ * k_ - 1) / block_ + 1)
       call.Fail("input 'absmax' must be " + core::DataTypeName(t1) +
                 " (A's type) with (N * K + block_size - 1) / block_size = " +
-                std::to_string((n_ * k_ + block_ - 1) / block_) + " elements, got " +
+                std::to_string((n_ * k_ - 1) / block_ + 1) + " elements, got " +
                 core::DataTypeName(absmax.dtype()) + " " +
                 core::runtime::ShapeToString(absmax.shape()));
     core::runtime::Shape shape = a.shape();
@@ -253,6 +253,9 @@ class MatMulBnb4 final : public core::runtime::KernelBase {
     if (k_ <= 0 || n_ <= 0 || block_ <= 0)
       Throw(core::ErrorCode::kInvalidModel,
             NodeLabel(node) + ": K, N and block_size must be positive");
+    if (k_ > (int64_t{1} << 62) / n_)  // (N * K + block_size - 1) must not overflow
+      Throw(core::ErrorCode::kInvalidModel, NodeLabel(node) + ": N * K = " + std::to_string(n_) +
+                                                " * " + std::to_string(k_) + " is too large");
     if (quant_type_ != 0 && quant_type_ != 1)
       Throw(core::ErrorCode::kInvalidModel, NodeLabel(node) + ": quant_type " +
                                                 std::to_string(quant_type_) +
