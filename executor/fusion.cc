@@ -639,16 +639,18 @@ std::optional<Fusion> MatchGelu(const GraphIndex& ix, const ConstantFn& constant
   return std::nullopt;
 }
 
-// Whether `g` and `u` are MatMul(A, B_g) and MatMul(A, B_u) of one A with dense FLOAT
-// constants of one shape: then they have one shape and type, as SiluMul's gate needs.
+// Whether `g` and `u` are MatMul(A, B_g) and MatMul(A, B_u) of one A with dense FLOAT (or
+// FLOAT16) constants of one shape and type: then the products have one shape and type, as
+// SiluMul's gate needs.
 bool SameShapeProducts(const GraphIndex& ix, const ConstantFn& constant, const std::string& g,
                        const std::string& u) {
   const int pg = ix.Producer(g, "MatMul"), pu = ix.Producer(u, "MatMul");
   if (pg < 0 || pu < 0 || ix.node(pg).input(0) != ix.node(pu).input(0)) return false;
   const Tensor* bg = constant(ix.node(pg).input(1));
   const Tensor* bu = constant(ix.node(pu).input(1));
-  return bg != nullptr && bu != nullptr && bg->dtype() == DataType::kFloat &&
-         bu->dtype() == DataType::kFloat && bg->rank() == 2 && bg->shape() == bu->shape();
+  return bg != nullptr && bu != nullptr &&
+         (bg->dtype() == DataType::kFloat || bg->dtype() == DataType::kFloat16) &&
+         bu->dtype() == bg->dtype() && bg->rank() == 2 && bg->shape() == bu->shape();
 }
 
 // Mul(G, Sigmoid(G)) -> SiluMul(G); with a gate Mul(that, U) as its only reader, U a
@@ -673,23 +675,26 @@ std::optional<Fusion> MatchSilu(const GraphIndex& ix, const ConstantFn& constant
   return std::nullopt;
 }
 
-// MatMul(A, B_i) for every MatMul reading A as its first input with a dense FLOAT rank-2
-// constant B_i of the same K (at least two) -> MatMulGroup(A, B_1 .., B_n).
+// MatMul(A, B_i) for every MatMul reading A as its first input with a dense FLOAT (or, all
+// of them, FLOAT16) rank-2 constant B_i of the same K (at least two) -> MatMulGroup(A, B_1 ..,
+// B_n).
 std::optional<Fusion> MatchMatMulGroup(const GraphIndex& ix, const ConstantFn& constant,
                                        const std::string& a) {
   Fusion f;
   NodeProto& n = f.node;
   n.add_input(a);
   int64_t k = -1;
+  DataType dt = DataType::kFloat;
   for (int reader : ix.Readers(a)) {
     const NodeProto& mm = ix.node(reader);
     if (!ix.Is(reader, "MatMul") || mm.input_size() != 2 || mm.input(0) != a || mm.input(1) == a)
       continue;
     const Tensor* b = constant(mm.input(1));
-    if (b == nullptr || b->dtype() != DataType::kFloat || b->rank() != 2 || !b->contiguous() ||
-        (k >= 0 && b->dim(0) != k))
+    if (b == nullptr || (b->dtype() != DataType::kFloat && b->dtype() != DataType::kFloat16) ||
+        b->rank() != 2 || !b->contiguous() || (k >= 0 && (b->dim(0) != k || b->dtype() != dt)))
       continue;
     k = b->dim(0);
+    dt = b->dtype();
     f.removed.push_back(reader);
     n.add_input(mm.input(1));
     n.add_output(mm.output(0));

@@ -121,12 +121,16 @@ const PackedHalfB* ConstantWeight::GetHalf(const core::runtime::Tensor& b, int64
 
 ConstantWeightGroup::~ConstantWeightGroup() {
   if (packed_ != nullptr) kept.fetch_sub(packed_->bytes(), std::memory_order_relaxed);
+  if (half_ != nullptr) kept.fetch_sub(half_->bytes(), std::memory_order_relaxed);
 }
 
 void ConstantWeightGroup::Declare(size_t i, const core::runtime::RuntimeValue& value) {
   if (i >= constants_.size() || !value.is_tensor()) return;
   const core::runtime::Tensor& t = value.tensor();
-  if (t.contiguous() && t.rank() == 2 && t.dtype() == core::DataType::kFloat) constants_[i] = t;
+  const core::DataType dt = t.dtype();
+  if (t.contiguous() && t.rank() == 2 &&
+      (dt == core::DataType::kFloat || dt == core::DataType::kFloat16))
+    constants_[i] = t;
 }
 
 bool ConstantWeightGroup::Serves(const std::vector<const core::runtime::Tensor*>& b) const {
@@ -134,17 +138,47 @@ bool ConstantWeightGroup::Serves(const std::vector<const core::runtime::Tensor*>
   for (size_t i = 0; i < b.size(); ++i) {
     const core::runtime::Tensor& c = constants_[i];
     if (!c.defined() || !b[i]->contiguous() || b[i]->dtype() != c.dtype() ||
-        b[i]->shape() != c.shape() || b[i]->raw_data() != c.raw_data() ||
-        c.dim(0) != constants_[0].dim(0) || c.dim(1) <= 0 || NarrowForPacking(c.dim(1)))
+        c.dtype() != constants_[0].dtype() || b[i]->shape() != c.shape() ||
+        b[i]->raw_data() != c.raw_data() || c.dim(0) != constants_[0].dim(0) || c.dim(1) <= 0 ||
+        NarrowForPacking(c.dim(1)))
       return false;
   }
   return constants_[0].dim(0) > 0;
 }
 
 const PackedB* ConstantWeightGroup::Get(const std::vector<const core::runtime::Tensor*>& b) const {
-  if (!Serves(b) || !SecondUse(calls_)) return nullptr;
+  if (!Serves(b) || constants_[0].dtype() != core::DataType::kFloat || !SecondUse(calls_))
+    return nullptr;
   std::call_once(once_, [&] { Build(); });
   return packed_.get();
+}
+
+const PackedHalfB* ConstantWeightGroup::GetHalf(
+    const std::vector<const core::runtime::Tensor*>& b) const {
+  if (!Serves(b) || constants_[0].dtype() != core::DataType::kFloat16 || !SecondUse(calls_))
+    return nullptr;
+  std::call_once(once_, [&] { BuildHalf(); });
+  return half_.get();
+}
+
+// The same for FLOAT16 weights, as 16-bit panels.
+void ConstantWeightGroup::BuildHalf() const {
+  offsets_.assign(1, 0);
+  for (const auto& c : constants_) offsets_.push_back(offsets_.back() + Padded(c.dim(1)));
+  const int64_t k = constants_[0].dim(0), width = offsets_.back();
+  const size_t bytes = static_cast<size_t>(k * width) * sizeof(uint16_t);
+  half_ = KeepPack<PackedHalfB>(bytes, [&] {
+    std::vector<uint16_t> side_by_side(static_cast<size_t>(k * width), 0);
+    for (size_t i = 0; i < constants_.size(); ++i) {
+      const int64_t n = constants_[i].dim(1);
+      const auto* src = static_cast<const uint16_t*>(constants_[i].raw_data());
+      for (int64_t p = 0; p < k; ++p)
+        std::copy(src + p * n, src + (p + 1) * n, side_by_side.data() + p * width + offsets_[i]);
+    }
+    return std::make_unique<const PackedHalfB>(side_by_side.data(), k, width);
+  });
+  if (half_ != nullptr)
+    for (const auto& c : constants_) ReleaseWeight(c);
 }
 
 // Lays the weights side by side in one dense [K, width] matrix (padding columns zero), then

@@ -100,11 +100,14 @@ class ConstantWeightGroup {
   ConstantWeightGroup(const ConstantWeightGroup&) = delete;
   ConstantWeightGroup& operator=(const ConstantWeightGroup&) = delete;
 
-  // Weight `i` (from KernelBase::OnConstantInput); kept only when dense FLOAT rank 2.
+  // Weight `i` (from KernelBase::OnConstantInput); kept only when dense FLOAT or FLOAT16
+  // rank 2.
   void Declare(size_t i, const core::runtime::RuntimeValue& value);
-  // The pack when every `b[i]` is weight i as declared, all with K rows, and packing is
-  // worth it; built now on the second such call; null otherwise.
+  // The pack when every `b[i]` is weight i as declared, all with K rows, FLOAT, and packing
+  // is worth it; built now on the second such call; null otherwise.
   const PackedB* Get(const std::vector<const core::runtime::Tensor*>& b) const;
+  // The same for FLOAT16 weights: 16-bit panels of [K, sum of padded N_i].
+  const PackedHalfB* GetHalf(const std::vector<const core::runtime::Tensor*>& b) const;
   // Column offset of weight i in the pack, and the pack's width.
   int64_t offset(size_t i) const { return offsets_[i]; }
   int64_t width() const { return offsets_.empty() ? 0 : offsets_.back(); }
@@ -112,12 +115,14 @@ class ConstantWeightGroup {
  private:
   bool Serves(const std::vector<const core::runtime::Tensor*>& b) const;
   void Build() const;
+  void BuildHalf() const;
 
   std::vector<core::runtime::Tensor> constants_;
   mutable std::vector<int64_t> offsets_;  // count + 1 entries once built
   mutable std::atomic<int> calls_{0};
   mutable std::once_flag once_;
   mutable std::unique_ptr<const PackedB> packed_;
+  mutable std::unique_ptr<const PackedHalfB> half_;
 };
 
 }  // namespace onnx_light::ops::math

@@ -136,11 +136,12 @@ def test_float16_matmul_matches_the_reference_and_onnxruntime(m, k, n, constant)
                                    rtol=4e-3, atol=4e-3 * np.abs(reference).max())
 
 
-def test_a_float16_models_norms_and_attention_run_fused(tmp_path):
+def test_a_float16_models_norms_attention_and_products_run_fused(tmp_path):
     """convert_float_to_float16 makes the norms' constants (the square's 2, eps) and the
-    attention's scales FLOAT16: the plan still fuses each norm into one RMSNormalization and
-    each layer's attention into one ScaledDotProductAttention (computed in FLOAT, rounded
-    once), and no ReduceMean or Softmax is left."""
+    attention's scales FLOAT16, and its weights are FLOAT16: the plan still fuses each norm
+    into one RMSNormalization, each layer's attention into one ScaledDotProductAttention
+    (computed in FLOAT, rounded once) and the products that share an input into MatMulGroups,
+    and no ReduceMean or Softmax is left."""
     src = export_hf.ensure("llama", with_cache=True, raw=True, exporter="torchscript")
     path = converted(src, "fp16", str(tmp_path / "model_fp16.onnx"))
     layers, kv, head = export_hf.cache_shape("llama")
@@ -156,6 +157,10 @@ def test_a_float16_models_norms_and_attention_run_fused(tmp_path):
                if e.action == runtime.RuntimeEventAction.kKernel]
     assert kernels.count("RMSNormalization") == 2 * layers + 1
     assert kernels.count("ScaledDotProductAttention") == layers
+    # q/k/v and gate/up each one product over their 16-bit weights side by side; the MLP's
+    # gate one SiluMul(G, U).
+    assert kernels.count("MatMulGroup") == 2 * layers
+    assert kernels.count("SiluMul") == layers
     assert "ReduceMean" not in kernels and "Softmax" not in kernels
 
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/text_parser.h"
 #include "executor/graph_plan.h"
 #include "executor/runtime_session.h"
@@ -220,6 +221,60 @@ TEST_CASE("MatMuls of one input by constant weights run as one MatMulGroup, pack
       for (size_t i = 0; i < a.size(); ++i)
         CHECK(std::abs(a[i] - b[i]) <= 1e-5f * (1 + std::abs(a[i])));
     }
+  }
+}
+
+TEST_CASE("FLOAT16 MatMuls of one input run as one MatMulGroup over 16-bit panels") {
+  // The same model in FLOAT16: the group reads its weights as 16 bits, side by side once
+  // packed (2 bytes an element kept), and gives the separate products' bits.
+  auto model = GroupModel();  // retyped: FLOAT16 inputs, outputs and initializers
+  for (auto* values :
+       {model->mutable_graph()->mutable_input(), model->mutable_graph()->mutable_output()})
+    for (auto& v : *values)
+      v.mutable_type()->mutable_tensor_type()->set_elem_type(TensorProto::FLOAT16);
+  for (auto& t : *model->mutable_graph()->mutable_initializer()) {
+    std::vector<float> f(t.float_data().begin(), t.float_data().end());
+    t.clear_float_data();
+    for (float v : f) t.add_int32_data(core::FloatToHalf(v));
+    t.set_data_type(TensorProto::FLOAT16);
+  }
+  auto halves = [](const std::vector<float>& v) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = core::FloatToHalf(v[i]);
+    return h;
+  };
+  for (int64_t m : {1, 3, 7}) {
+    std::vector<float> x(static_cast<size_t>(m * 20)), w(60);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 13) % 17) / 9.0f - 0.8f;
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 5) - 2.0f;
+    std::map<std::string, std::vector<float>> outputs[2];
+    for (bool fuse : {false, true}) {
+      CAPTURE(m);
+      CAPTURE(fuse);
+      RuntimeContext context;
+      RuntimeSessionOptions options;
+      options.fuse_subgraphs = fuse;
+      const size_t packed_before = ops::math::PackedWeightBytes();
+      RuntimeSession session(model, context, options);
+      CHECK(session.plan(context).fused_node_count() == (fuse ? 1u : 0u));
+      for (int run = 0; run < 3; ++run) {
+        RuntimeValueMap feeds;
+        feeds["x"] =
+            RuntimeValue(Tensor::FromVector("x", DataType::kFloat16, {1, m, 20}, halves(x)));
+        feeds["w"] = RuntimeValue(Tensor::FromVector("w", DataType::kFloat16, {20, 3}, halves(w)));
+        RuntimeValueMap out = session.Run(context, std::move(feeds));
+        for (const char* name : {"q", "k", "v", "z"}) {
+          const Tensor& t = out.at(name).tensor();
+          CHECK(t.dtype() == DataType::kFloat16);
+          std::vector<float> got = t.ToFloatVector();
+          auto& ref = outputs[fuse][name];
+          if (run == 0) ref = got;
+          CHECK(got == ref);  // row-major, then panels: the same sums in the same order
+        }
+      }
+      CHECK(ops::math::PackedWeightBytes() - packed_before == 20u * (48 + 16 + 208) * 2);
+    }
+    for (const char* name : {"q", "k", "v", "z"}) CHECK(outputs[0][name] == outputs[1][name]);
   }
 }
 

@@ -18,13 +18,18 @@ namespace {
 // The codebook values, read back from the kernel through an identity A (code c at k = c).
 std::vector<float> Codebook(int64_t quant_type) {
   std::vector<uint8_t> bytes(8);
-  for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<uint8_t>((2 * i) << 4 | (2 * i + 1));
+  for (int i = 0; i < 8; ++i)
+    bytes[static_cast<size_t>(i)] = static_cast<uint8_t>((2 * i) << 4 | (2 * i + 1));
   std::vector<float> eye(16 * 16, 0.0f);
   for (int i = 0; i < 16; ++i) eye[static_cast<size_t>(i * 17)] = 1.0f;
-  const Tensor y = Op("MatMulBnb4", 1, "com.microsoft")
-                       .Int("K", 16).Int("N", 1).Int("block_size", 16).Int("quant_type", quant_type)
-                       .Run1({F32({16, 16}, eye), Tensor::FromVector("b", DataType::kUint8, {8}, bytes),
-                              F32({1}, {1.0f})});
+  const Tensor y =
+      Op("MatMulBnb4", 1, "com.microsoft")
+          .Int("K", 16)
+          .Int("N", 1)
+          .Int("block_size", 16)
+          .Int("quant_type", quant_type)
+          .Run1({F32({16, 16}, eye), Tensor::FromVector("b", DataType::kUint8, {8}, bytes),
+                 F32({1}, {1.0f})});
   return y.ToFloatVector();
 }
 
@@ -45,9 +50,9 @@ TEST_CASE("MatMulBnb4 equals dequantize-then-multiply on every path") {
   struct Case {
     int64_t m, k, n, block;
   };
-  for (const Case c : {Case{1, 128, 20, 64}, Case{3, 64, 9, 32}, Case{4, 96, 5, 32},
-                       Case{2, 30, 7, 16}, Case{1, 33, 3, 64}, Case{7, 128, 40, 64},
-                       Case{20, 64, 33, 32}})
+  for (const Case c :
+       {Case{1, 128, 20, 64}, Case{3, 64, 9, 32}, Case{4, 96, 5, 32}, Case{2, 30, 7, 16},
+        Case{1, 33, 3, 64}, Case{7, 128, 40, 64}, Case{20, 64, 33, 32}})
     for (int64_t quant_type : {0, 1}) {
       CAPTURE(c.m);
       CAPTURE(c.k);
@@ -73,7 +78,10 @@ TEST_CASE("MatMulBnb4 equals dequantize-then-multiply on every path") {
           }
       const Tensor y =
           Op("MatMulBnb4", 1, "com.microsoft")
-              .Int("K", c.k).Int("N", c.n).Int("block_size", c.block).Int("quant_type", quant_type)
+              .Int("K", c.k)
+              .Int("N", c.n)
+              .Int("block_size", c.block)
+              .Int("quant_type", quant_type)
               .Run1({F32({1, c.m, c.k}, a),
                      Tensor::FromVector("b", DataType::kUint8, {static_cast<int64_t>(b.size())}, b),
                      F32({static_cast<int64_t>(absmax.size())}, absmax)});
@@ -85,16 +93,21 @@ TEST_CASE("MatMulBnb4 equals dequantize-then-multiply on every path") {
 TEST_CASE("MatMulBnb4 refuses a bad quant_type and mismatched inputs, naming them") {
   auto op = [](int64_t quant_type) {
     return Op("MatMulBnb4", 1, "com.microsoft")
-        .Int("K", 16).Int("N", 2).Int("block_size", 16).Int("quant_type", quant_type);
+        .Int("K", 16)
+        .Int("N", 2)
+        .Int("block_size", 16)
+        .Int("quant_type", quant_type);
   };
   const Tensor a = F32({1, 16}, std::vector<float>(16, 1.0f));
   const Tensor b = Tensor::FromVector("b", DataType::kUint8, {16}, std::vector<uint8_t>(16, 0x12));
   CHECK_THROWS_WITH_AS(op(2).Run1({a, b, F32({2}, {1, 1})}),
                        doctest::Contains("quant_type 2 is neither 0 (FP4) nor 1 (NF4)"), Error);
-  CHECK_THROWS_WITH_AS(op(1).Run1({a, b, F32({3}, {1, 1, 1})}),
-                       doctest::Contains("input 'absmax' must be FLOAT (A's type) with (N * K + "
-                                         "block_size - 1) / block_size = 2 elements, got FLOAT [3]"),
-                       Error);
-  CHECK_THROWS_WITH_AS(op(1).Run1({F32({1, 15}, std::vector<float>(15, 1.0f)), b, F32({2}, {1, 1})}),
-                       doctest::Contains("input 'A' [1, 15] must end in K = 16"), Error);
+  CHECK_THROWS_WITH_AS(
+      op(1).Run1({a, b, F32({3}, {1, 1, 1})}),
+      doctest::Contains("input 'absmax' must be FLOAT (A's type) with (N * K + "
+                        "block_size - 1) / block_size = 2 elements, got FLOAT [3]"),
+      Error);
+  CHECK_THROWS_WITH_AS(
+      op(1).Run1({F32({1, 15}, std::vector<float>(15, 1.0f)), b, F32({2}, {1, 1})}),
+      doctest::Contains("input 'A' [1, 15] must end in K = 16"), Error);
 }
