@@ -14,8 +14,8 @@ namespace onnx_light::ops::math {
 
 namespace {
 
-constexpr int64_t kMaxChunk = 512;
-constexpr int64_t kAheadHalves = 1024;  // 2 KiB
+constexpr int64_t kMaxChunk = 512;      // columns per task: M rows of partial sums stay in L1
+constexpr int64_t kAheadHalves = 1024;  // the panel GEMV's prefetch distance: 2 KiB
 
 // acc[r][0, w) = sum over p of a[r][p] * B[p][j0 + ...] for the M rows of A, in row order
 // with fused multiply-adds (the vector kernels' bits).
