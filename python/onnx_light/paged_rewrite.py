@@ -166,14 +166,62 @@ def _back_to(g: _Graph, name: str, target: str) -> Optional[float]:
     return None
 
 
+def _passes_through(g: _Graph, name: str, past: str) -> bool:
+    """`name` is `past` itself or `past` through one-input Concats and Identities (the
+    TorchScript exporter wraps the past in a Concat of one input)."""
+    for _ in range(8):
+        if name == past:
+            return True
+        n = g.producer.get(name)
+        if n is None or n.op_type not in ("Concat", "Identity") or len(n.input) != 1:
+            return False
+        name = n.input[0]
+    return False
+
+
 def _concat_of(g: _Graph, present: str, past: str) -> str:
     n = g.made_by(present, "Concat")
     axis = _attr(n, "axis") if n is not None else None
-    if n is None or list(n.input[:1]) != [past] or len(n.input) != 2 or axis is None or \
-            axis.i not in (2, -2):
+    if n is None or len(n.input) != 2 or not _passes_through(g, n.input[0], past) or \
+            axis is None or axis.i not in (2, -2):
         raise PagedRewriteError(f"'{present}' is not Concat('{past}', new, axis=2): the rewrite "
                                 f"needs the exporter's cache append")
     return n.input[1]
+
+
+def _answer_shape_reads(g: _Graph, present: str, like: str) -> None:
+    """The TorchScript exporter reads dimensions of the cache (and of its head repeat) with
+    Shape nodes, and some of those reads outlive the rewrite (the attention output's Reshape
+    takes the head size from the repeated V). `present` [B, Hkv, T, D] shares dims 0 and 3
+    with `like` (q [B, H, L, D] for keys, the attention output for values), its head repeat
+    [B, H, T, D] dims 0, 1 and 3: a Shape read only through Gathers of those dims reads
+    `like` instead. Other reads are left (the rewrite is then refused as before)."""
+    def gathers_only(shape_node, allowed):
+        for c in g.consumers.get(shape_node.output[0], []):
+            if c.op_type != "Gather" or c.input[0] != shape_node.output[0]:
+                return False
+            idx = g.constants.get(c.input[1])
+            values = _tensor_values(idx) if idx is not None else np.zeros(0)
+            if values.size != 1 or int(values.reshape(-1)[0]) % 4 not in allowed:
+                return False
+        return True
+
+    repeated = None
+    for u in g.consumers.get(present, []):
+        if u.op_type != "Unsqueeze":
+            continue
+        for e in g.consumers.get(u.output[0], []):
+            if e.op_type != "Expand":
+                continue
+            for r in g.consumers.get(e.output[0], []):
+                if r.op_type == "Reshape" and r.input[0] == e.output[0]:
+                    repeated = r.output[0]
+    for source, allowed in ((present, {0, 3}), (repeated, {0, 1, 3})):
+        if source is None:
+            continue
+        for n in list(g.consumers.get(source, [])):
+            if n.op_type == "Shape" and not n.attribute and gathers_only(n, allowed):
+                n.input[0] = like
 
 
 def _value_matmul(g: _Graph, present_v: str):
@@ -220,8 +268,11 @@ def _scores_matmul(g: _Graph, m2):
     return qk, scale, mask
 
 
-def rewrite(model, pairs, rows: bool = False, max_tokens: int = 4096) -> list:
-    """Rewrites `model` (an onnx_light.onnx ModelProto, in place) and returns the layers."""
+def rewrite(model, pairs, rows: bool = False, max_tokens: int = 4096,
+            model_dir: Optional[str] = None) -> list:
+    """Rewrites `model` (an onnx_light.onnx ModelProto, in place) and returns the layers.
+    model_dir: where the model's external data files are (the mask check reads the ones its
+    subgraph needs)."""
     graph = model.graph
     layers = layers_of(pairs)
     g = _Graph(graph)
@@ -261,7 +312,9 @@ def rewrite(model, pairs, rows: bool = False, max_tokens: int = 4096) -> list:
         node.attribute.add(name="max_tokens", i=max_tokens, type=_ATTR_INT)
         nodes[layer.past] = node
         replaced += [m2, g.producer[layer.present_key], g.producer[layer.present_value]]
-    _slide_windows(model, layers, masks, nodes, max_tokens)
+        _answer_shape_reads(g, layer.present_key, q)
+        _answer_shape_reads(g, layer.present_value, m2.output[0])
+    _slide_windows(model, layers, masks, nodes, max_tokens, model_dir)
     if positions:
         _declare_positions(graph)
     _swap_io(model, layers, rows)
@@ -271,7 +324,8 @@ def rewrite(model, pairs, rows: bool = False, max_tokens: int = 4096) -> list:
     return layers
 
 
-def _slide_windows(model, layers, masks, nodes, max_tokens: int) -> None:
+def _slide_windows(model, layers, masks, nodes, max_tokens: int,
+                   model_dir: Optional[str] = None) -> None:
     """Sets left_window_size on the PagedAttention of every layer whose export's mask slides:
     a mask is kept to the last w keys only where it says so at a long cache, which the logits
     check (a few tokens) cannot see. Each mask's subgraph is run alone for one query at the
@@ -280,7 +334,7 @@ def _slide_windows(model, layers, masks, nodes, max_tokens: int) -> None:
     masks = {past: mask for past, mask in masks.items() if mask is not None}
     if not masks:
         return
-    seen = _mask_rows(model, sorted(set(masks.values())), max_tokens)
+    seen = _mask_rows(model, sorted(set(masks.values())), max_tokens, model_dir)
     for layer in layers:
         mask = masks.get(layer.past)
         if mask is None:
@@ -297,7 +351,7 @@ def _slide_windows(model, layers, masks, nodes, max_tokens: int) -> None:
             nodes[layer.past].attribute.add(name="left_window_size", i=w - 1, type=_ATTR_INT)
 
 
-def _mask_rows(model, masks: list, total: int) -> dict:
+def _mask_rows(model, masks: list, total: int, model_dir: Optional[str] = None) -> dict:
     """{mask: which of `total` keys it lets the last query see} for additive (0 / very
     negative) or boolean masks, each computed by its subgraph alone for input_ids [[0]],
     attention_mask ones [1, total], position_ids [[total - 1]] and zero caches of total - 1
@@ -305,6 +359,7 @@ def _mask_rows(model, masks: list, total: int) -> dict:
     from onnx_light.onnx_py._onnxpykernels import runtime
 
     sub = _subgraph_model(model, masks)
+    _inline_external(sub, model_dir)
     feeds = {}
     for i in sub.graph.input:
         feeds[i.name] = _mask_feed(i, total)
@@ -342,6 +397,27 @@ def _mask_feed(value_info, total: int) -> np.ndarray:
         return np.zeros((1, dims[1], total - 1, dims[3]), dtype)  # a cache of total - 1 tokens
     raise PagedRewriteError(f"the attention mask reads input '{name}', which the rewrite "
                             f"cannot feed to find its window")
+
+
+def _inline_external(model, model_dir: Optional[str]) -> None:
+    """Reads the external data of `model`'s initializers in (a TorchScript export's mask
+    reads the embedding's dtype and shape through its Gather): the subgraph runs from memory,
+    where no directory resolves the files."""
+    for t in model.graph.initializer:
+        entries = {e.key: e.value for e in t.external_data}
+        if "location" not in entries:
+            continue
+        if model_dir is None:
+            raise PagedRewriteError(f"the attention mask reads '{t.name}', whose data is in "
+                                    f"'{entries['location']}': the rewrite needs the model's "
+                                    f"directory")
+        path = os.path.join(model_dir, entries["location"])
+        with open(path, "rb") as f:
+            f.seek(int(entries.get("offset", 0)))
+            data = f.read(int(entries["length"])) if "length" in entries else f.read()
+        del t.external_data[:]
+        t.data_location = 0  # DEFAULT
+        t.raw_data = data
 
 
 def _subgraph_model(model, outputs: list):

@@ -746,7 +746,8 @@ def _prepare_paged(model, in_path, out_path, pairs, conventions, undefined_befor
     shape_rewrites = make_single_use(model, [p for p, _ in pairs])
     _check_defined(model.graph, undefined_before)
     try:
-        layers = paged_rewrite.rewrite(model, pairs, rows=rows)
+        layers = paged_rewrite.rewrite(model, pairs, rows=rows,
+                                       model_dir=os.path.dirname(os.path.abspath(in_path)))
     except paged_rewrite.PagedRewriteError as e:
         raise PrepareError(f"cannot rewrite the attention onto PagedAttention: {e}") from None
     _check_defined(model.graph, undefined_before)

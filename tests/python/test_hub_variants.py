@@ -229,3 +229,27 @@ def test_bnb4_refuses_a_weight_of_the_wrong_size_naming_it():
     with pytest.raises(Exception, match="input 'B' must be UINT8 with \\(N \\* K \\+ 1\\) / 2 = 16 "
                                         "elements, got UINT8 \\[15\\]"):
         runtime.RuntimeSession(model).run(context, {"A": np.ones((1, 16), np.float32)})
+
+
+@pytest.mark.parametrize("arch,kind", [("llama", "fp32"), ("llama", "fp16"), ("llama", "q4f16"),
+                                       ("llama", "bnb4"), ("qwen2", "fp32"), ("gpt2", "fp32")])
+def test_a_torchscript_export_and_its_variants_run_batched_after_prepare_paged_rows(tmp_path,
+                                                                                   arch, kind):
+    """What Optimum writes (the TorchScript exporter: the past wrapped in a one-input Concat,
+    Shape reads of the caches for the head repeat, a mask that reads the embedding), as is
+    and as the Hub's variants: prepared with paged='rows', the RequestScheduler decodes the
+    requests together, each getting the tokens it gets alone, onnxruntime's on the file."""
+    from test_prepare_paged import check_scheduled_as_alone
+
+    src = export_hf.ensure(arch, with_cache=True, raw=True, exporter="torchscript")
+    path = converted(src, kind, str(tmp_path / f"model_{kind}.onnx"))
+    prepare.prepare_decoder(path, tmp_path / "rows.onnx", bind="auto", paged="rows")
+    model = ol_onnx.load_model(str(tmp_path / "rows.onnx"))
+    layers = export_hf.cache_shape(arch)[0]
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)))
+    rng = np.random.default_rng(5)
+    feeds = [{"input_ids": rng.integers(1, 128, (1, n), dtype=np.int64),
+              **{f"past_key_values.{i}": [{"blocks": []}] for i in range(layers)}}
+             for n in (4, 9, 2, 6)]
+    stats = check_scheduled_as_alone(model, context, path, feeds, "batched")
+    assert stats["max_batch_size"] > 1

@@ -41,7 +41,8 @@ def _ort_greedy(path, ids, new_tokens):
     caches = {}
     for i in session.get_inputs():
         if i.name.startswith("past_key_values."):
-            caches[i.name] = np.zeros((ids.shape[0], i.shape[1], 0, i.shape[3]), np.float32)
+            dtype = np.float16 if i.type == "tensor(float16)" else np.float32
+            caches[i.name] = np.zeros((ids.shape[0], i.shape[1], 0, i.shape[3]), dtype)
     step_ids, start, tokens, logits = ids, 0, [], []
     for _ in range(new_tokens):
         total = start + step_ids.shape[1]
@@ -133,8 +134,8 @@ def test_a_rewrite_that_changes_the_logits_is_refused(tmp_path, monkeypatch):
     original = _raw_copy(tmp_path, "llama", "tiny")
     real = paged_rewrite.rewrite
 
-    def off_by_a_scale(model, pairs, rows=False, max_tokens=4096):
-        layers = real(model, pairs, rows, max_tokens)
+    def off_by_a_scale(model, pairs, rows=False, max_tokens=4096, model_dir=None):
+        layers = real(model, pairs, rows, max_tokens, model_dir)
         node = next(n for n in model.graph.node if n.op_type == "PagedAttention")
         model.graph.initializer.add(name="wrong_scale", data_type=1, float_data=[1.5])
         scaled = model.graph.node.add(op_type="Mul", name="wrong", input=[node.input[0],
