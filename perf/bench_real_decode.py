@@ -94,48 +94,18 @@ def read_bandwidth(threads: int, repeats: int = 5) -> float:
     return data.nbytes / best / 1e9
 
 
-# The variants the Hub's ONNX repositories ship beside model.onnx (model_quantized, model_q4,
-# model_fp16, model_q4f16), each made by onnxruntime's own tools.
+# The variants the Hub's ONNX repositories ship (tests/python/models/hub_variants.py), and
+# the suffix of the file made once beside the export.
 VARIANTS = {"dynamic": "qdyn", "q4": "q4", "fp16": "fp16", "q4f16": "q4f16", "bnb4": "bnb4"}
 
 
 def converted(path: str, kind: str) -> str:
-    """The export converted to `kind` (see VARIANTS), made once beside it: dynamic =
-    quantize_dynamic (int8 weights, QInt8 per tensor: DynamicQuantizeLinear and MatMulInteger);
-    q4 = MatMulNBitsQuantizer (int4, block 32, symmetric: MatMulNBits); fp16 =
-    convert_float_to_float16 (every tensor FLOAT16, the caches too); q4f16 = fp16, then q4;
-    bnb4 = MatMulBnb4Quantizer (NF4 codes, block 64: MatMulBnb4)."""
+    """The export converted to `kind` (hub_variants.convert), made once beside it."""
+    from models import hub_variants
+
     out = path[: -len(".onnx")] + f".{VARIANTS[kind]}.onnx"
-    if os.path.exists(out):
-        return out
-    if kind == "dynamic":
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        quantize_dynamic(path, out, weight_type=QuantType.QInt8)
-        return out
-    import logging
-
-    import onnx
-
-    logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
-    model = onnx.load(path)
-    if kind in ("fp16", "q4f16"):
-        from onnxruntime.transformers.float16 import convert_float_to_float16
-
-        model = convert_float_to_float16(model, keep_io_types=False)
-    if kind in ("q4", "q4f16"):
-        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-        quantizer = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True)
-        quantizer.process()
-        model = quantizer.model.model
-    if kind == "bnb4":
-        from onnxruntime.quantization.matmul_bnb4_quantizer import MatMulBnb4Quantizer
-
-        quantizer = MatMulBnb4Quantizer(model, MatMulBnb4Quantizer.NF4, 64)
-        quantizer.process()
-        model = quantizer.model.model
-    onnx.save(model, out, save_as_external_data=True, location=os.path.basename(out) + ".data")
+    if not os.path.exists(out):
+        hub_variants.convert(path, kind, out, external_data=kind != "dynamic")
     return out
 
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/dtype.h"
 #include "executor/parallel.h"
@@ -195,18 +196,22 @@ PackedHalfB::PackedHalfB(const uint16_t* b, int64_t k, int64_t n)
   }
 }
 
-void HalfWeightGemm(const float* a, int64_t m, const PackedHalfB& b, float* y) {
-  const int64_t k = b.k(), n = b.n();
-  if (m <= 0 || n <= 0) return;
+namespace {
+
+// Y[M, N] = A B: up to kHalfGemvMaxRows rows through gemv(std::integral_constant<int, M>),
+// more through the packed SGEMM on the panels `source` converts.
+template <class Gemv>
+void GemvOrPanels(const float* a, int64_t m, int64_t k, int64_t n, float* y, const Gemv& gemv,
+                  const BPanelSource& source) {
   switch (m) {
     case 1:
-      return PackedGemv<1>(a, b, y);
+      return gemv(std::integral_constant<int, 1>{});
     case 2:
-      return PackedGemv<2>(a, b, y);
+      return gemv(std::integral_constant<int, 2>{});
     case 3:
-      return PackedGemv<3>(a, b, y);
+      return gemv(std::integral_constant<int, 3>{});
     case 4:
-      return PackedGemv<4>(a, b, y);
+      return gemv(std::integral_constant<int, 4>{});
     default:
       break;
   }
@@ -218,10 +223,19 @@ void HalfWeightGemm(const float* a, int64_t m, const PackedHalfB& b, float* y) {
   g.lda = k;
   g.c = y;
   g.ldc = n;
-  SgemmFromPanels(g, [&](int64_t p0, int64_t kc, int64_t j0, int64_t j1, float* out) {
-    for (int64_t q = j0 / 16; q * 16 < j1; ++q)
-      HalvesToFloats(b.panel(q) + p0 * 16, out + (q - j0 / 16) * 16 * kc, kc * 16);
-  });
+  SgemmFromPanels(g, source);
+}
+
+}  // namespace
+
+void HalfWeightGemm(const float* a, int64_t m, const PackedHalfB& b, float* y) {
+  if (m <= 0 || b.n() <= 0) return;
+  GemvOrPanels(
+      a, m, b.k(), b.n(), y, [&](auto rows) { PackedGemv<decltype(rows)::value>(a, b, y); },
+      [&](int64_t p0, int64_t kc, int64_t j0, int64_t j1, float* out) {
+        for (int64_t q = j0 / 16; q * 16 < j1; ++q)
+          HalvesToFloats(b.panel(q) + p0 * 16, out + (q - j0 / 16) * 16 * kc, kc * 16);
+      });
 }
 
 void HalfWeightGemm(const float* a, int64_t m, int64_t k, const uint16_t* b, int64_t n, float* y) {
@@ -230,34 +244,16 @@ void HalfWeightGemm(const float* a, int64_t m, int64_t k, const uint16_t* b, int
     std::fill(y, y + m * n, 0.0f);
     return;
   }
-  switch (m) {
-    case 1:
-      return HalfGemv<1>(a, k, b, n, y);
-    case 2:
-      return HalfGemv<2>(a, k, b, n, y);
-    case 3:
-      return HalfGemv<3>(a, k, b, n, y);
-    case 4:
-      return HalfGemv<4>(a, k, b, n, y);
-    default:
-      break;
-  }
-  GemmArgs g;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.a = a;
-  g.lda = k;
-  g.c = y;
-  g.ldc = n;
-  SgemmFromPanels(g, [&](int64_t p0, int64_t kc, int64_t j0, int64_t j1, float* out) {
-    for (int64_t q = 0; j0 + q * kPanelColumns < j1; ++q) {
-      const int64_t c = j0 + q * kPanelColumns, w = std::min(kPanelColumns, j1 - c);
-      float* panel = out + q * kPanelColumns * kc;
-      for (int64_t p = 0; p < kc; ++p)
-        HalvesToFloats(b + (p0 + p) * n + c, panel + p * kPanelColumns, w);
-    }
-  });
+  GemvOrPanels(
+      a, m, k, n, y, [&](auto rows) { HalfGemv<decltype(rows)::value>(a, k, b, n, y); },
+      [&](int64_t p0, int64_t kc, int64_t j0, int64_t j1, float* out) {
+        for (int64_t q = 0; j0 + q * kPanelColumns < j1; ++q) {
+          const int64_t c = j0 + q * kPanelColumns, w = std::min(kPanelColumns, j1 - c);
+          float* panel = out + q * kPanelColumns * kc;
+          for (int64_t p = 0; p < kc; ++p)
+            HalvesToFloats(b + (p0 + p) * n + c, panel + p * kPanelColumns, w);
+        }
+      });
 }
 
 }  // namespace onnx_light::ops::math

@@ -7,13 +7,11 @@ onnxruntime's greedy tokens on the same file; FLOAT16 MatMul (read as 16 bits, n
 as FLOAT) matches a float64 reference and onnxruntime."""
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from models import export_hf
+from models import export_hf, hub_variants
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_light import onnx as ol_onnx
@@ -25,27 +23,7 @@ NEW_TOKENS = 8
 
 
 def converted(src: str, kind: str, out: str) -> str:
-    logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
-    model = onnx.load(src)
-    if kind in ("fp16", "q4f16"):
-        from onnxruntime.transformers.float16 import convert_float_to_float16
-
-        model = convert_float_to_float16(model, keep_io_types=False)
-    if kind in ("q4", "q4f16"):
-        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-        quantizer = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True)
-        quantizer.process()
-        model = quantizer.model.model
-    if kind.startswith("bnb4"):  # bnb4 (NF4, as the Hub's files) or bnb4_fp4
-        from onnxruntime.quantization.matmul_bnb4_quantizer import MatMulBnb4Quantizer
-
-        quant_type = MatMulBnb4Quantizer.FP4 if kind == "bnb4_fp4" else MatMulBnb4Quantizer.NF4
-        quantizer = MatMulBnb4Quantizer(model, quant_type, 64)
-        quantizer.process()
-        model = quantizer.model.model
-    onnx.save(model, out)
-    return out
+    return hub_variants.convert(src, kind, out)
 
 
 def onnxruntime_greedy(path: str, arch: str, dtype) -> list[int]:
