@@ -161,45 +161,39 @@ const PackedHalfB* ConstantWeightGroup::GetHalf(
   return half_.get();
 }
 
-// The same for FLOAT16 weights, as 16-bit panels.
-void ConstantWeightGroup::BuildHalf() const {
+// Lays the weights (elements of type T) side by side in one dense [K, width] matrix
+// (padding columns zero) and returns make(that matrix, K, width), within the budget: the
+// dense copy lives only while the pack is built.
+template <class T, class Pack, class Make>
+std::unique_ptr<const Pack> ConstantWeightGroup::SideBySide(const Make& make) const {
   offsets_.assign(1, 0);
   for (const auto& c : constants_) offsets_.push_back(offsets_.back() + Padded(c.dim(1)));
   const int64_t k = constants_[0].dim(0), width = offsets_.back();
-  const size_t bytes = static_cast<size_t>(k * width) * sizeof(uint16_t);
-  half_ = KeepPack<PackedHalfB>(bytes, [&] {
-    std::vector<uint16_t> side_by_side(static_cast<size_t>(k * width), 0);
+  auto pack = KeepPack<Pack>(static_cast<size_t>(k * width) * sizeof(T), [&] {
+    std::vector<T> side_by_side(static_cast<size_t>(k * width), T{0});
     for (size_t i = 0; i < constants_.size(); ++i) {
       const int64_t n = constants_[i].dim(1);
-      const auto* src = static_cast<const uint16_t*>(constants_[i].raw_data());
+      const auto* src = static_cast<const T*>(constants_[i].raw_data());
       for (int64_t p = 0; p < k; ++p)
         std::copy(src + p * n, src + (p + 1) * n, side_by_side.data() + p * width + offsets_[i]);
     }
-    return std::make_unique<const PackedHalfB>(side_by_side.data(), k, width);
+    return make(side_by_side.data(), k, width);
   });
-  if (half_ != nullptr)
+  if (pack != nullptr)
     for (const auto& c : constants_) ReleaseWeight(c);
+  return pack;
 }
 
-// Lays the weights side by side in one dense [K, width] matrix (padding columns zero), then
-// packs that: the dense copy lives only while the pack is built.
 void ConstantWeightGroup::Build() const {
-  offsets_.assign(1, 0);
-  for (const auto& c : constants_) offsets_.push_back(offsets_.back() + Padded(c.dim(1)));
-  const int64_t k = constants_[0].dim(0), width = offsets_.back();
-  const size_t bytes = static_cast<size_t>(k * width) * sizeof(float);
-  packed_ = KeepPack<PackedB>(bytes, [&] {
-    std::vector<float> side_by_side(static_cast<size_t>(k * width), 0.0f);
-    for (size_t i = 0; i < constants_.size(); ++i) {
-      const int64_t n = constants_[i].dim(1);
-      const float* src = constants_[i].data<float>();
-      for (int64_t p = 0; p < k; ++p)
-        std::copy(src + p * n, src + (p + 1) * n, side_by_side.data() + p * width + offsets_[i]);
-    }
-    return std::make_unique<const PackedB>(false, k, width, side_by_side.data(), width);
+  packed_ = SideBySide<float, PackedB>([](const float* b, int64_t k, int64_t width) {
+    return std::make_unique<const PackedB>(false, k, width, b, width);
   });
-  if (packed_ != nullptr)
-    for (const auto& c : constants_) ReleaseWeight(c);
+}
+
+void ConstantWeightGroup::BuildHalf() const {
+  half_ = SideBySide<uint16_t, PackedHalfB>([](const uint16_t* b, int64_t k, int64_t width) {
+    return std::make_unique<const PackedHalfB>(b, k, width);
+  });
 }
 
 }  // namespace onnx_light::ops::math

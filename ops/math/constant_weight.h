@@ -114,8 +114,10 @@ class ConstantWeightGroup {
 
  private:
   bool Serves(const std::vector<const core::runtime::Tensor*>& b) const;
-  void Build() const;
-  void BuildHalf() const;
+  template <class T, class Pack, class Make>
+  std::unique_ptr<const Pack> SideBySide(const Make& make) const;
+  void Build() const;      // FLOAT weights
+  void BuildHalf() const;  // FLOAT16 weights
 
   std::vector<core::runtime::Tensor> constants_;
   mutable std::vector<int64_t> offsets_;  // count + 1 entries once built
