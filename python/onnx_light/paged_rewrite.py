@@ -754,7 +754,7 @@ def _relative(got, expected) -> float:
 
 
 def verify(original_path, prepared_path, layers, rows: bool, steps: int = 3,
-           tolerance: float = 1e-4) -> str:
+           tolerance: float = 1e-4, flags=()) -> str:
     """The rewrite on onnx-light against the original on onnxruntime and on onnx-light: a
     prompt of 6 tokens (two rows when `rows`) and `steps` greedy decode steps, the originals'
     presents fed back and the paged caches kept by a PersistentValueState. Raises
@@ -762,7 +762,9 @@ def verify(original_path, prepared_path, layers, rows: bool, steps: int = 3,
     tolerance * max(1, |logits|); returns a one-line summary. MatMulNBits nodes are checked
     at accuracy_level 0 (float activations): level 4 quantizes activations to int8, and a
     rounding flip there turns the rewrite's (or another engine's) summation order into logit
-    differences of 1e-2 over a 30-layer int4 build."""
+    differences of 1e-2 over a 30-layer int4 build. flags: the BOOL inputs of a merged
+    decoder's branch choice (merged_decoder), fed False to the original on the prompt and True
+    after."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -783,7 +785,8 @@ def verify(original_path, prepared_path, layers, rows: bool, steps: int = 3,
         ol.save_model(original, ort_path)
     try:
         session = ort.InferenceSession(ort_path, providers=["CPUExecutionProvider"])
-        summary = _compare(session, original, prepared, layers, rows, steps, tolerance)
+        summary = _compare(session, original, prepared, layers, rows, steps, tolerance,
+                           tuple(flags))
     finally:
         if ort_path != str(original_path) and os.path.exists(ort_path):
             os.remove(ort_path)
@@ -802,14 +805,14 @@ def _float_activations(model) -> int:
     return changed
 
 
-def _compare(session, original, prepared, layers, rows, steps, tolerance) -> str:
+def _compare(session, original, prepared, layers, rows, steps, tolerance, flags) -> str:
     from onnx_light.onnx_py._onnxpykernels import runtime
 
     batch, length = (2, 6) if rows else (1, 6)
     caches = _empty_dense_caches(original, layers, batch)
     original_inputs = {i.name for i in original.graph.input}
     extra = sorted(original_inputs - {"input_ids", "attention_mask", "position_ids"} -
-                   set(caches))
+                   set(caches) - set(flags))
     if extra:
         raise PagedRewriteError(f"cannot check the rewrite: the model has inputs {extra} "
                                 f"beyond input_ids, attention_mask, position_ids and the caches")
@@ -831,7 +834,8 @@ def _compare(session, original, prepared, layers, rows, steps, tolerance) -> str
     for step in range(steps + 1):
         total = start + ids.shape[1]
         feeds = {"input_ids": ids, "attention_mask": np.ones((batch, total), np.int64),
-                 "position_ids": np.arange(start, total, dtype=np.int64)[None].repeat(batch, 0)}
+                 "position_ids": np.arange(start, total, dtype=np.int64)[None].repeat(batch, 0),
+                 **{flag: np.array([step > 0]) for flag in flags}}
         expected = theirs.step({k: v for k, v in feeds.items() if k in original_inputs})
         reference = dense.step({k: v for k, v in feeds.items() if k in original_inputs})
         out = state.run(context, {k: v for k, v in feeds.items() if k in ours_inputs})

@@ -35,6 +35,7 @@ import os
 import sys
 from typing import Callable, Iterable, Optional, Sequence, Union
 
+from onnx_light import merged_decoder
 from onnx_light.static_shapes import fold_static_shapes
 
 __all__ = ["PrepareError", "PrepareReport", "Rewrite", "Candidate", "find_pairs",
@@ -75,11 +76,15 @@ class PrepareReport:
     # static_shapes.fold_static_shapes; None
     # when it did not run (no onnx package, inference failed, or a paged rewrite).
     static_shapes: Optional[tuple] = None
+    merged: Optional[str] = None      # what merged_decoder.inline_with_past_branch did
 
     def format(self) -> str:
         labels = {self.conventions.get(past, "named explicitly") for past, _ in self.pairs}
         shared = labels.pop() if len(labels) == 1 else None
-        lines = [f"prepared {self.input_path} -> {self.output_path}",
+        lines = [f"prepared {self.input_path} -> {self.output_path}"]
+        if self.merged:
+            lines.append(self.merged)
+        lines += [
                  f"bound {len(self.pairs)} past/present pairs"
                  + (f" ({shared}):" if shared else ":")]
         for past, present in self.pairs:
@@ -666,6 +671,11 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
                            f"({graph.persistent_bindings[0].input_name} <- "
                            f"{graph.persistent_bindings[0].output_name}, ...)")
 
+    try:
+        merged = merged_decoder.inline_with_past_branch(model)
+    except merged_decoder.MergedDecoderError as e:
+        raise PrepareError(str(e)) from None
+
     if explicit is not None:
         pairs, conventions = explicit, {}
     else:
@@ -708,8 +718,11 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
         raise PrepareError(f"paged must be 'cache' or 'rows', got {paged!r}")
     undefined_before = _undefined_inputs(graph)
     if paged is not None:
-        return _prepare_paged(model, in_path, out_path, pairs, conventions, undefined_before,
-                              sorted(locations), rows=paged == "rows")
+        report = _prepare_paged(model, in_path, out_path, pairs, conventions,
+                                undefined_before, sorted(locations), rows=paged == "rows",
+                                flags=merged.conditions if merged else ())
+        report.merged = str(merged) if merged else None
+        return report
     rewrites = make_single_use(model, [p for p, _ in pairs])
     static = fold_static_shapes(model, bound=[p for p, _ in pairs])
     _check_defined(graph, undefined_before)
@@ -725,16 +738,22 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
         if check_onnx:
             checks.append(_onnx_check(tmp, in_path))
         checks.append(_state_check(tmp, pairs))
+        if merged:
+            try:
+                checks.append(merged_decoder.check_first_steps(in_path, tmp, pairs,
+                                                               merged.conditions))
+            except merged_decoder.MergedDecoderError as e:
+                raise PrepareError(str(e)) from None
         os.replace(tmp, out_path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
     return PrepareReport(in_path, out_path, [tuple(p) for p in pairs], conventions, rewrites,
-                         sorted(locations), checks, static)
+                         sorted(locations), checks, static, str(merged) if merged else None)
 
 
 def _prepare_paged(model, in_path, out_path, pairs, conventions, undefined_before, locations,
-                   rows: bool) -> PrepareReport:
+                   rows: bool, flags=()) -> PrepareReport:
     """The paged rewrite (paged_rewrite.py): written only when the logits check passes."""
     from onnx_light import onnx as ol
     from onnx_light import paged_rewrite
@@ -767,7 +786,7 @@ def _prepare_paged(model, in_path, out_path, pairs, conventions, undefined_befor
     try:
         ol.save_model(model, tmp)
         try:
-            checks.append(paged_rewrite.verify(in_path, tmp, layers, rows))
+            checks.append(paged_rewrite.verify(in_path, tmp, layers, rows, flags=flags))
         except paged_rewrite.PagedRewriteError as e:
             raise PrepareError(str(e)) from None
         os.replace(tmp, out_path)
