@@ -124,8 +124,13 @@ class Shape:
         else:
             from onnx_light import prepare
 
-            self.path = export_hf.ensure(self.arch, with_cache=True, size=name, raw=True,
-                                         exporter=exporter)
+            if exporter == "merged":
+                from models import merged_decoder
+
+                self.path = merged_decoder.ensure(self.arch, name)
+            else:
+                self.path = export_hf.ensure(self.arch, with_cache=True, size=name, raw=True,
+                                             exporter=exporter)
             if quantize != "none":
                 self.path = converted(self.path, quantize)
             self.prepared = self.path[: -len(".onnx")] + ".prepared.onnx"
@@ -188,6 +193,8 @@ class OnnxRuntime:
                                             providers=["CPUExecutionProvider"])
         self.load_s = time.perf_counter() - t0
         self.outputs = [o.name for o in self.session.get_outputs()]
+        # A merged decoder: its no-past branch on the prompt, the with-past one after.
+        self.merged = "use_cache_branch" in {i.name for i in self.session.get_inputs()}
 
     def generate(self, prompt, new_tokens):
         ort, s = self.ort, self.session
@@ -203,6 +210,8 @@ class OnnxRuntime:
                                    np.arange(start, start + ids.shape[1], dtype=np.int64)[None])
             for past, value in cache.items():
                 binding.bind_ortvalue_input(past, value)
+            if self.merged:
+                binding.bind_cpu_input("use_cache_branch", np.array([start > 0]))
             for name in self.outputs:
                 binding.bind_output(name, "cpu")
             s.run_with_iobinding(binding)
@@ -392,10 +401,14 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo",
+    parser.add_argument("--exporter", choices=["dynamo", "torchscript", "merged"],
+                        default="dynamo",
                         help="torchscript: torch.onnx.export(dynamo=False), as Hugging Face "
                              "Optimum exports and most decoders on the Hub are, prepared with "
-                             "prepare_decoder(bind='auto') for onnx-light")
+                             "prepare_decoder(bind='auto') for onnx-light; merged: two such "
+                             "exports (without and with a past) joined by an If on "
+                             "use_cache_branch, as Optimum's decoder_model_merged.onnx "
+                             "(onnxruntime runs the no-past branch on the prompt)")
     parser.add_argument("--quantize", choices=["none", *VARIANTS], default="none",
                         help="both engines run the export converted by onnxruntime's tools as "
                              "the Hub's ONNX repositories ship it: dynamic (quantize_dynamic: "

@@ -35,9 +35,11 @@ def _raw_copy(tmp_path, arch, size):
 
 
 def _ort_greedy(path, ids, new_tokens):
-    """onnxruntime on the original: greedy tokens and each step's last logits."""
+    """onnxruntime on the original: greedy tokens and each step's last logits (a merged
+    decoder's use_cache_branch False on the prompt, True after)."""
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
+    merged = any(i.name == "use_cache_branch" for i in session.get_inputs())
     caches = {}
     for i in session.get_inputs():
         if i.name.startswith("past_key_values."):
@@ -49,7 +51,7 @@ def _ort_greedy(path, ids, new_tokens):
         out = dict(zip(names, session.run(names, {
             "input_ids": step_ids, "attention_mask": np.ones((ids.shape[0], total), np.int64),
             "position_ids": np.arange(start, total, dtype=np.int64)[None].repeat(ids.shape[0], 0),
-            **caches})))
+            **caches, **({"use_cache_branch": np.array([start > 0])} if merged else {})})))
         logits.append(out["logits"][:, -1])
         step_ids = out["logits"][:, -1].argmax(-1)[:, None].astype(np.int64)
         tokens.append(step_ids)
