@@ -101,6 +101,11 @@ def _choose(node, inputs: set):
     """(with-past branch, the inputs only it reads): the branch reading strictly more graph
     inputs than the other, which reads a subset of them."""
     then_g, else_g = _branch(node, "then_branch"), _branch(node, "else_branch")
+    if then_g is None or else_g is None or not (
+            len(then_g.output) == len(else_g.output) == len(node.output)):
+        raise MergedDecoderError(
+            f"If node '{node.name}' on input '{node.input[0]}' lacks a branch or has branches "
+            f"of other output counts than its {len(node.output)} outputs")
     reads = []
     for g in (then_g, else_g):
         r: set = set()

@@ -248,3 +248,22 @@ def test_prepare_refuses_a_merged_decoder_whose_branches_disagree(tmp_path):
                              r"written"):
         prepare.prepare_decoder(path, tmp_path / "out.onnx", bind="auto")
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_prepare_refuses_a_malformed_merged_if_naming_it(tmp_path):
+    """A merged decoder's If without its else branch, or with a branch short of outputs, is
+    a PrepareError naming the node, not a crash."""
+    def no_else(model):
+        attrs = [a for a in model.graph.node[0].attribute if a.name != "else_branch"]
+        del model.graph.node[0].attribute[:]
+        model.graph.node[0].attribute.extend(attrs)
+
+    def short_then(model):
+        del _branch(model, "then_branch").g.output[-1]
+
+    for edit in (no_else, short_then):
+        path = merged_copy(tmp_path, "llama", edit)
+        with pytest.raises(prepare.PrepareError,
+                           match=r"If node 'optimum::if' on input 'use_cache_branch' lacks a "
+                                 r"branch or has branches of other output counts"):
+            prepare.prepare_decoder(path, tmp_path / "out.onnx", bind="auto")
