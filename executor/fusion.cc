@@ -1,6 +1,7 @@
 #include "executor/fusion.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -48,6 +49,11 @@ class GraphIndex {
     return it == readers_.end() ? none : it->second;
   }
   const NodeProto& node(int i) const { return graph_.node(i); }
+  // The node producing `name`, whatever its op and domain, else -1.
+  int AnyProducer(const std::string& name) const {
+    auto it = producer_.find(name);
+    return it == producer_.end() ? -1 : it->second;
+  }
 
  private:
   static int MinInputs(const std::string& op) {
@@ -639,11 +645,53 @@ std::optional<Fusion> MatchGelu(const GraphIndex& ix, const ConstantFn& constant
   return std::nullopt;
 }
 
+// Whether node `i` is a com.microsoft MatMulNBits of a dense constant weight the group can
+// take: B, scales (and zero points when given) plan constants of the sizes K, N, bits and
+// block_size ask for, no g_idx or bias. Writes its attributes (K, N, bits, block_size,
+// accuracy_level) and the zero points' type (kUndefined when absent).
+bool GroupableNBits(const GraphIndex& ix, const ConstantFn& constant, int i,
+                    std::array<int64_t, 5>& attrs, DataType& zp_type) {
+  const NodeProto& n = ix.node(i);
+  if (n.op_type() != "MatMulNBits" || n.domain() != "com.microsoft" || n.input_size() < 3 ||
+      n.input_size() > 4 || n.output_size() != 1)
+    return false;
+  const char* names[] = {"K", "N", "bits", "block_size", "accuracy_level"};
+  for (size_t a = 0; a < attrs.size(); ++a) {
+    const AttributeProto* attr = Attr(n, names[a]);
+    if (attr == nullptr && a < 4) return false;
+    attrs[a] = attr == nullptr ? 0 : attr->i();
+  }
+  const int64_t k = attrs[0], cols = attrs[1], bits = attrs[2], block = attrs[3];
+  if (k <= 0 || cols <= 0 || (bits != 4 && bits != 8) || block < 16 || block > 256 ||
+      (block & (block - 1)) != 0)
+    return false;
+  const int64_t k_blocks = (k + block - 1) / block;
+  const Tensor* b = constant(n.input(1));
+  const Tensor* scales = constant(n.input(2));
+  if (b == nullptr || scales == nullptr || b->dtype() != DataType::kUint8 ||
+      b->numel() != cols * k_blocks * block * bits / 8 || scales->numel() != cols * k_blocks)
+    return false;
+  zp_type = DataType::kUndefined;
+  if (n.input_size() == 4 && !n.input(3).empty()) {
+    const Tensor* zp = constant(n.input(3));
+    if (zp == nullptr) return false;
+    zp_type = zp->dtype();
+  }
+  return true;
+}
+
 // Whether `g` and `u` are MatMul(A, B_g) and MatMul(A, B_u) of one A with dense FLOAT (or
-// FLOAT16) constants of one shape and type: then the products have one shape and type, as
-// SiluMul's gate needs.
+// FLOAT16) constants of one shape and type, or MatMulNBits of one A, N and bits whose
+// weights GroupableNBits takes: then the products have one shape and type, as SiluMul's
+// gate needs.
 bool SameShapeProducts(const GraphIndex& ix, const ConstantFn& constant, const std::string& g,
                        const std::string& u) {
+  const int ng = ix.AnyProducer(g), nu = ix.AnyProducer(u);
+  std::array<int64_t, 5> ag{}, au{};
+  DataType zg = DataType::kUndefined, zu = DataType::kUndefined;
+  if (ng >= 0 && nu >= 0 && GroupableNBits(ix, constant, ng, ag, zg) &&
+      GroupableNBits(ix, constant, nu, au, zu))
+    return ix.node(ng).input(0) == ix.node(nu).input(0) && ag == au;
   const int pg = ix.Producer(g, "MatMul"), pu = ix.Producer(u, "MatMul");
   if (pg < 0 || pu < 0 || ix.node(pg).input(0) != ix.node(pu).input(0)) return false;
   const Tensor* bg = constant(ix.node(pg).input(1));
@@ -704,6 +752,52 @@ std::optional<Fusion> MatchMatMulGroup(const GraphIndex& ix, const ConstantFn& c
   n.set_domain("ai.onnx_light.fused");
   const NodeProto& first = ix.node(f.removed[0]);
   n.set_name((first.name().empty() ? first.output(0) : first.name()) + "/matmul_group");
+  f.run_at_first = true;
+  return f;
+}
+
+// MatMulNBits(A, B_i, scales_i[, zero_points_i]) for every such node reading A as its first
+// input with the same K, bits, block_size, accuracy_level and zero-point type (at least two)
+// -> MatMulNBitsGroup(A, B_1, scales_1, zero_points_1 or "", ...).
+std::optional<Fusion> MatchMatMulNBitsGroup(const GraphIndex& ix, const ConstantFn& constant,
+                                            const std::string& a) {
+  Fusion f;
+  NodeProto& n = f.node;
+  n.add_input(a);
+  std::optional<std::array<int64_t, 5>> shared;
+  DataType shared_zp = DataType::kUndefined;
+  AttributeProto widths;
+  widths.set_name("N");
+  widths.set_type(AttributeProto::INTS);
+  for (int reader : ix.Readers(a)) {
+    std::array<int64_t, 5> attrs{};
+    DataType zp = DataType::kUndefined;
+    const NodeProto& mm = ix.node(reader);
+    if (!GroupableNBits(ix, constant, reader, attrs, zp) || mm.input(0) != a || mm.input(1) == a ||
+        mm.input(2) == a)
+      continue;
+    if (shared && (attrs[0] != (*shared)[0] || attrs[2] != (*shared)[2] ||
+                   attrs[3] != (*shared)[3] || attrs[4] != (*shared)[4] || zp != shared_zp))
+      continue;
+    shared = attrs;
+    shared_zp = zp;
+    f.removed.push_back(reader);
+    n.add_input(mm.input(1));
+    n.add_input(mm.input(2));
+    n.add_input(mm.input_size() == 4 ? mm.input(3) : "");
+    n.add_output(mm.output(0));
+    widths.add_ints(attrs[1]);
+  }
+  if (f.removed.size() < 2) return std::nullopt;
+  n.set_op_type("MatMulNBitsGroup");
+  n.set_domain("ai.onnx_light.fused");
+  const NodeProto& first = ix.node(f.removed[0]);
+  n.set_name((first.name().empty() ? first.output(0) : first.name()) + "/matmul_nbits_group");
+  *n.add_attribute() = IntAttr("K", (*shared)[0]);
+  *n.add_attribute() = IntAttr("bits", (*shared)[2]);
+  *n.add_attribute() = IntAttr("block_size", (*shared)[3]);
+  *n.add_attribute() = IntAttr("accuracy_level", (*shared)[4]);
+  *n.add_attribute() = widths;
   f.run_at_first = true;
   return f;
 }
@@ -886,11 +980,17 @@ std::vector<Fusion> FindFusions(const GraphProto& graph, const std::vector<bool>
     }
   }
   // Groups last: a MatMul that is part of a matched attention stays there.
-  std::set<std::string> grouped;
+  std::set<std::string> grouped, grouped_nbits;
   for (int i = 0; i < graph.node_size(); ++i) {
     if (!alive[static_cast<size_t>(i)] || graph.node(i).output_size() == 0) continue;
     const NodeProto& n = graph.node(i);
-    if (ix.Producer(n.output(0), "MatMul") != i || n.input_size() != 2 || used.count(i)) continue;
+    if (used.count(i) || n.input_size() == 0) continue;
+    if (n.op_type() == "MatMulNBits" && n.domain() == "com.microsoft") {
+      if (grouped_nbits.insert(n.input(0)).second)
+        keep(MatchMatMulNBitsGroup(ix, constant, n.input(0)));
+      continue;
+    }
+    if (ix.Producer(n.output(0), "MatMul") != i || n.input_size() != 2) continue;
     if (grouped.insert(n.input(0)).second) keep(MatchMatMulGroup(ix, constant, n.input(0)));
   }
   return out;

@@ -16,6 +16,9 @@
 //    RotaryHalf, SiluMul.
 //  - MatMuls of one input by several dense FLOAT constant weights with the same K (Q/K/V,
 //    gate/up) -> MatMulGroup, one product over the weights side by side.
+//  - com.microsoft MatMulNBits of one input by constant weights with one K, bits, block
+//    size, accuracy level and zero-point kind (the Hub's int4 files, whose quantizer keeps
+//    Q/K/V and gate/up apart) -> MatMulNBitsGroup, one pass over their packed columns.
 //  - MatMul(A, DequantizeLinear(W)) of a constant 4- or 8-bit weight blocked along K ->
 //    DequantizeMatMul, which multiplies by the packed quantized weight (the plan does not
 //    fold such a DequantizeLinear: PackableDequantize).

@@ -20,6 +20,7 @@
 
 #include "executor/attributes.h"
 #include "ops/contrib/nbits_gemm.h"
+#include "ops/contrib/nbits_source.h"
 #include "ops/kernel_factory.h"
 #include "ops/math/common.h"
 #include "ops/math/constant_weight.h"
@@ -48,11 +49,7 @@ class MatMulNBits final : public core::runtime::KernelBase {
   void Configure(const NodeProto& node) override;
 
  private:
-  // Float copies of 16-bit scales / zero points, alive while the source is packed.
-  struct WideParams {
-    std::unique_ptr<math::FloatView> scales, zero_points;
-  };
-  contrib::NBitsSource Source(const KernelCall& call, DataType t1, WideParams& wide) const;
+  contrib::NBitsSource Source(const KernelCall& call, DataType t1, contrib::NBitsWide& wide) const;
   bool AllConstant(const KernelCall& call) const;
 
   int64_t k_ = 0, n_ = 0, bits_ = 4, block_ = 32;
@@ -81,48 +78,11 @@ void MatMulNBits::Configure(const NodeProto& node) {
 }
 
 contrib::NBitsSource MatMulNBits::Source(const KernelCall& call, DataType t1,
-                                         WideParams& wide) const {
+                                         contrib::NBitsWide& wide) const {
   if (call.has_input(4))
     Throw(core::ErrorCode::kNotImplemented,
           core::runtime::NodeLabel(call.node()) + ": input 'g_idx' is not supported");
-  const int64_t k_blocks = (k_ + block_ - 1) / block_;
-  const Tensor& b = call.input(1);
-  const Tensor& scales = call.input(2);
-  if (b.dtype() != DataType::kUint8 || b.numel() != n_ * k_blocks * block_ * bits_ / 8)
-    call.Fail("input 'B' must be UINT8 [N, ceil(K / block_size), block_size * bits / 8] = [" +
-              std::to_string(n_) + ", " + std::to_string(k_blocks) + ", " +
-              std::to_string(block_ * bits_ / 8) + "], got " + core::DataTypeName(b.dtype()) + " " +
-              core::runtime::ShapeToString(b.shape()));
-  if (scales.numel() != n_ * k_blocks)
-    call.Fail("input 'scales' must have N * ceil(K / block_size) = " +
-              std::to_string(n_ * k_blocks) + " elements");
-  contrib::NBitsSource s;
-  s.bits = static_cast<int>(bits_);
-  s.n = n_;
-  s.k = k_;
-  s.block = block_;
-  s.b = b.data<uint8_t>();
-  wide.scales = std::make_unique<math::FloatView>(scales);
-  s.scales = wide.scales->data();
-  if (call.has_input(3)) {
-    const Tensor& zp = call.input(3);
-    if (zp.dtype() == DataType::kUint8) {
-      const int64_t per_col = bits_ == 8 ? k_blocks : (k_blocks + 1) / 2;
-      if (zp.numel() != n_ * per_col)
-        call.Fail("input 'zero_points' (UINT8) must have " + std::to_string(n_ * per_col) +
-                  " elements");
-      s.zp_packed = zp.data<uint8_t>();
-    } else if (zp.dtype() == t1) {
-      if (zp.numel() != n_ * k_blocks)
-        call.Fail("input 'zero_points' (" + core::DataTypeName(t1) +
-                  ") must have scales' element count");
-      wide.zero_points = std::make_unique<math::FloatView>(zp);
-      s.zp_float = wide.zero_points->data();
-    } else {
-      math::ThrowUnsupportedType(call.node(), "input 'zero_points'", zp.dtype());
-    }
-  }
-  return s;
+  return contrib::ReadNBitsSource(call, 1, static_cast<int>(bits_), n_, k_, block_, t1, wide);
 }
 
 // Whether this call's B, scales and zero points are the declared constants (same storage).
@@ -157,7 +117,7 @@ void MatMulNBits::Compute(KernelCall& call) const {
               core::DataTypeName(call.input(2).dtype()));
   // The source (and 16-bit scales widened to float) is read only to pack.
   auto pack = [&] {
-    WideParams wide;
+    contrib::NBitsWide wide;
     return std::make_unique<const contrib::PackedNBits>(Source(call, t1, wide));
   };
   std::unique_ptr<const contrib::PackedNBits> local;

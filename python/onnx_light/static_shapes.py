@@ -19,7 +19,9 @@ nothing changes) and rewrites the main graph in place:
 - ``Cast(x, to=T)`` with x already of type T goes, its readers reading x (not when its
   output is a graph output or read inside a subgraph).
 
-Dimensions no input declares stay computed at run time; nothing else changes.
+Dimensions no input declares stay computed at run time; nothing else changes. Inference sees
+com.microsoft ``MatMulNBits`` and ``MatMulBnb4`` (the Hub's 4-bit files) as a MatMul by a
+[K, N] operand, which has their output shape: onnx has no schema for them.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ def _inferred_types(model) -> Optional[dict]:
         return None
     proto = onnx.ModelProto()
     proto.ParseFromString(model.SerializeToString())
+    _stand_ins(proto)
     try:
         inferred = shape_inference.infer_shapes(proto, data_prop=True)
     except Exception:  # noqa: BLE001 - an export inference cannot follow keeps its graph
@@ -44,6 +47,34 @@ def _inferred_types(model) -> Optional[dict]:
     return {v.name: v.type.tensor_type
             for v in [*graph.input, *graph.value_info, *graph.output]
             if v.type.HasField("tensor_type")}
+
+
+# com.microsoft products whose output is A's shape with its last axis N (attribute N): onnx
+# has no schema for them, so inference would stop at every one (the q/k/v projections of a
+# Hub q4 file) and leave the head sizes the rotary embedding's Slices read unknown.
+_PRODUCTS = {"MatMulNBits": 2, "MatMulBnb4": 2}  # op -> input index of A's type (scales)
+
+
+def _stand_ins(proto) -> None:
+    """Replaces each such product in the (copied) model by MatMul(A, an undefined [K, N]
+    input of its type): the same output type and shape for inference."""
+    from onnx import TensorProto, helper
+
+    graph = proto.graph
+    types = {t.name: t.data_type for t in graph.initializer}
+    types.update({i.name: i.type.tensor_type.elem_type for i in graph.input})
+    for index, node in enumerate(graph.node):
+        typed = _PRODUCTS.get(node.op_type)
+        if node.domain != "com.microsoft" or typed is None or len(node.input) <= typed:
+            continue
+        attrs = {a.name: a.i for a in node.attribute}
+        elem = types.get(node.input[typed], TensorProto.UNDEFINED)
+        if "K" not in attrs or "N" not in attrs or elem == TensorProto.UNDEFINED:
+            continue
+        stub = f"__stand_in_{index}"
+        graph.input.append(helper.make_tensor_value_info(stub, elem, [attrs["K"], attrs["N"]]))
+        node.CopyFrom(helper.make_node("MatMul", [node.input[0], stub], list(node.output),
+                                       name=node.name))
 
 
 def _captured(graph) -> set:

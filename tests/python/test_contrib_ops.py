@@ -340,6 +340,78 @@ def test_mat_mul_n_bits_takes_float16_activations_and_scales_as_onnxruntime(bits
                                    rtol=2e-3, atol=2e-3 * scale)
 
 
+def _group_model(rng, bits, zp, dtype, level):
+    """A [.., 96] read by five MatMulNBits: q, k, v (N = 40, 16, 200; one K, bits, block,
+    level and zero-point kind: one group), one of another block size and one with a bias
+    (each left alone). Returns (model, output names)."""
+    k, block = 96, 32
+    nodes, inits, outputs = [], [], []
+    for name, n, blk, bias in [("q", 40, block, False), ("k", 16, block, False),
+                               ("v", 200, block, False), ("other_block", 24, 16, False),
+                               ("biased", 24, block, True)]:
+        weights, _ = _quantized(rng, k, n, bits, blk, zp)
+        weights = {key: v.astype(dtype) if v.dtype == np.float32 else v
+                   for key, v in weights.items()}
+        if bias:
+            weights["bias"] = rng.standard_normal(n).astype(dtype)
+        names = ["A"] + [f"{name}_{key}" if key in weights else ""
+                         for key in ("B", "scales", "zero_points")]
+        names += ["", f"{name}_bias"] if bias else []
+        while names[-1] == "":
+            names.pop()
+        nodes.append(helper.make_node("MatMulNBits", names, [name], domain=MS, name=name, K=k,
+                                      N=n, bits=bits, block_size=blk, accuracy_level=level))
+        inits += [numpy_helper.from_array(v, f"{name}_{key}") for key, v in weights.items()]
+        outputs.append(name)
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else F32
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("A", elem, None)],
+                              [helper.make_tensor_value_info(o, elem, None) for o in outputs],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                    helper.make_opsetid(MS, 1)])
+    return model, outputs
+
+
+@pytest.mark.parametrize("bits,zp", [(4, "none"), (4, "uint8"), (4, "float"), (8, "uint8")])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("level", [0, 4])
+def test_mat_mul_n_bits_of_one_input_run_as_one_group_with_each_products_bits(bits, zp, dtype,
+                                                                              level):
+    """The plan groups the MatMulNBits of one A with one K, bits, block size, accuracy level
+    and zero-point kind into one MatMulNBitsGroup (one pass over their packed columns side by
+    side): each output has the bits of the separate product for a decode row and a few rows
+    (the GEMVs compute each column alone) and agrees to float rounding on a prompt (the
+    SGEMM's depth blocks follow the width), on the first call and on the packed weights
+    after; the others stay apart."""
+    model, outputs = _group_model(np.random.default_rng(bits + len(zp) + level), bits, zp,
+                                  dtype, level)
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(21)),
+                                     events_enabled=True)
+    sessions = {fuse: runtime.RuntimeSession(model, runtime.RuntimeSessionOptions(
+        fuse_subgraphs=fuse)) for fuse in (False, True)}
+    rng = np.random.default_rng(7)
+    for shape in [(1, 1, 96), (3, 96), (2, 19, 96), (1, 1, 96)]:
+        a = rng.standard_normal(shape).astype(dtype)
+        got = {}
+        for fuse, session in sessions.items():
+            before = len(context.events())
+            out = session.run(context, {"A": a})
+            got[fuse] = {o: np.from_dlpack(out[o]).copy() for o in outputs}
+            kernels = [e.op_type for e in context.events()[before:]
+                       if e.action == runtime.RuntimeEventAction.kKernel]
+            assert sorted(kernels) == (["MatMulNBits"] * 2 + ["MatMulNBitsGroup"] if fuse
+                                       else ["MatMulNBits"] * 5)
+        rows = int(np.prod(shape[:-1]))
+        for o in outputs:
+            assert got[True][o].shape == shape[:-1] + (got[False][o].shape[-1],)
+            if rows <= 4:
+                np.testing.assert_array_equal(got[True][o], got[False][o], err_msg=o)
+            else:
+                ref = got[False][o].astype(np.float32)
+                np.testing.assert_allclose(got[True][o].astype(np.float32), ref, rtol=0,
+                                           atol=1e-5 * np.abs(ref).max(), err_msg=o)
+
+
 def test_mat_mul_n_bits_refuses_scales_of_another_type_than_a():
     rng = np.random.default_rng(3)
     inits, _ = _quantized(rng, 32, 16, 4, 32, "none")

@@ -1,0 +1,51 @@
+#include "ops/contrib/nbits_source.h"
+
+namespace onnx_light::ops::contrib {
+
+using core::DataType;
+using core::runtime::Tensor;
+
+NBitsSource ReadNBitsSource(const core::runtime::KernelCall& call, size_t first, int bits,
+                            int64_t n, int64_t k, int64_t block, DataType t1, NBitsWide& wide,
+                            const std::string& which) {
+  const int64_t k_blocks = (k + block - 1) / block;
+  const Tensor& b = call.input(first);
+  const Tensor& scales = call.input(first + 1);
+  if (b.dtype() != DataType::kUint8 || b.numel() != n * k_blocks * block * bits / 8)
+    call.Fail("input 'B'" + which +
+              " must be UINT8 [N, ceil(K / block_size), block_size * bits / 8] = [" +
+              std::to_string(n) + ", " + std::to_string(k_blocks) + ", " +
+              std::to_string(block * bits / 8) + "], got " + core::DataTypeName(b.dtype()) + " " +
+              core::runtime::ShapeToString(b.shape()));
+  if (scales.numel() != n * k_blocks)
+    call.Fail("input 'scales'" + which + " must have N * ceil(K / block_size) = " +
+              std::to_string(n * k_blocks) + " elements");
+  NBitsSource s;
+  s.bits = bits;
+  s.n = n;
+  s.k = k;
+  s.block = block;
+  s.b = b.data<uint8_t>();
+  wide.scales = std::make_unique<math::FloatView>(scales);
+  s.scales = wide.scales->data();
+  if (!call.has_input(first + 2)) return s;
+  const Tensor& zp = call.input(first + 2);
+  if (zp.dtype() == DataType::kUint8) {
+    const int64_t per_col = bits == 8 ? k_blocks : (k_blocks + 1) / 2;
+    if (zp.numel() != n * per_col)
+      call.Fail("input 'zero_points'" + which + " (UINT8) must have " +
+                std::to_string(n * per_col) + " elements");
+    s.zp_packed = zp.data<uint8_t>();
+  } else if (zp.dtype() == t1) {
+    if (zp.numel() != n * k_blocks)
+      call.Fail("input 'zero_points'" + which + " (" + core::DataTypeName(t1) +
+                ") must have scales' element count");
+    wide.zero_points = std::make_unique<math::FloatView>(zp);
+    s.zp_float = wide.zero_points->data();
+  } else {
+    math::ThrowUnsupportedType(call.node(), "input 'zero_points'" + which, zp.dtype());
+  }
+  return s;
+}
+
+}  // namespace onnx_light::ops::contrib
