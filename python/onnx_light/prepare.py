@@ -8,7 +8,9 @@
    ``present_key_values.<rest>`` and ``past_<rest>`` / ``past.<rest>`` -> ``present_<rest>`` /
    ``present.<rest>`` (onnxruntime's transformers tools). Explicit pairs are taken as given:
    no name is guessed then;
-2. makes every bound input single-use (`make_single_use`): a ``Shape`` (with its start/end)
+2. makes every bound input single-use (`make_single_use`): a one-input ``Concat`` or an
+   ``Identity`` of it (a copy of the cache every step) is removed, its readers reading the
+   input; a ``Shape`` (with its start/end)
    or ``Size`` of a bound input is answered from other graph inputs: a static dimension from
    the input's declared type, a symbolic one from a non-bound input declaring the same
    symbol (or ``input_ids`` dim 0 for axis 0), the cache length (axis -2) as
@@ -344,6 +346,41 @@ def input_symbols(graph, bound, primary=("input_ids", "attention_mask")) -> dict
     return symbols
 
 
+def _bypass_pass_throughs(graph, bound) -> list:
+    """Removes the one-input Concats and Identities of a bound input (the TorchScript exporter
+    wraps the first layer's past in a Concat of one input): each copies the whole cache every
+    step, and the cache append reading the copy cannot extend the bound buffer in place. Their
+    readers read the input itself. Not when the output is a graph output or read inside a
+    subgraph. Returns the `Rewrite`s."""
+    outputs = {o.name for o in graph.output}
+    captured: set = set()
+    for node in graph.node:
+        for a in node.attribute:
+            for g in _subgraphs(a):
+                _names_in_graph(g, captured)
+    rewrites, sources = [], set(bound)
+    changed = True
+    while changed:
+        changed = False
+        for index, node in enumerate(graph.node):
+            if node.op_type not in ("Concat", "Identity") or node.domain not in ("", "ai.onnx") \
+                    or len(node.input) != 1 or node.input[0] not in sources \
+                    or len(node.output) != 1 or node.output[0] in outputs | captured:
+                continue
+            source, copy = node.input[0], node.output[0]
+            for reader in graph.node:
+                for i, x in enumerate(reader.input):
+                    if x == copy:
+                        reader.input[i] = source
+            rewrites.append(Rewrite(node.op_type, node.name, source,
+                                    f"removed (a copy of the input; its readers read "
+                                    f"'{source}')"))
+            del graph.node[index]
+            changed = True
+            break
+    return rewrites
+
+
 def make_single_use(model, inputs: Iterable[str], known_dims: Optional[dict] = None,
                     ids_name: str = "input_ids", mask_name: str = "attention_mask") -> list:
     """Rewrites every ``Shape``/``Size`` of each input in `inputs` into values computed from
@@ -359,6 +396,7 @@ def make_single_use(model, inputs: Iterable[str], known_dims: Optional[dict] = N
     protos = _Protos(model)
     graph = model.graph
     bound = list(inputs)
+    bypassed = _bypass_pass_throughs(graph, bound)
     declared = {i.name: i for i in graph.input}
     bound_set = set(bound)
     nodes = list(graph.node)
@@ -409,7 +447,7 @@ def make_single_use(model, inputs: Iterable[str], known_dims: Optional[dict] = N
     targets = [(name, node) for name in bound for node in reads[name]]
     shared = [name for name in bound if len(consumers[name]) > 1]
     if not targets and not shared:
-        return []
+        return bypassed
 
     taken: set = set()
     _names_in_graph(graph, taken)
@@ -562,7 +600,7 @@ def make_single_use(model, inputs: Iterable[str], known_dims: Optional[dict] = N
         rebuilt.extend(replacement.get(id(node), [node]))
     del graph.node[:]
     graph.node.extend(rebuilt)
-    return rewrites
+    return bypassed + rewrites
 
 
 # --- prepare ------------------------------------------------------------------------------

@@ -116,11 +116,45 @@ def test_torchscript_export_matches_transformers_with_fused_attention(tmp_path, 
     if arch in ("llama", "qwen2", "gemma"):
         # The batch and sequence lengths every layer reads off its intermediates (Shape,
         # Gather) are read once off the inputs declaring them (static_shapes): the Shapes
-        # left are two a layer (the cache length, which only bound inputs declare) and six
-        # once (19 at two layers before, 7 a layer).
-        assert kernels["Shape"] <= 2 * layers + 6, kernels
+        # left are two a layer (the cache length, which only bound inputs declare) and eight
+        # once (19 at two layers before, 7 a layer; two of the eight answer the mask's read of
+        # the first cache's length, which read the exporter's copy of that cache before).
+        assert kernels["Shape"] <= 2 * layers + 8, kernels
     generated = runtime.generate(onnx_model, runtime.RuntimeContext(
         runtime.KernelContext(runtime.default_opset(18))),
         {"input_ids": np.array([PROMPT], np.int64), **empty_cache(model)},
         runtime.GenerationOptions(max_new_tokens=NEW_TOKENS))
     assert np.from_dlpack(generated)[0].tolist() == tokens
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+def test_a_prepared_torchscript_export_appends_every_cache_in_place(tmp_path, arch):
+    """The TorchScript exporter wraps the first layer's past in a one-input Concat (a copy of
+    the whole cache every step, which also kept that cache's append from extending the bound
+    buffer). prepare removes it (and says so); then every cache is allocated once, on the
+    prompt step, and each decode step writes only its new rows: no prefix byte copied."""
+    model = build(arch, "eager" if arch == "gpt2" else "sdpa")
+    raw, path = str(tmp_path / "model.onnx"), str(tmp_path / "model.prepared.onnx")
+    export_hf.export_torchscript(model, raw)
+    import onnx
+
+    assert any(n.op_type == "Concat" and len(n.input) == 1
+               and n.input[0] == "past_key_values.0.key" for n in onnx.load(raw).graph.node)
+    report = prepare.prepare_decoder(raw, path, bind="auto")
+    assert any(r.op_type == "Concat" and r.input_name == "past_key_values.0.key"
+               and r.answer.startswith("removed") for r in report.rewrites)
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(18)),
+                                     events_enabled=True)
+    tokens = runtime.generate(ol_onnx.load_model(path), context,
+                              {"input_ids": np.array([PROMPT], np.int64), **empty_cache(model)},
+                              runtime.GenerationOptions(max_new_tokens=NEW_TOKENS))
+    assert np.from_dlpack(tokens)[0].tolist() == transformers_greedy(model)[0]
+    storage = [e for e in context.events()
+               if e.action == runtime.RuntimeEventAction.kPersistentStorage]
+    layers, kv, head = cache_shape(model)
+    caches = 2 * layers
+    assert sum(e.storage_allocations for e in storage) == caches
+    assert sum(e.storage_prefix_copied_bytes for e in storage) == 0
+    assert sum(e.storage_reuse_count for e in storage) == caches * (NEW_TOKENS - 1)
+    rows = len(PROMPT) + NEW_TOKENS - 1
+    assert sum(e.storage_append_copied_bytes for e in storage) == caches * rows * kv * head * 4
