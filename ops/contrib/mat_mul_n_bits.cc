@@ -126,6 +126,7 @@ void MatMulNBits::Compute(KernelCall& call) const {
     std::call_once(once_, [&] {
       packed_ = pack();
       math::CountPackedWeightBytes(packed_->bytes());
+      contrib::ReleaseNBitsSource(call, 1);
     });
     w = packed_.get();
   } else {

@@ -1,5 +1,7 @@
 #include "ops/contrib/nbits_source.h"
 
+#include "core/tensor_proto.h"
+
 namespace onnx_light::ops::contrib {
 
 using core::DataType;
@@ -46,6 +48,12 @@ NBitsSource ReadNBitsSource(const core::runtime::KernelCall& call, size_t first,
     math::ThrowUnsupportedType(call.node(), "input 'zero_points'" + which, zp.dtype());
   }
   return s;
+}
+
+void ReleaseNBitsSource(const core::runtime::KernelCall& call, size_t first) {
+  for (size_t i = first; i < first + 3; ++i)
+    if (call.has_input(i))
+      core::runtime::ReleaseMappedPages(call.input(i).strided_data(), call.input(i).nbytes());
 }
 
 }  // namespace onnx_light::ops::contrib

@@ -24,4 +24,9 @@ NBitsSource ReadNBitsSource(const core::runtime::KernelCall& call, size_t first,
                             int64_t n, int64_t k, int64_t block, core::DataType t1, NBitsWide& wide,
                             const std::string& which = "");
 
+// After a kept pack of the weight: the pages of inputs first .. first + 2 that lie in a
+// mapped external-data file go back to the page cache (core::runtime::ReleaseMappedPages),
+// so the process does not hold both the file's 4-bit weights and the pack.
+void ReleaseNBitsSource(const core::runtime::KernelCall& call, size_t first);
+
 }  // namespace onnx_light::ops::contrib

@@ -147,6 +147,7 @@ void MatMulNBitsGroup::Compute(KernelCall& call) const {
     std::call_once(once_, [&] {
       packed_ = Pack(call, t1);
       math::CountPackedWeightBytes(packed_->bytes());
+      for (size_t i = 0; i < n_.size(); ++i) contrib::ReleaseNBitsSource(call, 1 + 3 * i);
     });
     w = packed_.get();
   } else {

@@ -585,3 +585,65 @@ def test_group_query_attention_refuses_the_qk_output_naming_the_node():
     model.graph.output.append(helper.make_tensor_value_info("output_qk", F32, None))
     with pytest.raises(NotImplementedError, match="gqa.*output 'output_qk' is not supported"):
         _run_ours(model, feeds)
+
+
+def _mapped_rss_kb(path: str) -> int:
+    """This process's resident kB of its mappings of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+                inside = fields[-1] == path
+            elif inside and fields[0] == "Rss:":
+                total += int(fields[1])
+    return total
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_mat_mul_n_bits_releases_the_files_pages_of_the_weights_it_packed(tmp_path, grouped):
+    """A constant MatMulNBits weight from external data is repacked once; then the pages of
+    the file's 4-bit weights go back to the page cache (the process does not hold both), and
+    the next calls give the same results from the pack. Alone and in a MatMulNBitsGroup."""
+    import onnx
+
+    rng = np.random.default_rng(11)
+    k, n, block = 2048, 512, 32  # 512 KiB of 4-bit weights a product
+    nodes, inits, outputs = [], [], []
+    for name in ("q", "k") if grouped else ("q",):
+        weights, _ = _quantized(rng, k, n, 4, block, "none")
+        nodes.append(helper.make_node("MatMulNBits", ["A", f"{name}_B", f"{name}_scales"],
+                                      [name], domain=MS, name=name, K=k, N=n, bits=4,
+                                      block_size=block))
+        inits += [numpy_helper.from_array(weights["B"], f"{name}_B"),
+                  numpy_helper.from_array(weights["scales"], f"{name}_scales")]
+        outputs.append(name)
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("A", F32, None)],
+                              [helper.make_tensor_value_info(o, F32, None) for o in outputs],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                    helper.make_opsetid(MS, 1)])
+    path = str(tmp_path / "model.onnx")
+    onnx.save(model, path, save_as_external_data=True, location="model.onnx.data",
+              size_threshold=0)
+    data = str(tmp_path / "model.onnx.data")
+    from onnx_light import onnx as ol_onnx
+
+    session = runtime.RuntimeSession(ol_onnx.load_model(path))
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(21)),
+                                     events_enabled=True)
+    a = rng.standard_normal((1, k)).astype(np.float32)
+    results = []
+    for _ in range(3):
+        out = session.run(context, {"A": a})
+        results.append({o: np.from_dlpack(out[o]).copy() for o in outputs})
+    kernels = {e.op_type for e in context.events()
+               if e.action == runtime.RuntimeEventAction.kKernel}
+    assert ("MatMulNBitsGroup" in kernels) == grouped
+    for later in results[1:]:
+        for o in outputs:
+            np.testing.assert_array_equal(later[o], results[0][o])
+    # The weights: 256 KiB a product in the file; what stays resident is at most a few pages
+    # at the edges of the ranges (whole pages inside a range are released).
+    assert _mapped_rss_kb(data) <= 16 * len(outputs), _mapped_rss_kb(data)
+    del session
