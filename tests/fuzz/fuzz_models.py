@@ -67,6 +67,11 @@ def seed_models() -> list[bytes]:
 
     header = '<ir_version: 10, opset_import: ["" : 18]>'
     out = [parser.parse_model(header + t).SerializeToString() for t in TEXT_MODELS]
+    # The libFuzzer corpus's extra models (control flow, contrib ops, the Hub files' products).
+    sys.path.insert(0, str(Path(__file__).parent))
+    import make_corpus
+
+    out += [parser.parse_model(t).SerializeToString() for t in make_corpus.EXTRA_TEXT_MODELS]
     out.append(build_tiny_decoder(config=TinyDecoderConfig()).SerializeToString())
     for p in sorted((REPO / "tests/data/text_parser").glob("*.pb")) + sorted(
             (REPO / "tests/data/text_parser").glob("*.onnx")):

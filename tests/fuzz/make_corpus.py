@@ -55,6 +55,10 @@ EXTRA_TEXT_MODELS = [
     # model_bnb4's product: NF4 codes, two a byte, and a per-block absmax.
     HEADER_MS + 'g (float[2,32] a) => (float[2,2] y) <uint8[32] b = {0, 37, 74, 111, 148, 185, 222, 3, 40, 77, 114, 151, 188, 225, 6, 43, 80, 117, 154, 191, 228, 9, 46, 83, 120, 157, 194, 231, 12, 49, 86, 123}, float[1] am = {1.5}> '
     '{ y = com.microsoft.MatMulBnb4<K=32, N=2, block_size=64, quant_type=1>(a, b, am) }',
+    # model_q4's q/k/v: MatMulNBits of one input (the plan groups them: MatMulNBitsGroup).
+    HEADER_MS + 'g (float[2,32] a) => (float[2,2] y, float[2,2] z) <uint8[2,1,16] b = {5, 42, 79, 116, 153, 190, 227, 8, 45, 82, 119, 156, 193, 230, 11, 48, 85, 122, 159, 196, 233, 14, 51, 88, 125, 162, 199, 236, 17, 54, 91, 128}, float[2] s = {0.5, 0.25}, uint8[2,1,16] c = {17, 108, 199, 34, 125, 216, 51, 142, 233, 68, 159, 250, 85, 176, 11, 102, 193, 28, 119, 210, 45, 136, 227, 62, 153, 244, 79, 170, 5, 96, 187, 22}, float[2] t = {0.125, 2}> '
+    '{ y = com.microsoft.MatMulNBits<K=32, N=2, bits=4, block_size=32>(a, b, s) '
+    'z = com.microsoft.MatMulNBits<K=32, N=2, bits=4, block_size=32>(a, c, t) }',
 ]
 
 
