@@ -267,3 +267,27 @@ def test_prepare_refuses_a_malformed_merged_if_naming_it(tmp_path):
                            match=r"If node 'optimum::if' on input 'use_cache_branch' lacks a "
                                  r"branch or has branches of other output counts"):
             prepare.prepare_decoder(path, tmp_path / "out.onnx", bind="auto")
+
+
+def test_prepare_refuses_a_with_past_branch_that_cannot_start_from_empty_caches(tmp_path):
+    """A with-past branch that needs a past token (here: it reads the past's first row with
+    a Gather, which fails on an empty cache) cannot stand in for the no-past branch: prepare
+    says so, naming the step, and writes nothing."""
+    def needs_a_past_row(model):
+        g = _branch(model, "then_branch").g
+        g.node.extend([
+            helper.make_node("Constant", [], ["row0"], value=helper.make_tensor(
+                "row0", TensorProto.INT64, [], [0])),
+            helper.make_node("Gather", ["past_key_values.0.value", "row0"], ["first_row"],
+                             axis=2),
+            helper.make_node("ReduceSum", ["first_row"], ["first_sum"], keepdims=0),
+            helper.make_node("Add", ["logits_pre", "first_sum"], ["logits"])])
+        producer = next(n for n in g.node if "logits" in n.output and n.op_type != "Add")
+        producer.output[list(producer.output).index("logits")] = "logits_pre"
+
+    path = merged_copy(tmp_path, "llama", needs_a_past_row)
+    with pytest.raises(prepare.PrepareError,
+                       match=r"the with-past branch does not run from empty caches at step 0 "
+                             r"\(.*\); nothing written"):
+        prepare.prepare_decoder(path, tmp_path / "out.onnx", bind="auto")
+    assert not (tmp_path / "out.onnx").exists()
