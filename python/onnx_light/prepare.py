@@ -478,14 +478,12 @@ def make_single_use(model, inputs: Iterable[str], known_dims: Optional[dict] = N
         key = ("dim", source, axis)
         if key not in cache:
             out = fresh(f"{source}_dim{axis}")
-            if opset >= 15:
-                new_nodes.append(protos.node("Shape", [source], [out], out,
-                                             start=axis, end=axis + 1))
-            else:
-                shape = fresh(f"{source}_shape")
+            # Gather(Shape(source)): the form static_shapes reads inputs' dimensions in, so
+            # the two share one Shape of each input (fold_static_shapes merges them).
+            shape = cache.setdefault(("shape", source), fresh(f"{source}_shape"))
+            if not any(shape in n.output for n in new_nodes):
                 new_nodes.append(protos.node("Shape", [source], [shape], shape))
-                new_nodes.append(protos.node("Gather", [shape, const([axis])], [out], out,
-                                             axis=0))
+            new_nodes.append(protos.node("Gather", [shape, const([axis])], [out], out, axis=0))
             cache[key] = out
         return cache[key]
 

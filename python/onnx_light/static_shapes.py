@@ -113,6 +113,27 @@ def _symbolic_dim(types: dict, name: str, index: int) -> Optional[str]:
     return d.dim_param or None if d is not None and d.HasField("dim_param") else None
 
 
+def _merge_whole_shapes(nodes: list, protected: set) -> int:
+    """Shapes (no start/end) of one value, beyond the first, removed from `nodes` in place,
+    their readers reading the first's output; returns how many went."""
+    first, rename, gone = {}, {}, []
+    for at, n in enumerate(nodes):
+        if (n.op_type != "Shape" or n.domain not in ("", "ai.onnx") or len(n.attribute)
+                or len(n.input) != 1 or n.output[0] in protected):
+            continue
+        if n.input[0] in first:
+            rename[n.output[0]] = first[n.input[0]]
+            gone.append(at)
+        else:
+            first[n.input[0]] = n.output[0]
+    for n in nodes:
+        for i, x in enumerate(n.input):
+            n.input[i] = rename.get(x, x)
+    for at in reversed(gone):
+        del nodes[at]
+    return len(gone)
+
+
 class _InputDims:
     """One ``Gather(Shape(input), j)`` per (input, axis, scalar or [1]) read, its nodes put
     first in the graph (they read only a graph input and a constant)."""
@@ -208,7 +229,8 @@ def fold_static_shapes(model, bound=()) -> Optional[tuple]:
     keep = shared.nodes + [n for n in kept
                            if not (n.op_type == "Shape" and n.domain in ("", "ai.onnx")
                                    and n.output[0] not in read)]
-    if len(keep) != len(graph.node) or shared.nodes:
+    merged = _merge_whole_shapes(keep, outputs | captured)
+    if len(keep) != len(graph.node) or shared.nodes or merged:
         del graph.node[:]
         graph.node.extend(keep)
     casts = sum(1 for at in dropped if graph_ops[at] == "Cast")
