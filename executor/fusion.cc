@@ -773,8 +773,11 @@ std::optional<Fusion> MatchMatMulNBitsGroup(const GraphIndex& ix, const Constant
     std::array<int64_t, 5> attrs{};
     DataType zp = DataType::kUndefined;
     const NodeProto& mm = ix.node(reader);
-    if (!GroupableNBits(ix, constant, reader, attrs, zp) || mm.input(0) != a || mm.input(1) == a ||
-        mm.input(2) == a)
+    // (A node reading A twice is listed twice; one reading it beyond input 0 is no product
+    // of A by constants.)
+    if (!GroupableNBits(ix, constant, reader, attrs, zp) || mm.input(0) != a ||
+        std::count(mm.input().begin(), mm.input().end(), a) != 1 ||
+        std::count(f.removed.begin(), f.removed.end(), reader) != 0)
       continue;
     if (shared && (attrs[0] != (*shared)[0] || attrs[2] != (*shared)[2] ||
                    attrs[3] != (*shared)[3] || attrs[4] != (*shared)[4] || zp != shared_zp))
