@@ -14,16 +14,13 @@
 // B is repacked once (ops/contrib/nbits_gemm.h) when B, scales and zero points are plan
 // constants, and the copy is kept with the kernel (counted in PackedWeightBytes()); any
 // other B is repacked for the call.
-#include <atomic>
 #include <memory>
-#include <mutex>
 
 #include "executor/attributes.h"
 #include "ops/contrib/nbits_gemm.h"
 #include "ops/contrib/nbits_source.h"
 #include "ops/kernel_factory.h"
 #include "ops/math/common.h"
-#include "ops/math/constant_weight.h"
 
 namespace onnx_light::ops {
 
@@ -34,15 +31,12 @@ using core::runtime::Tensor;
 
 class MatMulNBits final : public core::runtime::KernelBase {
  public:
-  explicit MatMulNBits(const core::runtime::KernelContext&) {}
-  ~MatMulNBits() override {
-    if (packed_) math::UncountPackedWeightBytes(packed_->bytes());
-  }
+  explicit MatMulNBits(const core::runtime::KernelContext&) { weights_.Reads(1, 4); }
   void Compute(KernelCall& call) const override;
   // An int4 LM head on generate's prompt step multiplies the last row alone.
   bool ComputesLastRowOnly() const override { return true; }
   void OnConstantInput(size_t index, const RuntimeValue& value) override {
-    if (index >= 1 && index <= 3 && value.is_tensor()) constant_[index] = value.tensor();
+    weights_.Declare(index, value);
   }
 
  protected:
@@ -50,13 +44,10 @@ class MatMulNBits final : public core::runtime::KernelBase {
 
  private:
   contrib::NBitsSource Source(const KernelCall& call, DataType t1, contrib::NBitsWide& wide) const;
-  bool AllConstant(const KernelCall& call) const;
 
   int64_t k_ = 0, n_ = 0, bits_ = 4, block_ = 32;
   contrib::NBitsCompute compute_ = contrib::NBitsCompute::kFloat;
-  Tensor constant_[4];  // declared constants of inputs 1..3 (B, scales, zero_points)
-  mutable std::once_flag once_;
-  mutable std::unique_ptr<const contrib::PackedNBits> packed_;
+  contrib::ConstantNBitsPack weights_;  // of inputs 1..3 (B, scales, zero_points)
 };
 
 void MatMulNBits::Configure(const NodeProto& node) {
@@ -85,18 +76,6 @@ contrib::NBitsSource MatMulNBits::Source(const KernelCall& call, DataType t1,
   return contrib::ReadNBitsSource(call, 1, static_cast<int>(bits_), n_, k_, block_, t1, wide);
 }
 
-// Whether this call's B, scales and zero points are the declared constants (same storage).
-bool MatMulNBits::AllConstant(const KernelCall& call) const {
-  for (size_t i = 1; i <= 3; ++i) {
-    if (!call.has_input(i)) continue;
-    const Tensor& t = call.input(i);
-    if (!constant_[i].defined() || t.raw_data() != constant_[i].raw_data() ||
-        t.shape() != constant_[i].shape() || t.dtype() != constant_[i].dtype())
-      return false;
-  }
-  return true;
-}
-
 void MatMulNBits::Compute(KernelCall& call) const {
   Tensor a_dense, a_last;
   const Tensor& a_full =
@@ -121,18 +100,7 @@ void MatMulNBits::Compute(KernelCall& call) const {
     return std::make_unique<const contrib::PackedNBits>(Source(call, t1, wide));
   };
   std::unique_ptr<const contrib::PackedNBits> local;
-  const contrib::PackedNBits* w = nullptr;
-  if (AllConstant(call)) {
-    std::call_once(once_, [&] {
-      packed_ = pack();
-      math::CountPackedWeightBytes(packed_->bytes());
-      contrib::ReleaseNBitsSource(call, 1);
-    });
-    w = packed_.get();
-  } else {
-    local = pack();
-    w = local.get();
-  }
+  const contrib::PackedNBits* w = weights_.Get(call, pack, local);
   core::runtime::Shape shape = a.shape();
   shape.back() = n_;
   Tensor& y = call.AllocateOutput(0, t1, shape);

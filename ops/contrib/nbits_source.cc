@@ -1,6 +1,7 @@
 #include "ops/contrib/nbits_source.h"
 
 #include "core/tensor_proto.h"
+#include "ops/math/constant_weight.h"
 
 namespace onnx_light::ops::contrib {
 
@@ -50,10 +51,45 @@ NBitsSource ReadNBitsSource(const core::runtime::KernelCall& call, size_t first,
   return s;
 }
 
-void ReleaseNBitsSource(const core::runtime::KernelCall& call, size_t first) {
-  for (size_t i = first; i < first + 3; ++i)
-    if (call.has_input(i))
-      core::runtime::ReleaseMappedPages(call.input(i).strided_data(), call.input(i).nbytes());
+ConstantNBitsPack::~ConstantNBitsPack() {
+  if (packed_) math::UncountPackedWeightBytes(packed_->bytes());
+}
+
+void ConstantNBitsPack::Reads(size_t first, size_t end) {
+  first_ = first;
+  constant_.assign(end > first ? end - first : 0, Tensor());
+}
+
+void ConstantNBitsPack::Declare(size_t index, const core::runtime::RuntimeValue& value) {
+  if (index >= first_ && index - first_ < constant_.size() && value.is_tensor())
+    constant_[index - first_] = value.tensor();
+}
+
+bool ConstantNBitsPack::AllConstant(const core::runtime::KernelCall& call) const {
+  for (size_t i = 0; i < constant_.size(); ++i) {
+    if (!call.has_input(first_ + i)) continue;
+    const Tensor& t = call.input(first_ + i);
+    const Tensor& c = constant_[i];
+    if (!c.defined() || t.raw_data() != c.raw_data() || t.shape() != c.shape() ||
+        t.dtype() != c.dtype())
+      return false;
+  }
+  return !constant_.empty();
+}
+
+const PackedNBits* ConstantNBitsPack::Get(const core::runtime::KernelCall& call, const PackFn& pack,
+                                          std::unique_ptr<const PackedNBits>& local) const {
+  if (!AllConstant(call)) {
+    local = pack();
+    return local.get();
+  }
+  std::call_once(once_, [&] {
+    packed_ = pack();
+    math::CountPackedWeightBytes(packed_->bytes());
+    for (const Tensor& t : constant_)
+      if (t.defined()) core::runtime::ReleaseMappedPages(t.strided_data(), t.nbytes());
+  });
+  return packed_.get();
 }
 
 }  // namespace onnx_light::ops::contrib

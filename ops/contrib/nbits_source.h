@@ -1,10 +1,14 @@
 // MatMulNBits' weight inputs (B, scales, zero_points) read off a call as an NBitsSource, their
-// sizes checked: shared by com.microsoft MatMulNBits and ai.onnx_light.fused
-// MatMulNBitsGroup (several products of one A side by side).
+// sizes checked, and packed once when they are plan constants: shared by com.microsoft
+// MatMulNBits and ai.onnx_light.fused MatMulNBitsGroup (several products of one A side by
+// side).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "ops/contrib/nbits_gemm.h"
 #include "ops/kernel_factory.h"
@@ -24,9 +28,36 @@ NBitsSource ReadNBitsSource(const core::runtime::KernelCall& call, size_t first,
                             int64_t n, int64_t k, int64_t block, core::DataType t1, NBitsWide& wide,
                             const std::string& which = "");
 
-// After a kept pack of the weight: the pages of inputs first .. first + 2 that lie in a
-// mapped external-data file go back to the page cache (core::runtime::ReleaseMappedPages),
-// so the process does not hold both the file's 4-bit weights and the pack.
-void ReleaseNBitsSource(const core::runtime::KernelCall& call, size_t first);
+// A kernel's PackedNBits of weight inputs that are plan constants (MatMulNBits' B, scales,
+// zero points; MatMulNBitsGroup's of every product). The first call whose declared inputs
+// are those constants (same storage, type, shape) packs them once; the pack is kept (counted
+// in math::PackedWeightBytes) and the pages of the source that lie in a mapped external-data
+// file go back to the page cache (core::runtime::ReleaseMappedPages), so the process does not
+// hold both. Any other call packs for itself.
+class ConstantNBitsPack {
+ public:
+  using PackFn = std::function<std::unique_ptr<const PackedNBits>()>;
+  ConstantNBitsPack() = default;
+  ConstantNBitsPack(const ConstantNBitsPack&) = delete;
+  ConstantNBitsPack& operator=(const ConstantNBitsPack&) = delete;
+  ~ConstantNBitsPack();
+
+  // The inputs [first, end) the pack reads (from the kernel's Configure): each one a call
+  // gives must be a declared constant for the kept pack to serve it.
+  void Reads(size_t first, size_t end);
+  // From the kernel's OnConstantInput (indices outside the range are ignored).
+  void Declare(size_t index, const core::runtime::RuntimeValue& value);
+  // The kept pack, or one made by `pack` into `local` for this call alone.
+  const PackedNBits* Get(const core::runtime::KernelCall& call, const PackFn& pack,
+                         std::unique_ptr<const PackedNBits>& local) const;
+
+ private:
+  bool AllConstant(const core::runtime::KernelCall& call) const;
+
+  size_t first_ = 0;
+  std::vector<core::runtime::Tensor> constant_;  // inputs first_.. ; undefined: not declared
+  mutable std::once_flag once_;
+  mutable std::unique_ptr<const PackedNBits> packed_;
+};
 
 }  // namespace onnx_light::ops::contrib

@@ -14,7 +14,6 @@
 // lands in an [M, sum N_i] scratch, and each Y_i takes its columns: every column is computed
 // as the separate MatMulNBits computes it, so the outputs are the same bits.
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "executor/attributes.h"
@@ -22,7 +21,6 @@
 #include "ops/contrib/nbits_source.h"
 #include "ops/kernel_factory.h"
 #include "ops/math/common.h"
-#include "ops/math/constant_weight.h"
 
 namespace onnx_light::ops {
 
@@ -33,13 +31,9 @@ using core::runtime::Tensor;
 class MatMulNBitsGroup final : public core::runtime::KernelBase {
  public:
   explicit MatMulNBitsGroup(const core::runtime::KernelContext&) {}
-  ~MatMulNBitsGroup() override {
-    if (packed_) math::UncountPackedWeightBytes(packed_->bytes());
-  }
   void Compute(KernelCall& call) const override;
   void OnConstantInput(size_t index, const core::runtime::RuntimeValue& value) override {
-    if (index >= 1 && index < constant_.size() && value.is_tensor())
-      constant_[index] = value.tensor();
+    weights_.Declare(index, value);
   }
 
  protected:
@@ -53,14 +47,11 @@ class MatMulNBitsGroup final : public core::runtime::KernelBase {
     contrib::NBitsSource source;
   };
   std::unique_ptr<const contrib::PackedNBits> Pack(const KernelCall& call, DataType t1) const;
-  bool AllConstant(const KernelCall& call) const;
 
   int64_t k_ = 0, bits_ = 4, block_ = 32, width_ = 0;
   std::vector<int64_t> n_, offset_;
   contrib::NBitsCompute compute_ = contrib::NBitsCompute::kFloat;
-  std::vector<Tensor> constant_;
-  mutable std::once_flag once_;
-  mutable std::unique_ptr<const contrib::PackedNBits> packed_;
+  contrib::ConstantNBitsPack weights_;  // of inputs 1.. (every product's)
 };
 
 void MatMulNBitsGroup::Configure(const NodeProto& node) {
@@ -79,18 +70,7 @@ void MatMulNBitsGroup::Configure(const NodeProto& node) {
     offset_.push_back(width_);
     width_ += n;
   }
-  constant_.resize(static_cast<size_t>(node.input_size()));
-}
-
-bool MatMulNBitsGroup::AllConstant(const KernelCall& call) const {
-  for (size_t i = 1; i < constant_.size(); ++i) {
-    if (!call.has_input(i)) continue;
-    const Tensor& t = call.input(i);
-    if (!constant_[i].defined() || t.raw_data() != constant_[i].raw_data() ||
-        t.shape() != constant_[i].shape() || t.dtype() != constant_[i].dtype())
-      return false;
-  }
-  return true;
+  weights_.Reads(1, static_cast<size_t>(node.input_size()));
 }
 
 std::unique_ptr<const contrib::PackedNBits> MatMulNBitsGroup::Pack(const KernelCall& call,
@@ -142,18 +122,8 @@ void MatMulNBitsGroup::Compute(KernelCall& call) const {
       call.Fail("input 'scales' of product " + std::to_string(i + 1) + " must have A's type " +
                 core::DataTypeName(t1));
   std::unique_ptr<const contrib::PackedNBits> local;
-  const contrib::PackedNBits* w = nullptr;
-  if (AllConstant(call)) {
-    std::call_once(once_, [&] {
-      packed_ = Pack(call, t1);
-      math::CountPackedWeightBytes(packed_->bytes());
-      for (size_t i = 0; i < n_.size(); ++i) contrib::ReleaseNBitsSource(call, 1 + 3 * i);
-    });
-    w = packed_.get();
-  } else {
-    local = Pack(call, t1);
-    w = local.get();
-  }
+  const contrib::PackedNBits* w = weights_.Get(
+      call, [&] { return Pack(call, t1); }, local);
   std::vector<Tensor*> y(n_.size(), nullptr);
   for (size_t i = 0; i < n_.size(); ++i) {
     core::runtime::Shape shape = a.shape();
