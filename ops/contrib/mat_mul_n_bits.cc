@@ -81,12 +81,8 @@ void MatMulNBits::Compute(KernelCall& call) const {
   const Tensor& a_full =
       call.input(0).contiguous() ? call.input(0) : (a_dense = call.input(0).Contiguous());
   const Tensor& a = call.last_row_only() ? math::LastRows(call, a_full, a_last) : a_full;
+  contrib::CheckNBitsActivation(call, a, k_);
   const DataType t1 = a.dtype();
-  if (t1 != DataType::kFloat && t1 != DataType::kFloat16 && t1 != DataType::kBFloat16)
-    math::ThrowUnsupportedType(call.node(), "input 'A' (FLOAT, FLOAT16 or BFLOAT16)", t1);
-  if (a.rank() < 1 || a.dim(-1) != k_)
-    call.Fail("input 'A' " + core::runtime::ShapeToString(a.shape()) +
-              " must end in K = " + std::to_string(k_));
   const Tensor* bias = call.has_input(5) ? &call.input(5) : nullptr;
   if (bias && (bias->dtype() != t1 || bias->numel() != n_))
     call.Fail("input 'bias' must be " + core::DataTypeName(t1) +

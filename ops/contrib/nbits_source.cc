@@ -8,6 +8,15 @@ namespace onnx_light::ops::contrib {
 using core::DataType;
 using core::runtime::Tensor;
 
+void CheckNBitsActivation(const core::runtime::KernelCall& call, const Tensor& a, int64_t k) {
+  const DataType t1 = a.dtype();
+  if (t1 != DataType::kFloat && t1 != DataType::kFloat16 && t1 != DataType::kBFloat16)
+    math::ThrowUnsupportedType(call.node(), "input 'A' (FLOAT, FLOAT16 or BFLOAT16)", t1);
+  if (a.rank() < 1 || a.dim(-1) != k)
+    call.Fail("input 'A' " + core::runtime::ShapeToString(a.shape()) +
+              " must end in K = " + std::to_string(k));
+}
+
 NBitsSource ReadNBitsSource(const core::runtime::KernelCall& call, size_t first, int bits,
                             int64_t n, int64_t k, int64_t block, DataType t1, NBitsWide& wide,
                             const std::string& which) {

@@ -21,6 +21,11 @@ struct NBitsWide {
   std::unique_ptr<math::FloatView> scales, zero_points;
 };
 
+// A (input 0 of both kernels) must be FLOAT, FLOAT16 or BFLOAT16 ending in K; fails the call
+// naming it otherwise.
+void CheckNBitsActivation(const core::runtime::KernelCall& call, const core::runtime::Tensor& a,
+                          int64_t k);
+
 // The source of inputs first (B), first + 1 (scales), first + 2 (zero_points, optional) for
 // an [K, N] weight of `bits` in blocks of `block`, scales of type t1; `which` follows the
 // input names in errors (" of product 2"). Fails the call naming the input on a bad size/type.

@@ -111,12 +111,8 @@ void MatMulNBitsGroup::Compute(KernelCall& call) const {
   Tensor a_dense;
   const Tensor& a =
       call.input(0).contiguous() ? call.input(0) : (a_dense = call.input(0).Contiguous());
+  contrib::CheckNBitsActivation(call, a, k_);
   const DataType t1 = a.dtype();
-  if (t1 != DataType::kFloat && t1 != DataType::kFloat16 && t1 != DataType::kBFloat16)
-    math::ThrowUnsupportedType(call.node(), "input 'A' (FLOAT, FLOAT16 or BFLOAT16)", t1);
-  if (a.rank() < 1 || a.dim(-1) != k_)
-    call.Fail("input 'A' " + core::runtime::ShapeToString(a.shape()) +
-              " must end in K = " + std::to_string(k_));
   for (size_t i = 0; i < n_.size(); ++i)
     if (call.input(2 + 3 * i).dtype() != t1)  // checked on every call: the pack is kept
       call.Fail("input 'scales' of product " + std::to_string(i + 1) + " must have A's type " +
