@@ -109,6 +109,14 @@ void ValidateExternalData(const ModelProto& model, const std::string& base_dir) 
 }  // namespace
 
 std::shared_ptr<ModelProto> LoadModel(const std::string& path) {
+  // A directory opens as a stream of "size" 2^63 - 1, and a FIFO or device blocks or never
+  // ends: only a regular file is read.
+  std::error_code status_error;
+  const auto status = std::filesystem::status(path, status_error);
+  OL_CHECK(!std::filesystem::is_directory(status), ErrorCode::kInvalidArgument,
+           "model file '" + path + "' is a directory: pass the .onnx file in it");
+  OL_CHECK(!std::filesystem::exists(status) || std::filesystem::is_regular_file(status),
+           ErrorCode::kInvalidArgument, "model file '" + path + "' is not a regular file");
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   OL_CHECK(in.good(), ErrorCode::kInvalidArgument,
            "cannot open model file '" + path + "': " + std::strerror(errno));

@@ -281,10 +281,25 @@ def generation_options(settings: ModelSettings, max_new_tokens: int, temperature
     return options
 
 
+def model_file(path: str) -> str:
+    """`path`, or the one .onnx file of the directory `path` (a model folder such as the
+    onnxruntime-genai builder's); a folder with none or several is refused, naming them."""
+    if not os.path.isdir(path):
+        return path
+    found = sorted(f for f in os.listdir(path) if f.endswith(".onnx"))
+    if len(found) == 1:
+        return os.path.join(path, found[0])
+    if not found:
+        raise ValueError(f"'{path}' is a directory with no .onnx file in it")
+    raise ValueError(f"'{path}' is a directory with several models ({', '.join(found)}): "
+                     "pass the one to run")
+
+
 class TextGenerator:
     """One model and tokenizer; stream() runs one generation and yields decoded text."""
 
     def __init__(self, model_path: str, tokenizer_path: str, threads: int | None = None):
+        model_path = model_file(model_path)
         model = ol_onnx.load_model(model_path)
         if len(model.graph.persistent_bindings) == 0 and any(
                 i.name.startswith("past") for i in model.graph.input):

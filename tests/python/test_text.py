@@ -120,6 +120,24 @@ def test_a_model_with_caches_but_no_bindings_is_refused(files, tmp_path):
         TextGenerator(str(tmp_path / "unbound.onnx"), str(files))
 
 
+def test_a_model_folder_runs_its_one_model_and_refuses_an_ambiguous_one(files, tmp_path):
+    want, _ = expected_text(files)
+    assert "".join(TextGenerator(str(files), str(files)).stream(PROMPT, max_new_tokens=8)) == want
+    folder = _linked(files, tmp_path)
+    os.symlink(os.path.realpath(files / "model.onnx"), folder / "model.prepared.onnx")
+    with pytest.raises(ValueError, match=r"is a directory with several models \(model.onnx, "
+                                         r"model.prepared.onnx\): pass the one to run"):
+        TextGenerator(str(folder), str(files))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="is a directory with no .onnx file in it"):
+        TextGenerator(str(empty), str(files))
+    # Below the text layer, loading a directory names it (it used to report 2^63 - 1 bytes).
+    with pytest.raises(Exception, match=f"model file '{empty}' is a directory: pass the .onnx "
+                                        "file in it"):
+        ol_onnx.load_model(str(empty))
+
+
 def test_the_command_line_streams_text_and_reports_figures(files):
     want, _ = expected_text(files)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(

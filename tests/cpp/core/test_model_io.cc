@@ -166,6 +166,12 @@ TEST_CASE("Malformed bytes, missing files and 2 GB models fail with clear errors
     CHECK(e.code() == ErrorCode::kInvalidArgument);
     CHECK(std::string(e.what()).find("cannot open model file '/nonexistent/model.onnx'") == 0);
   }
+  // A directory and a character device are refused by name before any read (a directory
+  // would otherwise report a size of 2^63 - 1 bytes, /dev/zero would never end).
+  CHECK_THROWS_WITH_AS(LoadModel("/tmp"),
+                       "model file '/tmp' is a directory: pass the .onnx file in it", Error);
+  CHECK_THROWS_WITH_AS(LoadModel("/dev/zero"), "model file '/dev/zero' is not a regular file",
+                       Error);
   // Reserve (not commit) 2 GB of address space so the view is valid without touching memory.
   const size_t huge = static_cast<size_t>(INT_MAX) + 1;
   void* p = mmap(nullptr, huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
