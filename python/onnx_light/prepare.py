@@ -38,6 +38,7 @@ import sys
 from typing import Callable, Iterable, Optional, Sequence, Union
 
 from onnx_light import merged_decoder
+from onnx_light.model_folder import model_file
 from onnx_light.static_shapes import fold_static_shapes
 
 __all__ = ["PrepareError", "PrepareReport", "Rewrite", "Candidate", "find_pairs",
@@ -694,6 +695,10 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
     from onnx_light import onnx as ol
 
     in_path, out_path = os.fspath(in_path), os.fspath(out_path)
+    try:
+        in_path = model_file(in_path)
+    except ValueError as e:
+        raise PrepareError(str(e)) from None
     if not os.path.isfile(in_path):
         raise PrepareError(f"cannot read '{in_path}': no such file")
     explicit = _parse_bind(bind)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnx_light import onnx as ol_onnx
+from onnx_light.model_folder import model_file
 from onnx_light.onnx_py._onnxpykernels import runtime
 from onnx_light.streaming import generate_stream
 
@@ -279,20 +280,6 @@ def generation_options(settings: ModelSettings, max_new_tokens: int, temperature
         options.eos_token_id = eos[0]
         options.stop_token_ids = eos[1:]
     return options
-
-
-def model_file(path: str) -> str:
-    """`path`, or the one .onnx file of the directory `path` (a model folder such as the
-    onnxruntime-genai builder's); a folder with none or several is refused, naming them."""
-    if not os.path.isdir(path):
-        return path
-    found = sorted(f for f in os.listdir(path) if f.endswith(".onnx"))
-    if len(found) == 1:
-        return os.path.join(path, found[0])
-    if not found:
-        raise ValueError(f"'{path}' is a directory with no .onnx file in it")
-    raise ValueError(f"'{path}' is a directory with several models ({', '.join(found)}): "
-                     "pass the one to run")
 
 
 class TextGenerator:

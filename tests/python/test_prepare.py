@@ -196,7 +196,20 @@ def test_refusals(raw_dir, tmp_path):
         prepare.prepare_decoder(raw, tmp_path / "x.onnx", bind="auto")
     with pytest.raises(prepare.PrepareError, match="is the input"):
         prepare.prepare_decoder(raw, raw, bind="auto")
+    # A folder stands for its one .onnx file; an empty one is named (not "no such file").
+    with pytest.raises(prepare.PrepareError, match="is a directory with no .onnx file in it"):
+        prepare.prepare_decoder(tmp_path, raw_dir / "x.onnx", bind="auto")
     assert not os.path.exists(raw_dir / "x.onnx") and not os.listdir(tmp_path)
+    one = tmp_path / "one"
+    one.mkdir()
+    for name in os.listdir(raw_dir):
+        if name == "model.onnx" or name.endswith(".data"):  # the graph and its data
+            os.symlink(raw_dir / name, one / name)
+    with pytest.raises(prepare.PrepareError, match="'.*/one/model.onnx' is the input"):
+        prepare.prepare_decoder(one, one / "model.onnx", bind="auto")
+    os.symlink(raw, one / "other.onnx")
+    with pytest.raises(prepare.PrepareError, match=r"several models \(model.onnx, other.onnx\)"):
+        prepare.prepare_decoder(one, one / "x.onnx", bind="auto")
 
 
 PAST, PRESENT = "past_key_values.0.key", "present.0.key"

@@ -126,7 +126,7 @@ def test_a_model_folder_runs_its_one_model_and_refuses_an_ambiguous_one(files, t
     folder = _linked(files, tmp_path)
     os.symlink(os.path.realpath(files / "model.onnx"), folder / "model.prepared.onnx")
     with pytest.raises(ValueError, match=r"is a directory with several models \(model.onnx, "
-                                         r"model.prepared.onnx\): pass the one to run"):
+                                         r"model.prepared.onnx\): pass one of them"):
         TextGenerator(str(folder), str(files))
     empty = tmp_path / "empty"
     empty.mkdir()
