@@ -79,6 +79,7 @@ PersistentTensor::AppendLease::AppendLease(AppendLease&& other) noexcept
       retained_(other.retained_),
       capacity_(other.capacity_),
       exclusive_(other.exclusive_),
+      copied_for_alias_(other.copied_for_alias_),
       initial_capacity_(other.initial_capacity_),
       attempted_(other.attempted_.load(std::memory_order_acquire)),
       pending_(std::move(other.pending_)),
@@ -122,6 +123,7 @@ std::optional<AppendReservation> PersistentTensor::AppendLease::Reserve(
   size_t capacity = 0;
   size_t allocated_bytes = 0, prefix_bytes = 0;
   const bool reuse = certified && exclusive_ && rows <= capacity_.capacity;
+  copied_for_alias_ = certified && !exclusive_ && rows <= capacity_.capacity;
   if (reuse) {
     // Written only past each block's valid prefix, in a buffer this class allocated: the
     // const views never observe these rows, so no published byte changes.

@@ -92,12 +92,16 @@ class PersistentTensor::AppendLease final : public BindingLease {
 
   // The capacity to publish with `produced`, when it is still the committed candidate.
   std::optional<Capacity> PublishableCapacity(const RuntimeValue& produced) const;
+  // Whether Reserve copied the prefix into a new buffer although the certified one had room:
+  // the state was not the value's only holder when the run started.
+  bool copied_for_alias() const { return copied_for_alias_; }
 
  private:
   std::string binding_;
   const RuntimeValue* retained_ = nullptr;
   Capacity capacity_;
   bool exclusive_ = false;
+  bool copied_for_alias_ = false;
   size_t initial_capacity_ = 0;
   std::atomic<bool> attempted_{false};
   std::optional<Capacity> pending_;

@@ -91,6 +91,15 @@ struct RunLeases {
         PersistentTensor::Capacity{});
   }
 
+  // Bindings whose append copied the cache only because of an outside reference.
+  std::vector<size_t> CopiedForAlias() const {
+    std::vector<size_t> out;
+    for (size_t b = 0; b < tensor_of.size(); ++b)
+      if (tensor_of[b] >= 0 && tensors[static_cast<size_t>(tensor_of[b])].copied_for_alias())
+        out.push_back(b);
+    return out;
+  }
+
   std::vector<PersistentTensor::AppendLease> tensors;
   std::vector<PagedTailLease> paged;
   std::vector<BindingLease*> by_binding;
@@ -367,7 +376,9 @@ RuntimeValueMap PersistentValueState::RunSelected(RuntimeContext& context, Runti
   run_options.cancel_requested = completion ? &completion->cancel_flag() : nullptr;
   run_options.last_position_outputs = last_position.empty() ? nullptr : &last_position;
   run_options.binding_leases = leases.span();
+  last_alias_copies_.clear();
   session_->Execute(context, frame, run_options);
+  for (size_t b : leases.CopiedForAlias()) last_alias_copies_.push_back(bindings[b].input_name);
 
   // Every bound output and every returned one leaves the frame; the rest is dropped with it.
   std::vector<RuntimeValue> taken(plan.outputs().size());

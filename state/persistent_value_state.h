@@ -118,6 +118,11 @@ class PersistentValueState {
   std::vector<std::string> feed_names() const;
   // How many distinct caller contexts the state keeps alive.
   size_t retained_context_count() const;
+  // Input names of the bindings whose append in the last Run copied the cache into a new
+  // buffer only because something outside the state (an earlier call's returned output, a
+  // Values() view) still referenced it: it had the capacity to append in place. Empty when
+  // every append reused its buffer or none was attempted. Read between calls.
+  const std::vector<std::string>& last_run_alias_copies() const { return last_alias_copies_; }
 
   // The plan's input/output index of every binding, in bindings() order.
   struct BoundSlots {
@@ -148,7 +153,8 @@ class PersistentValueState {
   RuntimeSessionOptions options_;                     // the session's
   std::shared_ptr<const Declarations> declarations_;  // shared by every state of the session
 
-  mutable std::mutex retained_mutex_;  // guards only the retained_ handle swap/read
+  std::vector<std::string> last_alias_copies_;  // see last_run_alias_copies()
+  mutable std::mutex retained_mutex_;           // guards only the retained_ handle swap/read
   std::shared_ptr<const Retained> retained_;
 
   std::atomic<bool> busy_{false};

@@ -82,6 +82,7 @@ class PyState {
       throw py::value_error(
           "last_position_only needs output_names: the outputs wanted at the "
           "last position");
+    WarnOfAliasCopies();
     RuntimeValueMap values = converter_.MapFromPython(
         feeds, "feeds", [&](const std::string& n) { return DeclaredInput(n); });
     bool known = false;
@@ -146,6 +147,24 @@ class PyState {
     return converter_.MapFromPython(initial, "initial",
                                     [&](const std::string& n) { return DeclaredInput(n); });
   }
+  // Once per state, before a run (a warnings filter that raises then loses nothing): the
+  // previous call copied caches that had room to grow in place, because the caller still held
+  // outputs of an earlier call (the usual `out = state.run(...)` loop returns every output).
+  void WarnOfAliasCopies() {
+    const std::vector<std::string>& copied = State().last_run_alias_copies();
+    if (warned_alias_copies_ || copied.empty()) return;
+    warned_alias_copies_ = true;
+    std::string names = "'" + copied[0] + "'";
+    if (copied.size() > 1) names += " and " + std::to_string(copied.size() - 1) + " more";
+    const std::string message =
+        "PersistentValueState.run: the previous call copied the cache " + names +
+        " into a new buffer instead of appending in place, because a value returned by an "
+        "earlier call (or taken from state.values) still referenced it. Every such call copies "
+        "the whole cache: pass output_names with only the outputs you read (e.g. "
+        "output_names=['logits']), or drop the earlier outputs before the next call.";
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 1) != 0) throw py::error_already_set();
+  }
+
   static py::dict ToDict(const RuntimeValueMap& values) {
     py::dict d;
     for (const auto& [name, value] : values) d[py::str(name)] = ValueToPython(value);
@@ -159,6 +178,7 @@ class PyState {
   StateConverter converter_;
   std::unique_ptr<PersistentValueState> state_;
   std::vector<py::object> contexts_;
+  bool warned_alias_copies_ = false;
 };
 
 }  // namespace

@@ -157,6 +157,52 @@ def test_a_live_values_view_forces_a_fresh_buffer():
     assert take_storage(context)["reuse_count"] == 2
 
 
+def test_a_loop_keeping_every_output_is_warned_once_before_its_next_call():
+    """`out = state.run(...)` keeps the previous call's caches alive through the next call,
+    so each call copies them (as the contract requires). The state says so once, at the start
+    of the call after the first such copy, naming the caches; output_names avoids it."""
+    import warnings
+
+    state = runtime.PersistentValueState(decode_model(), empty_cache())
+    context = make_context()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = state.run(context, token(1))
+        out = state.run(context, token(2))  # copies: the first call's caches are held
+        assert caught == []
+        out = state.run(context, token(3))
+        assert [w.category for w in caught] == [RuntimeWarning]
+        message = str(caught[0].message)
+        assert message.startswith("PersistentValueState.run: the previous call copied the "
+                                  "cache 'past_key' and 1 more into a new buffer")
+        assert "output_names=['logits']" in message
+        for t in range(4, 8):
+            out = state.run(context, token(t))
+        assert len(caught) == 1  # once per state
+        del out
+        fresh = runtime.PersistentValueState(decode_model(), empty_cache())
+        for t in range(1, 8):
+            fresh.run(context, token(t), output_names=["y"])
+        assert len(caught) == 1
+
+
+def test_a_warning_raised_as_an_error_comes_before_the_call_and_loses_nothing():
+    import warnings
+
+    state = runtime.PersistentValueState(decode_model(), empty_cache())
+    context = make_context()
+    kept = [state.run(context, token(1)), state.run(context, token(2))]
+    before = numpy.from_dlpack(state.values["past_key"]).copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RuntimeWarning, match="the previous call copied the cache"):
+            state.run(context, token(3))
+    numpy.testing.assert_array_equal(numpy.from_dlpack(state.values["past_key"]), before)
+    assert before.shape == (1, 1, 2, 2)  # the refused call ran nothing
+    del kept
+    assert numpy.from_dlpack(state.run(context, token(3))["present_key"]).shape == (1, 1, 3, 2)
+
+
 def test_numpy_initial_buffers_are_never_written():
     initial = empty_cache(length=2)
     copies = {name: array.copy() for name, array in initial.items()}

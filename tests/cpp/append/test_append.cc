@@ -204,6 +204,7 @@ TEST_CASE("A live previous output forces a fresh allocation and leaves the old v
   RuntimeContext context = EventContext();
   { state.Run(context, Token(1, 1, 1, 1, 2, 2)); }
   auto kept = state.Run(context, Token(2, 1, 1, 1, 2, 2));  // stays alive
+  CHECK(state.last_run_alias_copies().empty());             // (the first output was dropped)
   const Tensor old_key = kept.at("present_key").tensor();
   const std::vector<float> old_bytes = old_key.ToFloatVector();
   TakeStorage(context);
@@ -214,6 +215,8 @@ TEST_CASE("A live previous output forces a fresh allocation and leaves the old v
   CHECK(old_key.shape() == Shape{1, 1, 2, 2});
   CHECK(old_key.ToFloatVector() == old_bytes);
   CHECK(kept.at("present_key").tensor().shape() == Shape{1, 1, 2, 2});
+  // Named by the state: both caches had room for the token.
+  CHECK(state.last_run_alias_copies() == std::vector<std::string>{"past_key", "past_value"});
 }
 
 TEST_CASE("A live Values() view forces a fresh allocation and keeps its bytes and shape") {
@@ -229,8 +232,10 @@ TEST_CASE("A live Values() view forces a fresh allocation and keeps its bytes an
   CHECK(view.at("past_value").tensor().shape() == Shape{1, 1, 1, 2});
   CHECK(Floats(view.at("past_value")) == before);
   CHECK(Data(state.Values(), "past_value") != view.at("past_value").tensor().raw_data());
+  CHECK(state.last_run_alias_copies() == std::vector<std::string>{"past_key", "past_value"});
   // Once the view is gone the new buffer is reused again.
   { state.Run(context, Token(3, 1, 1, 1, 2, 2)); }
+  CHECK(state.last_run_alias_copies().empty());
 }
 
 TEST_CASE("Imported buffers never grant write access: initial values and Reset imports") {
