@@ -192,10 +192,15 @@ Tensor TakePrompt(RuntimeValueMap& feeds, const GenerationOptions& o) {
   auto it = feeds.find(o.input_ids_name);
   OL_CHECK(it != feeds.end(), ErrorCode::kInvalidArgument,
            "generate: feeds must contain the token input '" + o.input_ids_name + "'");
-  OL_CHECK(it->second.is_tensor() && it->second.tensor().dtype() == DataType::kInt64 &&
-               it->second.tensor().rank() == 2 && it->second.tensor().dim(1) > 0,
+  const RuntimeValue& ids = it->second;
+  OL_CHECK(ids.is_tensor() && ids.tensor().dtype() == DataType::kInt64 &&
+               ids.tensor().rank() == 2 && ids.tensor().dim(0) > 0 && ids.tensor().dim(1) > 0,
            ErrorCode::kInvalidArgument,
-           "generate: '" + o.input_ids_name + "' must be a non-empty INT64 [batch, prompt] tensor");
+           "generate: '" + o.input_ids_name +
+               "' must be a non-empty INT64 [batch, prompt] tensor, got " +
+               (ids.is_tensor()
+                    ? DataTypeName(ids.tensor().dtype()) + " " + ShapeToString(ids.tensor().shape())
+                    : std::string("a value that is not a tensor")));
   Tensor prompt = it->second.tensor();
   feeds.erase(it);
   return prompt;

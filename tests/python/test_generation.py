@@ -3,6 +3,7 @@ tokens against onnxruntime driving the same model step by step, streaming and as
 from __future__ import annotations
 
 import asyncio
+import re
 
 import numpy as np
 import onnx
@@ -88,6 +89,20 @@ def test_runtime_generate_takes_options_and_leaves_feeds_unchanged(model):
         runtime.generate(model, context, {"tokens": PROMPT}, options)
     with pytest.raises(TypeError, match="unknown option 'max_tokens'"):
         runtime.GenerationOptions(max_tokens=3)
+
+
+@pytest.mark.parametrize("ids, got", [
+    (np.array([[40, 41]], np.int32), "INT32 [1, 2]"),  # numpy's default int on some systems
+    (np.array([40, 41], np.int64), "INT64 [2]"),
+    (np.zeros((1, 0), np.int64), "INT64 [1, 0]"),
+    (np.zeros((0, 2), np.int64), "INT64 [0, 2]"),  # no batch row: refused before any kernel
+])
+def test_a_prompt_of_the_wrong_type_or_shape_is_refused_saying_what_it_got(model, ids, got):
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(23)))
+    with pytest.raises(ValueError, match=r"generate: 'input_ids' must be a non-empty INT64 "
+                                         rf"\[batch, prompt\] tensor, got {re.escape(got)}$"):
+        runtime.generate(model, context, {"input_ids": ids, **empty_cache(CONFIG)},
+                         runtime.GenerationOptions(max_new_tokens=2))
 
 
 def test_streaming_yields_each_token_as_it_is_chosen(model):
