@@ -580,7 +580,8 @@ bool GraphPlan::FoldTransposedView(const NodeProto& proto, const std::vector<int
       proto.output_size() != 1 || proto.output(0).empty())
     return false;
   const Tensor& x = constant(ins[0])->tensor();
-  if (x.rank() != 2 || x.dtype() != DataType::kFloat || !x.contiguous() || !x.has_owner())
+  if (x.rank() != 2 || (x.dtype() != DataType::kFloat && x.dtype() != DataType::kFloat16) ||
+      !x.contiguous() || !x.has_owner())
     return false;
   for (const auto& a : proto.attribute())
     if (a.name() == "perm" && !(a.ints_size() == 2 && a.ints(0) == 1 && a.ints(1) == 0))

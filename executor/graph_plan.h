@@ -122,8 +122,8 @@ class GraphPlan {
   // whose outputs is a graph output runs once here; its outputs become plan constants and
   // the node leaves the plan. A node that reads a graph input or a captured value is never
   // folded. Folded bytes per plan stay within kFoldBudgetBytes (larger results stay nodes);
-  // a Transpose of a FLOAT matrix read only as MatMul's B folds to a transposed view of the
-  // constant's bytes (no copy: MatMul reads it as B^T).
+  // a Transpose of a FLOAT or FLOAT16 matrix read only as MatMul's B folds to a transposed
+  // view of the constant's bytes (no copy: MatMul reads it as B^T).
   static constexpr size_t kFoldBudgetBytes = size_t{1} << 30;
   static std::unique_ptr<GraphPlan> Build(const GraphProto& graph, RuntimeContext& context,
                                           const PlanBuildScope& scope,

@@ -79,7 +79,9 @@ void ConstantWeight::Declare(const core::runtime::RuntimeValue& value) {
 }
 
 int64_t ConstantWeight::TransposedLd(const core::runtime::Tensor& t) {
-  if (t.contiguous() || t.rank() != 2 || t.dtype() != core::DataType::kFloat) return 0;
+  if (t.contiguous() || t.rank() != 2 ||
+      (t.dtype() != core::DataType::kFloat && t.dtype() != core::DataType::kFloat16))
+    return 0;
   const core::runtime::Shape st = t.strides();
   return st[0] == 1 && st[1] >= t.dim(0) ? st[1] : 0;
 }
@@ -106,13 +108,17 @@ const PackedB* ConstantWeight::Get(const core::runtime::Tensor& b, bool trans_b,
 
 const PackedHalfB* ConstantWeight::GetHalf(const core::runtime::Tensor& b, int64_t k,
                                            int64_t n) const {
-  if (k <= 0 || n <= 0 || b.dtype() != core::DataType::kFloat16 || !b.contiguous() || !Serves(b) ||
-      NarrowForPacking(n) || !SecondUse(calls_))
+  const int64_t ld = TransposedLd(b);
+  if (k <= 0 || n <= 0 || b.dtype() != core::DataType::kFloat16 || (!b.contiguous() && ld == 0) ||
+      !Serves(b) || NarrowForPacking(n))
     return nullptr;
+  // A transposed view packs on its first use: without a pack every call needs a dense copy.
+  if (ld == 0 && !SecondUse(calls_)) return nullptr;
   std::call_once(once_, [&] {
     const size_t bytes = static_cast<size_t>(k * Padded(n)) * sizeof(uint16_t);
     half_ = KeepPack<PackedHalfB>(bytes, [&] {
-      return std::make_unique<const PackedHalfB>(static_cast<const uint16_t*>(b.raw_data()), k, n);
+      return std::make_unique<const PackedHalfB>(static_cast<const uint16_t*>(b.strided_data()), k,
+                                                 n, ld);
     });
     if (half_ != nullptr) ReleaseWeight(b);
   });

@@ -69,14 +69,16 @@ class ConstantWeight {
   // in that layout and is called only to build the pack.
   const PackedB* Get(const core::runtime::Tensor& b, bool trans_b, int64_t k, int64_t n,
                      int64_t ldb, const std::function<const float*()>& values) const;
-  // The 16-bit panels of `b`, a declared dense FLOAT16 [K, N] constant, under the same rules
-  // (second call, budget, mapped pages released); null otherwise. A FLOAT16 weight is never
-  // packed as FLOAT by MatMul: it streams half the bytes this way.
+  // The 16-bit panels of `b`, a declared FLOAT16 [K, N] constant (dense, or viewed
+  // transposed: then built on the first call, whose alternative is a dense copy), under the
+  // same rules (second call, budget, mapped pages released); null otherwise. A FLOAT16 weight
+  // is never packed as FLOAT by MatMul: it streams half the bytes this way.
   const PackedHalfB* GetHalf(const core::runtime::Tensor& b, int64_t k, int64_t n) const;
   // Whether `b` is the declared constant (same storage, layout, dtype and shape).
   bool Serves(const core::runtime::Tensor& b) const;
-  // The row stride of a FLOAT matrix viewed transposed (strides {1, ld}, ld >= rows), whose
-  // product reads it as op(B) = B^T over the underlying rows; 0 for any other tensor.
+  // The row stride of a FLOAT or FLOAT16 matrix viewed transposed (strides {1, ld},
+  // ld >= rows), whose product reads it as op(B) = B^T over the underlying rows; 0 for any
+  // other tensor.
   static int64_t TransposedLd(const core::runtime::Tensor& t);
 
  private:

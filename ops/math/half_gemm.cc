@@ -186,14 +186,25 @@ void PackedGemv(const float* a, const PackedHalfB& b, float* y) {
 
 }  // namespace
 
-PackedHalfB::PackedHalfB(const uint16_t* b, int64_t k, int64_t n)
+PackedHalfB::PackedHalfB(const uint16_t* b, int64_t k, int64_t n, int64_t transposed_ld)
     : k_(k), n_(n), data_(new uint16_t[static_cast<size_t>(panels() * k * 16)]()) {
-  for (int64_t q = 0; q < panels(); ++q) {
-    const int64_t w = std::min<int64_t>(16, n - 16 * q);
-    uint16_t* out = data_.get() + q * k * 16;
-    for (int64_t p = 0; p < k; ++p)
-      std::copy(b + p * n + 16 * q, b + p * n + 16 * q + w, out + p * 16);
-  }
+  core::runtime::ParallelFor(panels(), 16, [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t w = std::min<int64_t>(16, n - 16 * q);
+      uint16_t* out = data_.get() + q * k * 16;
+      if (transposed_ld > 0) {
+        // Column 16q + c of B is row 16q + c of b: read along it, write every 16th element
+        // of the panel (k * 32 bytes, in cache).
+        for (int64_t c = 0; c < w; ++c) {
+          const uint16_t* row = b + (16 * q + c) * transposed_ld;
+          for (int64_t p = 0; p < k; ++p) out[p * 16 + c] = row[p];
+        }
+      } else {
+        for (int64_t p = 0; p < k; ++p)
+          std::copy(b + p * n + 16 * q, b + p * n + 16 * q + w, out + p * 16);
+      }
+    }
+  });
 }
 
 namespace {

@@ -22,7 +22,9 @@ void HalfWeightGemm(const float* a, int64_t m, int64_t k, const uint16_t* b, int
 // rows 0 .. K - 1 of columns 16q .. 16q + 15, 16 halves a row, contiguous.
 class PackedHalfB {
  public:
-  PackedHalfB(const uint16_t* b, int64_t k, int64_t n);
+  // b: a dense [K, N] matrix; with transposed_ld > 0, the [N, K] matrix with that row stride
+  // whose transpose is B (a tied embedding read by the LM head).
+  PackedHalfB(const uint16_t* b, int64_t k, int64_t n, int64_t transposed_ld = 0);
   int64_t k() const { return k_; }
   int64_t n() const { return n_; }
   int64_t panels() const { return (n_ + 15) / 16; }

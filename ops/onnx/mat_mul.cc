@@ -122,8 +122,8 @@ class MatMul final : public core::runtime::KernelBase {
   }
 
  private:
-  // `t` itself when dense, a strided FLOAT tensor with dense matrices or a FLOAT matrix
-  // viewed transposed; else a dense copy kept in `holder`.
+  // `t` itself when dense, a strided FLOAT tensor with dense matrices or a FLOAT or FLOAT16
+  // matrix viewed transposed; else a dense copy kept in `holder`.
   static const Tensor& InPlaceOrDense(const Tensor& t, Tensor& holder) {
     if (t.contiguous()) return t;
     if (t.dtype() == DataType::kFloat && t.rank() >= 2 && t.DenseFrom(t.rank() - 2)) return t;
@@ -132,21 +132,25 @@ class MatMul final : public core::runtime::KernelBase {
   }
 
   // Y[M, N] = A[M, K] * B with one B matrix (A's batch folded into M): B dense [K, N] or,
-  // with `transposed_ld` > 0, a transposed view of a FLOAT [N, K] matrix with that row
-  // stride. A declared constant B is served from its kept pack; then B's values are not
+  // with `transposed_ld` > 0, a transposed view of a FLOAT or FLOAT16 [N, K] matrix with
+  // that row stride. A declared constant B is served from its kept pack; then B's values are not
   // read (a FLOAT16 weight is not converted per call).
   void MultiplyOneMatrix(const Tensor& a, const Tensor& b, int64_t transposed_ld, int64_t m,
                          int64_t n, int64_t k, Tensor& y) const {
-    if (b.dtype() == DataType::kFloat16 && transposed_ld == 0) {
-      // Read as 16 bits where it lies: no FLOAT pack of a FLOAT16 weight.
+    if (b.dtype() == DataType::kFloat16) {
+      // Read as 16 bits where it lies: no FLOAT pack of a FLOAT16 weight. A transposed view
+      // (a tied embedding) is packed at once; unpacked (over the budget) it is copied dense.
       const math::FloatView av(a);
       math::FloatSink yv(y);
       const math::PackedHalfB* pack = weight_.declared() ? weight_.GetHalf(b, k, n) : nullptr;
+      Tensor dense;
       if (pack != nullptr)
         math::HalfWeightGemm(av.data(), m, *pack, yv.data());
       else
-        math::HalfWeightGemm(av.data(), m, k, static_cast<const uint16_t*>(b.raw_data()), n,
-                             yv.data());
+        math::HalfWeightGemm(av.data(), m, k,
+                             static_cast<const uint16_t*>(
+                                 (transposed_ld > 0 ? (dense = b.Contiguous()) : b).raw_data()),
+                             n, yv.data());
       yv.Finish();
       return;
     }

@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_light.onnx_py._onnxpykernels import runtime
+from process_memory import mapped_rss_kb
 
 MS = "com.microsoft"
 F32 = TensorProto.FLOAT
@@ -587,19 +588,6 @@ def test_group_query_attention_refuses_the_qk_output_naming_the_node():
         _run_ours(model, feeds)
 
 
-def _mapped_rss_kb(path: str) -> int:
-    """This process's resident kB of its mappings of `path` (/proc/self/smaps)."""
-    total, inside = 0, False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            fields = line.split()
-            if "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
-                inside = fields[-1] == path
-            elif inside and fields[0] == "Rss:":
-                total += int(fields[1])
-    return total
-
-
 @pytest.mark.parametrize("grouped", [False, True])
 def test_mat_mul_n_bits_releases_the_files_pages_of_the_weights_it_packed(tmp_path, grouped):
     """A constant MatMulNBits weight from external data is repacked once; then the pages of
@@ -645,5 +633,5 @@ def test_mat_mul_n_bits_releases_the_files_pages_of_the_weights_it_packed(tmp_pa
             np.testing.assert_array_equal(later[o], results[0][o])
     # The weights: 256 KiB a product in the file; what stays resident is at most a few pages
     # at the edges of the ranges (whole pages inside a range are released).
-    assert _mapped_rss_kb(data) <= 16 * len(outputs), _mapped_rss_kb(data)
+    assert mapped_rss_kb(data) <= 16 * len(outputs), mapped_rss_kb(data)
     del session

@@ -21,6 +21,7 @@ import pytest
 from models import export_hf
 from onnx_light import onnx as ol_onnx
 from onnx_light.onnx_py._onnxpykernels import runtime
+from process_memory import mapped_rss_kb
 
 CASES = [("llama", "tiny"), ("llama", "smollm2_2l"), ("qwen2", "qwen05_2l"),
          ("qwen3", "qwen3_06b_2l")]
@@ -225,3 +226,43 @@ def test_steady_decode_takes_no_fresh_memory_and_copies_no_cache_or_weight():
     assert sum(e.storage_prefix_copied_bytes for e in storage) == 0
     # Each cache's buffer was allocated at the prompt (capacity 64 covers every step).
     assert sum(e.storage_allocations for e in storage) == 0
+
+
+def test_a_tied_float16_embedding_is_held_once_as_the_lm_heads_panels(tmp_path):
+    """Model_fp16/q4f16 files tie the LM head to the FLOAT16 embedding: Gather(W) and
+    MatMul(h, Transpose(W)). The Transpose folds to a view (no transposed copy), the LM head
+    packs the view into 16-bit panels on its first call and releases the file's pages of W;
+    the Gather faults in the rows it reads. Logits as onnxruntime's on the same file."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    vocab, hidden = 8192, 512  # W: 8 MiB of FLOAT16
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal((vocab, hidden)) * 0.05).astype(np.float16)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["W", "ids"], ["h"], name="embed"),
+         helper.make_node("Transpose", ["W"], ["WT"], perm=[1, 0], name="tie"),
+         helper.make_node("MatMul", ["h", "WT"], ["logits"], name="lm_head")],
+        "tied", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, "n"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT16, [1, "n", vocab])],
+        [numpy_helper.from_array(w, "W")])
+    path, data = str(tmp_path / "tied.onnx"), str(tmp_path / "tied.onnx.data")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), path,
+              save_as_external_data=True, location="tied.onnx.data", size_threshold=0)
+    prompts = [np.array(ids, np.int64) for ids in ([[5, 900, 8000]], [[17]], [[4000]], [[5]])]
+    reference = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    wanted = [reference.run(None, {"ids": ids})[0].astype(np.float32) for ids in prompts]
+    del reference  # (its own mapping of the file would count below)
+    before = runtime.allocator_stats()
+    session = runtime.RuntimeSession(ol_onnx.load_model(path))
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(21)))
+    for i, (ids, want) in enumerate(zip(prompts, wanted)):
+        got = np.from_dlpack(session.run(context, {"ids": ids})["logits"]).astype(np.float32)
+        np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+        if i == 0:  # packed on the first call; W's pages released (a transposed copy would
+            assert mapped_rss_kb(data) <= 64, mapped_rss_kb(data)  # have read them all)
+    after = runtime.allocator_stats()
+    # One 16-bit copy of W, as the LM head's panels, and no transposed copy in the heap.
+    assert after["packed_weight_bytes"] - before["packed_weight_bytes"] == w.nbytes
+    assert after["live_bytes"] - before["live_bytes"] < w.nbytes // 4
+    del session

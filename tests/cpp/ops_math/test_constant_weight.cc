@@ -283,6 +283,50 @@ TEST_CASE("MatMul reads a constant B viewed transposed (a folded Transpose) with
              1e-5);
 }
 
+TEST_CASE("MatMul reads a FLOAT16 constant B viewed transposed from 16-bit panels") {
+  // The q4f16/fp16 tied embedding: Transpose(embedding) folds to this view, the LM head packs
+  // it on its first call (its alternative is a dense copy per call) and the Gather keeps
+  // reading the embedding's own rows.
+  const int64_t k = 48, n = 80;
+  const std::vector<float> ev = RoundTo(DataType::kFloat16, Random(n * k, -1, 1, 43));
+  const Tensor e = Half(DataType::kFloat16, {n, k}, ev);
+  const Tensor view =
+      Tensor::StridedView("eT", DataType::kFloat16, {k, n}, {1, k}, e.strided_data(), e.owner());
+  REQUIRE(math::ConstantWeight::TransposedLd(view) == k);
+  std::vector<float> b_dense(static_cast<size_t>(k * n));
+  for (int64_t p = 0; p < k; ++p)
+    for (int64_t j = 0; j < n; ++j)
+      b_dense[static_cast<size_t>(p * n + j)] = ev[static_cast<size_t>(j * k + p)];
+  Kernel mm("MatMul");
+  mm.get().OnConstantInput(1, RuntimeValue(view));
+  std::vector<float> first;
+  for (int64_t m : {1, 6, 1}) {
+    CAPTURE(m);
+    const std::vector<float> av = RoundTo(DataType::kFloat16, Random(m * k, -1, 1, 44));
+    const Tensor y = mm.Run(Half(DataType::kFloat16, {m, k}, av), view);
+    REQUIRE(y.dtype() == DataType::kFloat16);
+    REQUIRE(y.shape() == Shape{m, n});
+    CheckClose(Values(y), Ref(false, m, n, k, av, b_dense), 2e-3, 2e-3);
+    if (m == 1 && first.empty())
+      first = Values(y);
+    else if (m == 1)
+      CHECK(Values(y) == first);  // the pack of the first call, reused
+  }
+  CHECK(Values(e) == ev);  // the embedding's bytes are untouched
+  // Not the declared view: another transposed FLOAT16 view is copied dense, correctly.
+  const std::vector<float> ov = RoundTo(DataType::kFloat16, Random(n * k, -1, 1, 45));
+  const Tensor other = Half(DataType::kFloat16, {n, k}, ov);
+  const Tensor other_view = Tensor::StridedView("oT", DataType::kFloat16, {k, n}, {1, k},
+                                                other.strided_data(), other.owner());
+  std::vector<float> other_dense(static_cast<size_t>(k * n));
+  for (int64_t p = 0; p < k; ++p)
+    for (int64_t j = 0; j < n; ++j)
+      other_dense[static_cast<size_t>(p * n + j)] = ov[static_cast<size_t>(j * k + p)];
+  const std::vector<float> av = RoundTo(DataType::kFloat16, Random(k, -1, 1, 46));
+  CheckClose(Values(mm.Run(Half(DataType::kFloat16, {1, k}, av), other_view)),
+             Ref(false, 1, n, k, av, other_dense), 2e-3, 2e-3);
+}
+
 TEST_CASE("MatMul never serves the cached pack for a B in other storage or of another shape") {
   const int64_t k = 64, n = 64;
   Kernel mm("MatMul");

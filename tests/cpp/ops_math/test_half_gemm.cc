@@ -78,6 +78,29 @@ TEST_CASE("FLOAT to FLOAT16 gives the scalar conversion's bits, NaN and rounding
                       << FloatToHalf(in[i]));
 }
 
+TEST_CASE("panels built from a transposed FLOAT16 matrix equal those of its dense transpose") {
+  for (const auto& [k, n] :
+       std::vector<std::pair<int64_t, int64_t>>{{33, 37}, {64, 16}, {7, 130}}) {
+    CAPTURE(k);
+    CAPTURE(n);
+    const int64_t ld = k + 3;  // rows of the [N, K] source, padded: the stride is honoured
+    const std::vector<float> ev = Random(n * ld, -1, 1, 5);
+    std::vector<uint16_t> e(ev.size()), b(static_cast<size_t>(k * n));
+    for (size_t i = 0; i < ev.size(); ++i) e[i] = FloatToHalf(ev[i]);
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j)
+        b[static_cast<size_t>(p * n + j)] = e[static_cast<size_t>(j * ld + p)];
+    const math::PackedHalfB dense(b.data(), k, n), transposed(e.data(), k, n, ld);
+    REQUIRE(dense.bytes() == transposed.bytes());
+    for (int64_t q = 0; q < dense.panels(); ++q) {
+      const int64_t w = std::min<int64_t>(16, n - 16 * q);
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t c = 0; c < w; ++c)
+          CHECK(transposed.panel(q)[p * 16 + c] == dense.panel(q)[p * 16 + c]);
+    }
+  }
+}
+
 TEST_CASE("products with a FLOAT16 weight match the reference, row-major and in panels alike") {
   // Odd depths and widths that leave partial 8- and 16-column tails.
   for (const auto& [k, n] :
