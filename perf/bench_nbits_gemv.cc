@@ -73,6 +73,29 @@ void BM_Int4Gemv(benchmark::State& state) {
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The same GEMV with float activations (accuracy_level 0, what onnxruntime's
+// MatMulNBitsQuantizer writes by default: the Hub's model_q4 files): {K, N, -, in_cache}.
+void BM_Int4GemvFloat(benchmark::State& state) {
+  const int64_t k = state.range(0), n = state.range(1);
+  const Weights w(k, n, state.range(3) != 0);
+  std::vector<float> a(static_cast<size_t>(k)), y(static_cast<size_t>(n));
+  std::mt19937 gen(3);
+  std::normal_distribution<float> dist;
+  for (auto& x : a) x = dist(gen);
+  tbb::task_arena arena(2);
+  size_t next = 0;
+  for (auto _ : state) {
+    arena.execute([&] {
+      contrib::NBitsGemv(*w.copies[next], a.data(), y.data(), contrib::NBitsPath::kAuto,
+                         contrib::NBitsCompute::kFloat);
+    });
+    next = (next + 1) % w.copies.size();
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.bytes) / 1e9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // SmolLM2-135M: gate/up (K 576, N 1536), down (1536 x 576), the LM head (576 x 49152);
 // Qwen2.5-0.5B: gate/up (896 x 4864).
 void Shapes(benchmark::internal::Benchmark* b) {
@@ -85,4 +108,11 @@ void Shapes(benchmark::internal::Benchmark* b) {
 }  // namespace
 
 BENCHMARK(BM_Int4Gemv)->Apply(Shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Int4GemvFloat)
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      for (const auto& [k, n] : {std::pair<int64_t, int64_t>{576, 1536}, {1536, 576}, {896, 4864}})
+        for (int64_t in_cache : {1, 0}) b->Args({k, n, 0, in_cache});
+    })
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK_MAIN();
