@@ -108,7 +108,8 @@ def test_prepared_export_generates_onnxruntimes_tokens_and_logits(prepared):
         positions = np.arange(total - step_ids.shape[1], total, dtype=np.int64)[None]
         out_values = state.run(context, {"input_ids": step_ids,
                                          "attention_mask": np.ones((1, total), np.int64),
-                                         "position_ids": positions})
+                                         "position_ids": positions},
+                               output_names=["logits"])
         last = np.from_dlpack(out_values["logits"])[:, -1]
         assert np.abs(last - expected_logits[step]).max() <= 1e-4, step
         step_ids = expected[:, ids.shape[1] + step:ids.shape[1] + step + 1]
