@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import time
 from typing import Callable, Iterable, Optional, Sequence, Union
 
 from onnx_light import merged_decoder
@@ -681,7 +682,8 @@ def _parse_bind(bind) -> Optional[list]:
 
 def prepare_decoder(in_path, out_path, bind: BindSpec = None,
                     confirm: Optional[Callable[[list], bool]] = None,
-                    check_onnx: bool = True, paged: Optional[str] = None) -> PrepareReport:
+                    check_onnx: bool = True, paged: Optional[str] = None,
+                    progress: Optional[Callable[[str], None]] = None) -> PrepareReport:
     """Writes OUT: IN with persistent_bindings and single-use bound inputs.
 
     bind: "auto" accepts the pairs `find_pairs` lists; a list of (past, present) tuples or
@@ -691,8 +693,11 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
     sequence of row caches per layer, what the batched RequestScheduler steps) rewrites each
     layer's attention onto ai.rt::PagedAttention (`paged_rewrite`), checked against the
     original on onnxruntime by logits.
+    progress(stage) is called as each stage starts (the command line shows it on a terminal).
     Returns the `PrepareReport`; raises PrepareError for anything it cannot do."""
     from onnx_light import onnx as ol
+
+    stage = progress or (lambda _: None)
 
     in_path, out_path = os.fspath(in_path), os.fspath(out_path)
     try:
@@ -702,6 +707,7 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
     if not os.path.isfile(in_path):
         raise PrepareError(f"cannot read '{in_path}': no such file")
     explicit = _parse_bind(bind)
+    stage("reading the graph")
     try:
         model = ol.load_model(in_path)  # the graph only: external data stays in its files
     except Exception as e:  # noqa: BLE001 - reported as one line
@@ -761,10 +767,12 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
     if paged is not None:
         report = _prepare_paged(model, in_path, out_path, pairs, conventions,
                                 undefined_before, sorted(locations), rows=paged == "rows",
-                                flags=merged.conditions if merged else ())
+                                flags=merged.conditions if merged else (), stage=stage)
         report.merged = str(merged) if merged else None
         return report
+    stage("answering the caches' Shape reads")
     rewrites = make_single_use(model, [p for p, _ in pairs])
+    stage("folding static shapes (onnx shape inference)")
     static = fold_static_shapes(model, bound=[p for p, _ in pairs])
     _check_defined(graph, undefined_before)
     for past, present in pairs:
@@ -775,11 +783,15 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
     checks = []
     tmp = os.path.join(out_dir, f".{os.path.basename(out_path)}.tmp-{os.getpid()}")
     try:
+        stage("writing")
         ol.save_model(model, tmp)
         if check_onnx:
+            stage("checking with the onnx checker")
             checks.append(_onnx_check(tmp, in_path))
+        stage("checking a call on onnx-light")
         checks.append(_state_check(tmp, pairs))
         if merged:
+            stage("checking the first steps against onnxruntime on the merged file")
             try:
                 checks.append(merged_decoder.check_first_steps(in_path, tmp, pairs,
                                                                merged.conditions))
@@ -794,7 +806,7 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
 
 
 def _prepare_paged(model, in_path, out_path, pairs, conventions, undefined_before, locations,
-                   rows: bool, flags=()) -> PrepareReport:
+                   rows: bool, flags=(), stage=lambda _: None) -> PrepareReport:
     """The paged rewrite (paged_rewrite.py): written only when the logits check passes."""
     from onnx_light import onnx as ol
     from onnx_light import paged_rewrite
@@ -803,8 +815,10 @@ def _prepare_paged(model, in_path, out_path, pairs, conventions, undefined_befor
     # Shape/Size reads of the caches (the batch size for a Reshape, the past length for the
     # mask) answered from other inputs first, as for dense caches: then the append is the
     # caches' only reader and the rewrite replaces it.
+    stage("answering the caches' Shape reads")
     shape_rewrites = make_single_use(model, [p for p, _ in pairs])
     _check_defined(model.graph, undefined_before)
+    stage("rewriting the attention onto PagedAttention")
     try:
         layers = paged_rewrite.rewrite(model, pairs, rows=rows,
                                        model_dir=os.path.dirname(os.path.abspath(in_path)))
@@ -825,7 +839,9 @@ def _prepare_paged(model, in_path, out_path, pairs, conventions, undefined_befor
     tmp = os.path.join(out_dir, f".{os.path.basename(out_path)}.tmp-{os.getpid()}")
     checks = []
     try:
+        stage("writing")
         ol.save_model(model, tmp)
+        stage("checking the logits against onnxruntime on the original")
         try:
             checks.append(paged_rewrite.verify(in_path, tmp, layers, rows, flags=flags))
         except paged_rewrite.PagedRewriteError as e:
@@ -938,15 +954,84 @@ def _interactive() -> bool:
         return False
 
 
+class TerminalProgress:
+    """The stage prepare is in and the seconds so far, on one line of a terminal, redrawn
+    twice a second (a check on a large model takes minutes) and erased when done."""
+
+    def __init__(self, stream):
+        import threading
+
+        self._stream, self._start, self._stage, self._width = stream, time.monotonic(), "", 0
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        self._thread = threading.Thread(target=self._tick, daemon=True)
+        self._thread.start()
+
+    def __call__(self, stage: str) -> None:
+        with self._lock:
+            self._stage = stage
+            self._draw()
+
+    def _draw(self) -> None:
+        if self._stage:
+            text = f"prepare: {self._stage} ({time.monotonic() - self._start:.0f} s)"
+            self._stream.write("\r" + text.ljust(self._width))
+            self._stream.flush()
+            self._width = len(text)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            with self._lock:
+                self._draw()
+
+    def _erase(self) -> None:
+        if self._width:
+            self._stream.write("\r" + " " * self._width + "\r")
+            self._stream.flush()
+            self._width = 0
+
+    def asking(self, ask: Callable[[list], bool]) -> Callable[[list], bool]:
+        """`ask` with the line erased and not redrawn while it waits for the answer."""
+        def wrapped(candidates):
+            with self._lock:
+                self._erase()
+                stage, self._stage = self._stage, ""
+            try:
+                return ask(candidates)
+            finally:
+                with self._lock:
+                    self._stage = stage
+        return wrapped
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._erase()
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (ValueError, OSError):
+        return False
+
+
 def run(args) -> int:
     confirm = _ask if args.bind is None and _interactive() else None
+    progress = TerminalProgress(sys.stderr) if _stderr_is_terminal() else None
+    if progress and confirm:
+        confirm = progress.asking(confirm)
     try:
         report = prepare_decoder(args.input, args.output, bind=args.bind, confirm=confirm,
-                                 check_onnx=not args.no_onnx_check, paged=args.paged)
+                                 check_onnx=not args.no_onnx_check, paged=args.paged,
+                                 progress=progress)
     except (PrepareError, OSError, RuntimeError, ValueError) as e:
+        if progress:
+            progress.close()
         message = " ".join(str(e).split()) or type(e).__name__
         print(f"onnx_light prepare: error: {message}", file=sys.stderr)
         return 2
+    if progress:
+        progress.close()
     print(report.format())
     return 0
 

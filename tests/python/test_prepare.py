@@ -559,6 +559,55 @@ def test_cli_asks_on_a_terminal(raw_dir, answer, code):
         os.remove(raw_dir / "asked.onnx")
 
 
+def test_progress_names_each_stage_as_it_starts(raw_dir):
+    stages = []
+    prepare.prepare_decoder(raw_dir / "model.onnx", raw_dir / "staged.onnx", bind="auto",
+                            progress=stages.append)
+    os.remove(raw_dir / "staged.onnx")
+    assert stages == ["reading the graph", "answering the caches' Shape reads",
+                      "folding static shapes (onnx shape inference)", "writing",
+                      "checking with the onnx checker", "checking a call on onnx-light"]
+
+
+def test_cli_shows_its_stage_on_a_terminal_and_erases_it(raw_dir):
+    """On a terminal (stderr), one line names the stage and the seconds so far, redrawn in
+    place ("\\r"), and is blanked before the report; piped, stderr stays empty."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python")]
+                                            + env.get("PYTHONPATH", "").split(os.pathsep))
+        result = subprocess.run([sys.executable, "-m", "onnx_light", "prepare",
+                                 str(raw_dir / "model.onnx"), "-o", str(raw_dir / "tty.onnx"),
+                                 "--bind", "auto"], stdout=subprocess.PIPE, stderr=slave,
+                                stdin=subprocess.DEVNULL, text=True, env=env, timeout=300)
+        os.close(slave)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the terminal's other end is closed: all was read
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(master)
+    assert result.returncode == 0
+    text = shown.decode()
+    assert "\rprepare: reading the graph (0 s)" in text
+    assert "\rprepare: checking a call on onnx-light (" in text
+    last = text.rsplit("\r", 2)
+    assert last[-1] == "" and last[-2].strip() == ""  # erased: blanks, then back to column 0
+    assert "bound " in result.stdout
+    os.remove(raw_dir / "tty.onnx")
+    piped = _cli(raw_dir / "model.onnx", "-o", raw_dir / "piped.onnx", "--bind", "auto")
+    assert piped.returncode == 0 and piped.stderr == ""
+    os.remove(raw_dir / "piped.onnx")
+
+
 def test_a_capture_in_a_subgraph_is_a_second_use(tmp_path):
     def branch(name, source):
         return helper.make_graph(
