@@ -52,6 +52,10 @@ EXTRA_TEXT_MODELS = [
     # A FLOAT16 model's product: a constant FLOAT16 weight (read as 16 bits, panels kept).
     HEADER + 'g (float16[1,4] x) => (float16[1,16] y) <float16[4,16] w = {-5, 2, -2, 5, 1, -3, 4, 0, -4, 3, -1, -5, 2, -2, 5, 1, -3, 4, 0, -4, 3, -1, -5, 2, -2, 5, 1, -3, 4, 0, -4, 3, -1, -5, 2, -2, 5, 1, -3, 4, 0, -4, 3, -1, -5, 2, -2, 5, 1, -3, 4, 0, -4, 3, -1, -5, 2, -2, 5, 1, -3, 4, 0, -4}> '
     '{ y = MatMul(x, w) }',
+    # model_fp16's tied LM head: the Transpose of a FLOAT16 embedding folds to a view that
+    # the MatMul packs on its first call, while the Gather reads the embedding's rows.
+    HEADER + 'g (int64[1,2] ids) => (float16[1,2,16] y) <float16[16,4] w = {-5, 2, -2, 5, 1, -3, 4, 0, -4, 3, -1, -5, 2, -2, 5, 1, -3, 4, 0, -4, 3, -1, -5, 2, -2, 5, 1, -3, 4, 0, -4, 3, -1, -5, 2, -2, 5, 1, -3, 4, 0, -4, 3, -1, -5, 2, -2, 5, 1, -3, 4, 0, -4, 3, -1, -5, 2, -2, 5, 1, -3, 4, 0, -4}> '
+    '{ h = Gather(w, ids) wt = Transpose<perm=[1,0]>(w) y = MatMul(h, wt) }',
     # model_bnb4's product: NF4 codes, two a byte, and a per-block absmax.
     HEADER_MS + 'g (float[2,32] a) => (float[2,2] y) <uint8[32] b = {0, 37, 74, 111, 148, 185, 222, 3, 40, 77, 114, 151, 188, 225, 6, 43, 80, 117, 154, 191, 228, 9, 46, 83, 120, 157, 194, 231, 12, 49, 86, 123}, float[1] am = {1.5}> '
     '{ y = com.microsoft.MatMulBnb4<K=32, N=2, block_size=64, quant_type=1>(a, b, am) }',
