@@ -150,6 +150,7 @@ std::unique_ptr<GraphPlan> GraphPlan::BuildModel(std::shared_ptr<const ModelProt
   // The spec: graph-plan construction enforces the persistent-binding rules too.
   const std::vector<core::ResolvedBinding> bindings =
       core::ResolvePersistentBindings(model->graph(), model.get());
+  scope.repeated_runs = !bindings.empty();
   scope.owner = std::move(model);
   const auto* m = static_cast<const ModelProto*>(scope.model);
   std::unique_ptr<GraphPlan> plan = Build(m->graph(), context, scope);

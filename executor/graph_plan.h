@@ -68,6 +68,10 @@ struct PlanBuildScope {
   bool fuse_subgraphs = true;
   // The accuracy_level the fused DequantizeMatMul nodes get (RuntimeSessionOptions).
   int dequantize_matmul_accuracy_level = 0;
+  // The plan runs once per step of a loop (its model declares persistent bindings), so its
+  // second call always follows the first: kernels pack their constant weights on their
+  // first use (ops/math/constant_weight.h) instead of waiting for the second.
+  bool repeated_runs = false;
 };
 // Non-null only inside GraphPlan::Build (on the building thread).
 const PlanBuildScope* CurrentPlanBuildScope();

@@ -5,6 +5,7 @@
 
 #include "core/allocator.h"
 #include "core/tensor_proto.h"
+#include "executor/graph_plan.h"
 
 namespace onnx_light::ops::math {
 
@@ -26,6 +27,12 @@ bool Reserve(size_t bytes) {
     if (now + bytes > budget.load(std::memory_order_relaxed)) return false;
   } while (!kept.compare_exchange_weak(now, now + bytes, std::memory_order_relaxed));
   return true;
+}
+
+// Eligible calls to count before the first: 1 when the plan being built runs repeatedly.
+int InitialCalls() {
+  const core::runtime::PlanBuildScope* scope = core::runtime::CurrentPlanBuildScope();
+  return scope != nullptr && scope->repeated_runs ? 1 : 0;
 }
 
 // Admission on the second use: the first one runs unpacked (see the header).
@@ -74,8 +81,9 @@ ConstantWeight::~ConstantWeight() {
 void ConstantWeight::Declare(const core::runtime::RuntimeValue& value) {
   if (!value.is_tensor()) return;
   const core::runtime::Tensor& t = value.tensor();
-  // Dense, or a FLOAT matrix viewed transposed (a folded Transpose of a weight).
+  // Dense, or a matrix viewed transposed (a folded Transpose of a weight).
   if (t.contiguous() || TransposedLd(t) > 0) constant_ = t;
+  calls_.store(InitialCalls(), std::memory_order_relaxed);
 }
 
 int64_t ConstantWeight::TransposedLd(const core::runtime::Tensor& t) {
@@ -137,6 +145,7 @@ void ConstantWeightGroup::Declare(size_t i, const core::runtime::RuntimeValue& v
   if (t.contiguous() && t.rank() == 2 &&
       (dt == core::DataType::kFloat || dt == core::DataType::kFloat16))
     constants_[i] = t;
+  calls_.store(InitialCalls(), std::memory_order_relaxed);
 }
 
 bool ConstantWeightGroup::Serves(const std::vector<const core::runtime::Tensor*>& b) const {

@@ -3,7 +3,8 @@
 // (M > 1) run the packed micro-kernel on it, decode steps (M = 1) a GEMV that streams its
 // panels sequentially, much faster than reading a row-major [K, N] weight in column blocks.
 // Not on the first call: a plan run once gains nothing from a copy (the per-call path packs
-// B into small per-thread buffers that stay in cache).
+// B into small per-thread buffers that stay in cache); except in a plan that runs once per
+// step of a loop (PlanBuildScope::repeated_runs, see Declare).
 //
 // Why a cached pack is never used for other bytes: the plan declares an input constant only
 // for an initializer (or a value folded from initializers) that is not a graph input
@@ -59,7 +60,11 @@ class ConstantWeight {
   ConstantWeight(const ConstantWeight&) = delete;
   ConstantWeight& operator=(const ConstantWeight&) = delete;
 
-  // From KernelBase::OnConstantInput (before any Compute); ignores non-tensor values.
+  // From KernelBase::OnConstantInput (before any Compute); ignores non-tensor values. Declared
+  // while a plan with repeated runs is built (PlanBuildScope::repeated_runs: a decoder run
+  // once per token), the weight is packed on its first use: packing on the second stalled the
+  // first decode step (1.1 s for SmolLM2's 538 MB of FLOAT weights on this project's VMs, and
+  // a reported decode rate near half the steady one); on the first it adds to the prompt's.
   void Declare(const core::runtime::RuntimeValue& value);
   bool declared() const { return constant_.defined(); }
 
@@ -83,7 +88,7 @@ class ConstantWeight {
 
  private:
   core::runtime::Tensor constant_;
-  mutable std::atomic<int> calls_{0};  // eligible calls so far (saturates at 2)
+  mutable std::atomic<int> calls_{0};  // eligible calls so far (saturates at 2), see Declare
   mutable std::once_flag once_;
   mutable std::unique_ptr<const PackedB> packed_;
   mutable std::unique_ptr<const PackedHalfB> half_;
@@ -103,7 +108,7 @@ class ConstantWeightGroup {
   ConstantWeightGroup& operator=(const ConstantWeightGroup&) = delete;
 
   // Weight `i` (from KernelBase::OnConstantInput); kept only when dense FLOAT or FLOAT16
-  // rank 2.
+  // rank 2. Packed on the first use in a plan with repeated runs, as ConstantWeight.
   void Declare(size_t i, const core::runtime::RuntimeValue& value);
   // The pack when every `b[i]` is weight i as declared, all with K rows, FLOAT, and packing
   // is worth it; built now on the second such call; null otherwise.

@@ -285,3 +285,34 @@ def test_a_paged_cache_not_asked_for_is_not_converted_or_returned():
     grown = state.values["cache"]  # published all the same
     assert isinstance(grown, ol_onnx.PagedCacheProto)
     assert [(b.start, b.length) for b in grown.blocks] == [(0, 3), (3, 1), (4, 1)]
+
+
+def test_a_model_with_bindings_packs_its_weights_on_the_first_call_others_on_the_second():
+    """A decoder (persistent bindings) always runs again: its constant weights are packed on
+    its first call, the prompt, rather than stalling the first decode step; a plain model
+    keeps packing on the second call (a model run once gains nothing from a copy). The
+    logits are the same either way."""
+    ctx = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(23)))
+    bound = build_tiny_decoder(config=CONFIG)
+    plain = build_tiny_decoder(config=CONFIG)
+    del plain.graph.persistent_bindings[:]
+    feeds = {**_decode_feeds(40, 0), **empty_cache(CONFIG)}
+
+    def packs():
+        return runtime.allocator_stats()["weight_packs"]
+
+    before = packs()
+    state = runtime.PersistentValueState(bound, empty_cache(CONFIG))
+    first_bound = np.from_dlpack(state.run(ctx, _decode_feeds(40, 0))["logits"]).copy()
+    packed_by_bound = packs() - before
+    assert packed_by_bound > 0
+    state.run(ctx, _decode_feeds(41, 1))
+    assert packs() - before == packed_by_bound  # nothing more on the second call
+
+    session = runtime.RuntimeSession(plain)
+    before = packs()
+    first_plain = np.from_dlpack(session.run(ctx, feeds)["logits"]).copy()
+    assert packs() - before == 0
+    session.run(ctx, feeds)
+    assert packs() - before == packed_by_bound
+    np.testing.assert_allclose(first_plain, first_bound, rtol=1e-5, atol=1e-5)
