@@ -788,7 +788,7 @@ def prepare_decoder(in_path, out_path, bind: BindSpec = None,
         if check_onnx:
             stage("checking with the onnx checker")
             checks.append(_onnx_check(tmp, in_path))
-        stage("checking a call on onnx-light")
+        stage("checking the bindings on onnx-light")
         checks.append(_state_check(tmp, pairs))
         if merged:
             stage("checking the first steps against onnxruntime on the merged file")

@@ -566,7 +566,7 @@ def test_progress_names_each_stage_as_it_starts(raw_dir):
     os.remove(raw_dir / "staged.onnx")
     assert stages == ["reading the graph", "answering the caches' Shape reads",
                       "folding static shapes (onnx shape inference)", "writing",
-                      "checking with the onnx checker", "checking a call on onnx-light"]
+                      "checking with the onnx checker", "checking the bindings on onnx-light"]
 
 
 def test_cli_shows_its_stage_on_a_terminal_and_erases_it(raw_dir):
@@ -598,7 +598,7 @@ def test_cli_shows_its_stage_on_a_terminal_and_erases_it(raw_dir):
     assert result.returncode == 0
     text = shown.decode()
     assert "\rprepare: reading the graph (0 s)" in text
-    assert "\rprepare: checking a call on onnx-light (" in text
+    assert "\rprepare: checking the bindings on onnx-light (" in text
     last = text.rsplit("\r", 2)
     assert last[-1] == "" and last[-2].strip() == ""  # erased: blanks, then back to column 0
     assert "bound " in result.stdout
