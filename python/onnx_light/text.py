@@ -354,6 +354,17 @@ class TextGenerator:
                              f"{max_new_tokens} exceed the model's context length of {limit} "
                              f"positions: ask for at most {limit - prompt_tokens} new tokens")
 
+    def warm_up(self) -> float:
+        """Compiles the model's session and packs its weights: one generation of two tokens
+        from a one-token prompt on the session every later request shares, so that the first
+        request does not pay for them (a server does this before it listens). Returns the
+        seconds it took."""
+        bos = self.settings.bos_token_id
+        start = time.perf_counter()
+        runtime.generate(self.model, self.context, self.feeds([0 if bos is None else bos]),
+                         runtime.GenerationOptions(max_new_tokens=2), self.session_options)
+        return time.perf_counter() - start
+
     def feeds(self, ids: list) -> dict:
         """input_ids [1, len(ids)] and empty caches: the feeds of one generation."""
         return {"input_ids": np.asarray([ids], np.int64),

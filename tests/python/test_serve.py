@@ -515,6 +515,9 @@ def test_the_command_serves_the_demo_and_stops_on_sigterm():
                                                      demo.encode("abc"), 4)[0]
         proc.terminate()
         assert proc.wait(HANG_GUARD_S) == 0
+        # Warmed up before listening: the first request paid no compile and no packing.
+        assert proc.stderr.read().startswith(
+            "onnx-light serve: compiled the model and packed its weights in ")
     finally:
         proc.kill()
         proc.wait()

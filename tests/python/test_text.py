@@ -120,6 +120,17 @@ def test_a_model_with_caches_but_no_bindings_is_refused(files, tmp_path):
         TextGenerator(str(tmp_path / "unbound.onnx"), str(files))
 
 
+def test_warm_up_compiles_and_packs_the_session_requests_then_share(files):
+    want, _ = expected_text(files)
+    gen = TextGenerator(str(files / "model.onnx"), str(files))
+    before = runtime.allocator_stats()["weight_packs"]
+    assert gen.warm_up() > 0
+    packed = runtime.allocator_stats()["weight_packs"] - before
+    assert packed > 0
+    assert "".join(gen.stream(PROMPT, max_new_tokens=8)) == want  # the same text after it
+    assert runtime.allocator_stats()["weight_packs"] - before == packed  # nothing packed again
+
+
 def test_a_model_folder_runs_its_one_model_and_refuses_an_ambiguous_one(files, tmp_path):
     want, _ = expected_text(files)
     assert "".join(TextGenerator(str(files), str(files)).stream(PROMPT, max_new_tokens=8)) == want

@@ -168,9 +168,13 @@ def run(args) -> int:
             return 1
     try:
         app = _app_from_args(args)
+        # Before listening: the first request then pays neither the compile nor the packing.
+        seconds = app.generator.warm_up()
     except (ValueError, FileNotFoundError, ImportError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    print(f"onnx-light serve: compiled the model and packed its weights in {seconds:.1f} s",
+          file=sys.stderr, flush=True)
     limits = Limits(max_body_bytes=args.max_body_bytes)
 
     def listening(port: int) -> None:
