@@ -227,6 +227,10 @@ bool SpinContendedRecently() { return ContendedRecently(); }
 
 int64_t IntraOpThreads() { return std::max<int64_t>(1, tbb::this_task_arena::max_concurrency()); }
 
+void RunIsolated(void (*fn)(const void*), const void* context) {
+  tbb::this_task_arena::isolate([&] { fn(context); });
+}
+
 void ParallelChunks(int64_t n, int64_t grain, void (*chunk)(const void*, int64_t, int64_t),
                     const void* context) {
   if (in_team_call) return chunk(context, 0, n);  // the team is busy with the outer call

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 namespace onnx_light::core::runtime {
 
@@ -54,6 +55,21 @@ class SpinTeamScope {
 bool SpinContendedRecently();
 enum class SpinContention { kDetect, kForceContended, kIgnore };
 void SetSpinContentionForTesting(SpinContention mode);
+
+// Runs fn(context) so that while it waits for its own ParallelFor chunks the thread runs
+// only those, never another task of the arena (the flow-graph executor's node tasks of a
+// concurrent run). Use CallOnceIsolated.
+void RunIsolated(void (*fn)(const void*), const void* context);
+
+// std::call_once(flag, fn) for a build that may use ParallelFor (a kernel's packed copy of
+// a constant weight, built on a call): without isolation the building thread, waiting for
+// its chunks, could pick up the same kernel's node task of a concurrent run, reach this
+// call_once again on the same thread and deadlock.
+template <typename F>
+void CallOnceIsolated(std::once_flag& flag, const F& fn) {
+  std::call_once(flag,
+                 [&] { RunIsolated([](const void* f) { (*static_cast<const F*>(f))(); }, &fn); });
+}
 
 // Calls fn(begin, end) over [0, n) in chunks of at least `grain` (clamped to 1), on the
 // calling thread when n <= grain, else split across the arena's threads.

@@ -1,6 +1,7 @@
 #include "ops/contrib/nbits_source.h"
 
 #include "core/tensor_proto.h"
+#include "executor/parallel.h"
 #include "ops/math/constant_weight.h"
 
 namespace onnx_light::ops::contrib {
@@ -92,7 +93,7 @@ const PackedNBits* ConstantNBitsPack::Get(const core::runtime::KernelCall& call,
     local = pack();
     return local.get();
   }
-  std::call_once(once_, [&] {
+  core::runtime::CallOnceIsolated(once_, [&] {
     packed_ = pack();
     math::CountPackedWeightBytes(packed_->bytes());
     for (const Tensor& t : constant_)

@@ -103,7 +103,7 @@ class DequantizeMatMul final : public core::runtime::KernelBase {
     for (size_t i = 1; i <= 3; ++i)
       if (call.has_input(i) && !constant_[i].defined())
         call.Fail("input " + std::to_string(i) + " must be a plan constant");
-    std::call_once(once_, [&] {
+    core::runtime::CallOnceIsolated(once_, [&] {
       CheckLayout(call);
       const NBitsCopy copy = Transcode(constant_[1], constant_[2],
                                        constant_[3].defined() ? &constant_[3] : nullptr, block_);

@@ -45,7 +45,7 @@ class MatMulIntegerToFloat final : public core::runtime::KernelBase {
         call.Fail("input " + std::to_string(i) + " must be a plan constant");
     const Tensor& w = constant_[1];
     const Tensor* w_zero = constant_[5].defined() ? &constant_[5] : nullptr;
-    std::call_once(once_, [&] {
+    core::runtime::CallOnceIsolated(once_, [&] {
       if (w.rank() != 2 || (w.dtype() != DataType::kInt8 && w.dtype() != DataType::kUint8) ||
           (w_zero != nullptr &&
            (w_zero->dtype() != w.dtype() || (w_zero->numel() != 1 && w_zero->numel() != w.dim(1)))))

@@ -6,6 +6,7 @@
 #include "core/allocator.h"
 #include "core/tensor_proto.h"
 #include "executor/graph_plan.h"
+#include "executor/parallel.h"
 
 namespace onnx_light::ops::math {
 
@@ -105,7 +106,7 @@ const PackedB* ConstantWeight::Get(const core::runtime::Tensor& b, bool trans_b,
                                    int64_t n, int64_t ldb,
                                    const std::function<const float*()>& values) const {
   if (k <= 0 || n <= 0 || !Serves(b) || NarrowForPacking(n) || !SecondUse(calls_)) return nullptr;
-  std::call_once(once_, [&] {
+  core::runtime::CallOnceIsolated(once_, [&] {
     const size_t bytes = static_cast<size_t>(k * Padded(n)) * sizeof(float);
     packed_ = KeepPack<PackedB>(
         bytes, [&] { return std::make_unique<const PackedB>(trans_b, k, n, values(), ldb); });
@@ -122,7 +123,7 @@ const PackedHalfB* ConstantWeight::GetHalf(const core::runtime::Tensor& b, int64
     return nullptr;
   // A transposed view packs on its first use: without a pack every call needs a dense copy.
   if (ld == 0 && !SecondUse(calls_)) return nullptr;
-  std::call_once(once_, [&] {
+  core::runtime::CallOnceIsolated(once_, [&] {
     const size_t bytes = static_cast<size_t>(k * Padded(n)) * sizeof(uint16_t);
     half_ = KeepPack<PackedHalfB>(bytes, [&] {
       return std::make_unique<const PackedHalfB>(static_cast<const uint16_t*>(b.strided_data()), k,
@@ -164,7 +165,7 @@ bool ConstantWeightGroup::Serves(const std::vector<const core::runtime::Tensor*>
 const PackedB* ConstantWeightGroup::Get(const std::vector<const core::runtime::Tensor*>& b) const {
   if (!Serves(b) || constants_[0].dtype() != core::DataType::kFloat || !SecondUse(calls_))
     return nullptr;
-  std::call_once(once_, [&] { Build(); });
+  core::runtime::CallOnceIsolated(once_, [&] { Build(); });
   return packed_.get();
 }
 
@@ -172,7 +173,7 @@ const PackedHalfB* ConstantWeightGroup::GetHalf(
     const std::vector<const core::runtime::Tensor*>& b) const {
   if (!Serves(b) || constants_[0].dtype() != core::DataType::kFloat16 || !SecondUse(calls_))
     return nullptr;
-  std::call_once(once_, [&] { BuildHalf(); });
+  core::runtime::CallOnceIsolated(once_, [&] { BuildHalf(); });
   return half_.get();
 }
 

@@ -121,7 +121,7 @@ class MatMulInteger final : public core::runtime::KernelBase {
                                                        b_zero ? b_zero->numel() : 0);
     };
     if (!constant) return *(local = make());
-    std::call_once(once_, [&] {
+    core::runtime::CallOnceIsolated(once_, [&] {
       kept_ = make();
       math::CountPackedWeightBytes(kept_->bytes());
     });
