@@ -43,11 +43,16 @@ bool SecondUse(std::atomic<int>& calls) {
 }
 
 // `make()` within the budget (`bytes` reserved while it lives); null over budget or out of
-// memory: every call then runs unpacked, as without a cache.
+// memory: every call then runs unpacked, as without a cache. `always`: counted but kept even
+// over the budget (a pack whose alternative is a copy on every call).
 template <class Pack>
 std::unique_ptr<const Pack> KeepPack(size_t bytes,
-                                     const std::function<std::unique_ptr<const Pack>()>& make) {
-  if (!Reserve(bytes)) return nullptr;
+                                     const std::function<std::unique_ptr<const Pack>()>& make,
+                                     bool always = false) {
+  if (always)
+    kept.fetch_add(bytes, std::memory_order_relaxed);
+  else if (!Reserve(bytes))
+    return nullptr;
   try {
     return make();
   } catch (const std::bad_alloc&) {
@@ -125,10 +130,13 @@ const PackedHalfB* ConstantWeight::GetHalf(const core::runtime::Tensor& b, int64
   if (ld == 0 && !SecondUse(calls_)) return nullptr;
   core::runtime::CallOnceIsolated(once_, [&] {
     const size_t bytes = static_cast<size_t>(k * Padded(n)) * sizeof(uint16_t);
-    half_ = KeepPack<PackedHalfB>(bytes, [&] {
-      return std::make_unique<const PackedHalfB>(static_cast<const uint16_t*>(b.strided_data()), k,
-                                                 n, ld);
-    });
+    half_ = KeepPack<PackedHalfB>(
+        bytes,
+        [&] {
+          return std::make_unique<const PackedHalfB>(static_cast<const uint16_t*>(b.strided_data()),
+                                                     k, n, ld);
+        },
+        /*always=*/ld > 0);
     if (half_ != nullptr) ReleaseWeight(b);
   });
   return half_.get();

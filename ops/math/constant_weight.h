@@ -74,10 +74,11 @@ class ConstantWeight {
   // in that layout and is called only to build the pack.
   const PackedB* Get(const core::runtime::Tensor& b, bool trans_b, int64_t k, int64_t n,
                      int64_t ldb, const std::function<const float*()>& values) const;
-  // The 16-bit panels of `b`, a declared FLOAT16 [K, N] constant (dense, or viewed
-  // transposed: then built on the first call, whose alternative is a dense copy), under the
-  // same rules (second call, budget, mapped pages released); null otherwise. A FLOAT16 weight
-  // is never packed as FLOAT by MatMul: it streams half the bytes this way.
+  // The 16-bit panels of `b`, a declared FLOAT16 [K, N] constant, under the same rules
+  // (second call, budget, mapped pages released); null otherwise. Viewed transposed (a tied
+  // embedding), its alternative is a dense copy on every call: built on the first call and
+  // kept even over the budget (counted, as MatMulNBits' packs). A FLOAT16 weight is never
+  // packed as FLOAT by MatMul: it streams half the bytes this way.
   const PackedHalfB* GetHalf(const core::runtime::Tensor& b, int64_t k, int64_t n) const;
   // Whether `b` is the declared constant (same storage, layout, dtype and shape).
   bool Serves(const core::runtime::Tensor& b) const;

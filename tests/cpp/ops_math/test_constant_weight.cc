@@ -327,6 +327,33 @@ TEST_CASE("MatMul reads a FLOAT16 constant B viewed transposed from 16-bit panel
              Ref(false, 1, n, k, av, other_dense), 2e-3, 2e-3);
 }
 
+TEST_CASE("A FLOAT16 B viewed transposed is packed even over the budget (no copy per call)") {
+  const int64_t k = 32, n = 64;
+  const std::vector<float> ev = RoundTo(DataType::kFloat16, Random(n * k, -1, 1, 47));
+  const Tensor e = Half(DataType::kFloat16, {n, k}, ev);
+  const Tensor view =
+      Tensor::StridedView("eT", DataType::kFloat16, {k, n}, {1, k}, e.strided_data(), e.owner());
+  const std::vector<float> dv = RoundTo(DataType::kFloat16, Random(k * n, -1, 1, 48));
+  const Tensor dense = Half(DataType::kFloat16, {k, n}, dv);
+  const size_t budget = math::PackedWeightBudget(), before = math::PackedWeightBytes();
+  math::SetPackedWeightBudget(0);
+  {
+    Kernel tied("MatMul"), plain("MatMul");
+    tied.get().OnConstantInput(1, RuntimeValue(view));
+    plain.get().OnConstantInput(1, RuntimeValue(dense));
+    const Tensor a =
+        Half(DataType::kFloat16, {1, k}, RoundTo(DataType::kFloat16, Random(k, -1, 1, 49)));
+    for (int call = 0; call < 3; ++call) {
+      tied.Run(a, view);
+      plain.Run(a, dense);
+    }
+    // The view's panels only: the dense weight, over the budget, runs on its own bytes.
+    CHECK(math::PackedWeightBytes() == before + static_cast<size_t>(k * n) * sizeof(uint16_t));
+  }
+  CHECK(math::PackedWeightBytes() == before);  // released with the kernel
+  math::SetPackedWeightBudget(budget);
+}
+
 TEST_CASE("MatMul never serves the cached pack for a B in other storage or of another shape") {
   const int64_t k = 64, n = 64;
   Kernel mm("MatMul");
