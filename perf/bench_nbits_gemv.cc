@@ -46,13 +46,9 @@ struct Weights {
   }
 };
 
-void BM_Int4Gemv(benchmark::State& state) {
+// Times NBitsGemv on the weights of state.range(0..1, 3) with the given path and compute.
+void RunGemv(benchmark::State& state, contrib::NBitsPath path, contrib::NBitsCompute compute) {
   const int64_t k = state.range(0), n = state.range(1);
-  const bool vnni = state.range(2) != 0;
-  if (vnni && !math::CpuHasAvx512VnniVbmi()) {
-    state.SkipWithError("this CPU has no AVX-512 VNNI + VBMI");
-    return;
-  }
   const Weights w(k, n, state.range(3) != 0);
   std::vector<float> a(static_cast<size_t>(k)), y(static_cast<size_t>(n));
   std::mt19937 gen(3);
@@ -61,11 +57,7 @@ void BM_Int4Gemv(benchmark::State& state) {
   tbb::task_arena arena(2);
   size_t next = 0;
   for (auto _ : state) {
-    arena.execute([&] {
-      contrib::NBitsGemv(*w.copies[next], a.data(), y.data(),
-                         vnni ? contrib::NBitsPath::kAvx512 : contrib::NBitsPath::kAvx2,
-                         contrib::NBitsCompute::kInt8);
-    });
+    arena.execute([&] { contrib::NBitsGemv(*w.copies[next], a.data(), y.data(), path, compute); });
     next = (next + 1) % w.copies.size();
     benchmark::DoNotOptimize(y.data());
   }
@@ -73,27 +65,20 @@ void BM_Int4Gemv(benchmark::State& state) {
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
 
+void BM_Int4Gemv(benchmark::State& state) {
+  const bool vnni = state.range(2) != 0;
+  if (vnni && !math::CpuHasAvx512VnniVbmi()) {
+    state.SkipWithError("this CPU has no AVX-512 VNNI + VBMI");
+    return;
+  }
+  RunGemv(state, vnni ? contrib::NBitsPath::kAvx512 : contrib::NBitsPath::kAvx2,
+          contrib::NBitsCompute::kInt8);
+}
+
 // The same GEMV with float activations (accuracy_level 0, what onnxruntime's
 // MatMulNBitsQuantizer writes by default: the Hub's model_q4 files): {K, N, -, in_cache}.
 void BM_Int4GemvFloat(benchmark::State& state) {
-  const int64_t k = state.range(0), n = state.range(1);
-  const Weights w(k, n, state.range(3) != 0);
-  std::vector<float> a(static_cast<size_t>(k)), y(static_cast<size_t>(n));
-  std::mt19937 gen(3);
-  std::normal_distribution<float> dist;
-  for (auto& x : a) x = dist(gen);
-  tbb::task_arena arena(2);
-  size_t next = 0;
-  for (auto _ : state) {
-    arena.execute([&] {
-      contrib::NBitsGemv(*w.copies[next], a.data(), y.data(), contrib::NBitsPath::kAuto,
-                         contrib::NBitsCompute::kFloat);
-    });
-    next = (next + 1) % w.copies.size();
-    benchmark::DoNotOptimize(y.data());
-  }
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.bytes) / 1e9,
-                                              benchmark::Counter::kIsIterationInvariantRate);
+  RunGemv(state, contrib::NBitsPath::kAuto, contrib::NBitsCompute::kFloat);
 }
 
 // SmolLM2-135M: gate/up (K 576, N 1536), down (1536 x 576), the LM head (576 x 49152);
