@@ -44,6 +44,12 @@ std::vector<double> Ref(bool tb, int64_t m, int64_t n, int64_t k, const std::vec
   return y;
 }
 
+// The [K, N] transposed view of an [N, K] matrix `t` (what a folded Transpose gives MatMul).
+Tensor TransposedView(const Tensor& t) {
+  return Tensor::StridedView(t.name() + "T", t.dtype(), {t.dim(1), t.dim(0)}, {1, t.dim(1)},
+                             t.strided_data(), t.owner());
+}
+
 // A MatMul or Gemm kernel built from the registry, called like the executor calls it.
 class Kernel {
  public:
@@ -249,8 +255,7 @@ TEST_CASE("the M == 1 GEMV over a packed B matches the reference on every path")
 TEST_CASE("MatMul reads a constant B viewed transposed (a folded Transpose) without a copy") {
   const int64_t k = 48, n = 80;
   const Tensor e = RandF32({n, k}, -1, 1, 33);  // an embedding [vocab, hidden]
-  const Tensor view =
-      Tensor::StridedView("eT", DataType::kFloat, {k, n}, {1, k}, e.strided_data(), e.owner());
+  const Tensor view = TransposedView(e);
   REQUIRE(!view.contiguous());
   REQUIRE(math::ConstantWeight::TransposedLd(view) == k);
   const std::vector<float> ev = Values(e);  // B = e^T: the reference reads e as [N, K]
@@ -267,8 +272,7 @@ TEST_CASE("MatMul reads a constant B viewed transposed (a folded Transpose) with
   CHECK(math::BPacksForTesting() == packs + 1);
   // Not the declared view: another transposed view is multiplied unpacked, correctly.
   const Tensor other = RandF32({n, k}, -1, 1, 40);
-  const Tensor other_view = Tensor::StridedView("oT", DataType::kFloat, {k, n}, {1, k},
-                                                other.strided_data(), other.owner());
+  const Tensor other_view = TransposedView(other);
   const Tensor a = RandF32({1, k}, -1, 1, 41);
   CheckClose(Values(mm.Run(a, other_view)), Ref(true, 1, n, k, Values(a), Values(other)), 1e-5,
              1e-5);
@@ -281,8 +285,7 @@ TEST_CASE("MatMul reads a FLOAT16 constant B viewed transposed from 16-bit panel
   const int64_t k = 48, n = 80;
   const std::vector<float> ev = RoundTo(DataType::kFloat16, Random(n * k, -1, 1, 43));
   const Tensor e = Half(DataType::kFloat16, {n, k}, ev);
-  const Tensor view =
-      Tensor::StridedView("eT", DataType::kFloat16, {k, n}, {1, k}, e.strided_data(), e.owner());
+  const Tensor view = TransposedView(e);
   REQUIRE(math::ConstantWeight::TransposedLd(view) == k);
   Kernel mm("MatMul");
   mm.get().OnConstantInput(1, RuntimeValue(view));
@@ -303,8 +306,7 @@ TEST_CASE("MatMul reads a FLOAT16 constant B viewed transposed from 16-bit panel
   // Not the declared view: another transposed FLOAT16 view is copied dense, correctly.
   const std::vector<float> ov = RoundTo(DataType::kFloat16, Random(n * k, -1, 1, 45));
   const Tensor other = Half(DataType::kFloat16, {n, k}, ov);
-  const Tensor other_view = Tensor::StridedView("oT", DataType::kFloat16, {k, n}, {1, k},
-                                                other.strided_data(), other.owner());
+  const Tensor other_view = TransposedView(other);
   const std::vector<float> av = RoundTo(DataType::kFloat16, Random(k, -1, 1, 46));
   CheckClose(Values(mm.Run(Half(DataType::kFloat16, {1, k}, av), other_view)),
              Ref(true, 1, n, k, av, ov), 2e-3, 2e-3);
@@ -314,8 +316,7 @@ TEST_CASE("A FLOAT16 B viewed transposed is packed even over the budget (no copy
   const int64_t k = 32, n = 64;
   const std::vector<float> ev = RoundTo(DataType::kFloat16, Random(n * k, -1, 1, 47));
   const Tensor e = Half(DataType::kFloat16, {n, k}, ev);
-  const Tensor view =
-      Tensor::StridedView("eT", DataType::kFloat16, {k, n}, {1, k}, e.strided_data(), e.owner());
+  const Tensor view = TransposedView(e);
   const std::vector<float> dv = RoundTo(DataType::kFloat16, Random(k * n, -1, 1, 48));
   const Tensor dense = Half(DataType::kFloat16, {k, n}, dv);
   const size_t budget = math::PackedWeightBudget(), before = math::PackedWeightBytes();
@@ -583,8 +584,7 @@ TEST_CASE("a strided view over the constant's bytes is never served from its pac
   const math::PackedB* kept = weight.Get(w, false, k, n, n, values);
   REQUIRE(kept != nullptr);
   // Same data pointer, shape and dtype, transposed layout: other values at each index.
-  const Tensor transposed =
-      Tensor::StridedView("t", DataType::kFloat, {k, n}, {1, k}, w.strided_data(), w.owner());
+  const Tensor transposed = TransposedView(w);
   REQUIRE(!transposed.contiguous());
   CHECK(weight.Get(transposed, false, k, n, n, values) == nullptr);
   // Dense strides make an ordinary tensor over the same bytes: the same operand.
