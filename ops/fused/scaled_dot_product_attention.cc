@@ -387,7 +387,7 @@ class ScaledDotProductAttention final : public core::runtime::KernelBase {
     if (t.dtype() == DataType::kFloat) return t.Contiguous();
     const Tensor dense = t.Contiguous();
     Tensor out("", DataType::kFloat, t.shape());
-    math::ToFloat(t.dtype(), dense.raw_data(), out.mutable_data<float>(), t.numel());
+    math::ToFloatParallel(t.dtype(), dense.raw_data(), out.mutable_data<float>(), t.numel());
     return out;
   }
 

@@ -15,7 +15,11 @@ namespace onnx_light::ops::fused {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kDead = -1e30f;      // a mask entry at or below this is a masked key
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kDead = -1e30f;  // a mask entry at or below this is a masked key
+// math::VecExp gives exactly 0 from -104 down; the rest is room for the roundings of the
+// scores, the mask's addition and the running maximum's subtraction.
+constexpr float kUnderflow = -110.0f;
 constexpr int64_t kQueryBlock = 64;  // query rows per task
 constexpr int64_t kKeyBlock = 64;    // keys per tile
 constexpr int64_t kMinQueries = 16;  // fewer query rows: the per-row path
@@ -30,7 +34,10 @@ class TileLiveness {
     mb_ = p.mask == nullptr || p.mask_strides[0] == 0 ? 1 : p.batch;
     mh_ = p.mask == nullptr || p.mask_strides[1] == 0 ? 1 : p.heads;
     live_.assign(static_cast<size_t>(mb_ * mh_ * q_blocks_ * k_blocks_), p.mask == nullptr);
-    if (p.mask != nullptr) Scan();
+    if (p.mask != nullptr) {
+      Scan();
+      SkipUnderflowing();
+    }
   }
   bool every_row_live() const { return every_row_live_; }
   bool live(int64_t b, int64_t h, int64_t qb, int64_t kb) const {
@@ -41,8 +48,12 @@ class TileLiveness {
   size_t Index(int64_t b, int64_t h, int64_t qb, int64_t kb) const {
     return static_cast<size_t>(((b * mh_ + h) * q_blocks_ + qb) * k_blocks_ + kb);
   }
+  // Marks the tiles with an entry above kDead, and notes each tile's largest entry (+inf
+  // with a NaN) and each query block's smallest row maximum over the first key block.
   void Scan() {
     const int64_t* ms = p_.mask_strides;
+    tile_max_.assign(live_.size(), kNegInf);
+    first_min_.assign(static_cast<size_t>(mb_ * mh_ * q_blocks_), kInf);
     for (int64_t b = 0; b < mb_; ++b)
       for (int64_t h = 0; h < mh_; ++h)
         for (int64_t i = 0; i < p_.queries; ++i) {
@@ -50,18 +61,64 @@ class TileLiveness {
           bool row_live = false;
           for (int64_t kb = 0; kb < k_blocks_; ++kb) {
             const int64_t j1 = std::min(p_.keys, (kb + 1) * kKeyBlock);
-            bool any = false;
-            for (int64_t j = kb * kKeyBlock; j < j1 && !any; ++j) any = row[j * ms[3]] > kDead;
-            if (any) live_[Index(b, h, i / kQueryBlock, kb)] = true;
-            row_live |= any;
+            float largest = kNegInf;
+            for (int64_t j = kb * kKeyBlock; j < j1; ++j) {
+              const float m = row[j * ms[3]];
+              largest = m != m ? kInf : std::max(largest, m);
+            }
+            const size_t at = Index(b, h, i / kQueryBlock, kb);
+            if (largest > kDead) live_[at] = true;
+            row_live |= largest > kDead;
+            tile_max_[at] = std::max(tile_max_[at], largest);
+            float& first = first_min_[at / static_cast<size_t>(k_blocks_)];
+            if (kb == 0) first = std::min(first, largest == kInf ? kNegInf : largest);
           }
           every_row_live_ &= row_live;
         }
   }
 
+  // Masks whose masked entries are large but finite (FLOAT16 models write finfo.min, -65504)
+  // leave every tile above kDead. Such a tile is skipped when its weights are exactly 0 all
+  // the same: every row takes the first key block first, so its running maximum is at least
+  // -bound + that block's largest mask entry, and each entry here is then at least 104 below
+  // it (bound: the largest |score|, by the Cauchy-Schwarz bound of the scaled dots).
+  void SkipUnderflowing() {
+    bool candidate = false;
+    for (size_t at = 0; at < live_.size(); ++at)
+      candidate |= live_[at] && tile_max_[at] <= kUnderflow;
+    if (!candidate) return;
+    const float bound = ScoreBound();
+    if (!(bound < -kUnderflow * 1e6f)) return;  // (NaN or infinite values: nothing skipped)
+    for (size_t at = 0; at < live_.size(); ++at) {
+      const float first = first_min_[at / static_cast<size_t>(k_blocks_)];
+      if (live_[at] && at % static_cast<size_t>(k_blocks_) != 0 &&
+          tile_max_[at] <= first + kUnderflow - 2.0f * bound)
+        live_[at] = false;
+    }
+  }
+
+  // An upper bound of |score| over the problem: the soft cap, or |scale| * max |q| * max |k|
+  // (with room for the roundings of the norms and of the products).
+  float ScoreBound() const {
+    if (p_.softcap > 0.0f) return p_.softcap;
+    float q2 = 0.0f, k2 = 0.0f;
+    for (int64_t r = 0; r < p_.batch * p_.heads * p_.queries; ++r) {
+      const float* q = p_.q + r * p_.dk;
+      q2 = math::NanMax(q2, math::Dot(q, q, p_.dk));
+    }
+    for (int64_t b = 0; b < p_.batch; ++b)
+      for (int64_t h = 0; h < p_.kv_heads; ++h)
+        for (int64_t t = 0; t < p_.keys; ++t) {
+          const float* k = p_.k + b * p_.k_strides[0] + h * p_.k_strides[1] + t * p_.k_strides[2];
+          k2 = math::NanMax(k2, math::Dot(k, k, p_.dk));
+        }
+    return std::abs(p_.scale) * std::sqrt(q2) * std::sqrt(k2) * 1.001f + 1e-3f;
+  }
+
   const AttentionProblem& p_;
   int64_t q_blocks_ = 0, k_blocks_ = 0, mb_ = 1, mh_ = 1;
   std::vector<char> live_;
+  std::vector<float> tile_max_, first_min_;
   bool every_row_live_ = true;
 };
 
@@ -177,6 +234,18 @@ class QueryBlock {
 }  // namespace
 
 bool PrefersTiles(int64_t queries) { return queries >= kMinQueries; }
+
+int64_t TiledAttentionTiles(const AttentionProblem& p) {
+  const TileLiveness live(p);
+  const int64_t q_blocks = (p.queries + kQueryBlock - 1) / kQueryBlock;
+  const int64_t k_blocks = (p.keys + kKeyBlock - 1) / kKeyBlock;
+  int64_t tiles = 0;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads; ++h)
+      for (int64_t qb = 0; qb < q_blocks; ++qb)
+        for (int64_t kb = 0; kb < k_blocks; ++kb) tiles += live.live(b, h, qb, kb) ? 1 : 0;
+  return tiles;
+}
 
 bool TiledAttention(const AttentionProblem& p) {
   const TileLiveness live(p);

@@ -7,9 +7,11 @@
 // Tiles whose mask entries are all "dead" (-inf, or <= -1e30 as torch's finfo.min causal
 // masks write them) are skipped: their weights are exactly 0 beside any row's live key
 // (exp of a difference of at least one ulp of 1e30 underflows), so skipping them is exact
-// for every row that has a live key. TiledAttention refuses (returns false, computes
-// nothing) when some row has none: the caller's per-row path then gives that row its exact
-// value.
+// for every row that has a live key. So are tiles whose entries are finite but far enough
+// below the first key block's that, with every score within a bound of the query and key
+// norms, their weights underflow to exactly 0 too: FLOAT16 models' causal masks (finfo.min
+// of FLOAT16, -65504). TiledAttention refuses (returns false, computes nothing) when some
+// row has no live key: the caller's per-row path then gives that row its exact value.
 #pragma once
 
 #include <cstdint>
@@ -35,5 +37,8 @@ bool PrefersTiles(int64_t queries);
 
 // Computes Y; false (nothing written) when some query row has no live key.
 bool TiledAttention(const AttentionProblem& p);
+
+// How many tiles (batch, head, query block, key block) TiledAttention computes for `p`.
+int64_t TiledAttentionTiles(const AttentionProblem& p);
 
 }  // namespace onnx_light::ops::fused

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/allocator.h"
 #include "core/dtype.h"
 #include "executor/attributes.h"
 #include "onnx_light.pb.h"
@@ -60,15 +61,53 @@ void FromFloat(const float* src, DataType type, void* dst, int64_t n) {
   }
 }
 
+namespace {
+
+constexpr int64_t kConvertChunk = int64_t{1} << 15;  // values a task converts
+
+// `n` values in chunks of kConvertChunk, `convert(first, count)` for each, in parallel.
+template <typename Convert>
+void InChunks(int64_t n, const Convert& convert) {
+  if (n <= kConvertChunk) return convert(0, n);
+  ParallelFor((n + kConvertChunk - 1) / kConvertChunk, 1, [&](int64_t c0, int64_t c1) {
+    const int64_t first = c0 * kConvertChunk;
+    convert(first, std::min(n, c1 * kConvertChunk) - first);
+  });
+}
+
+std::shared_ptr<void> FloatBuffer(int64_t n) {
+  return core::runtime::DefaultAllocator().Allocate(static_cast<size_t>(std::max<int64_t>(n, 1)) *
+                                                    sizeof(float));
+}
+
+}  // namespace
+
+void ToFloatParallel(DataType type, const void* src, float* dst, int64_t n) {
+  const size_t size = core::StorageBytes(type, 1);  // (FLOAT, FLOAT16 or BFLOAT16)
+  InChunks(n, [&](int64_t first, int64_t count) {
+    ToFloat(type, static_cast<const char*>(src) + static_cast<size_t>(first) * size, dst + first,
+            count);
+  });
+}
+
+void FromFloatParallel(const float* src, DataType type, void* dst, int64_t n) {
+  const size_t size = core::StorageBytes(type, 1);  // (FLOAT, FLOAT16 or BFLOAT16)
+  InChunks(n, [&](int64_t first, int64_t count) {
+    FromFloat(src + first, type, static_cast<char*>(dst) + static_cast<size_t>(first) * size,
+              count);
+  });
+}
+
 FloatView::FloatView(const Tensor& t) {
   if (t.dtype() == DataType::kFloat) {
     // The first element: a kernel that accepts a strided input indexes it by its strides.
     ptr_ = static_cast<const float*>(t.strided_data());
     return;
   }
-  buffer_.resize(static_cast<size_t>(t.numel()));
-  ToFloat(t.dtype(), t.raw_data(), buffer_.data(), t.numel());
-  ptr_ = buffer_.data();
+  buffer_ = FloatBuffer(t.numel());
+  auto* values = static_cast<float*>(buffer_.get());
+  ToFloatParallel(t.dtype(), t.raw_data(), values, t.numel());
+  ptr_ = values;
 }
 
 FloatSink::FloatSink(Tensor& out) : out_(out) {
@@ -76,13 +115,13 @@ FloatSink::FloatSink(Tensor& out) : out_(out) {
     ptr_ = out.mutable_data<float>();
     return;
   }
-  buffer_.resize(static_cast<size_t>(out.numel()));
-  ptr_ = buffer_.data();
+  buffer_ = FloatBuffer(out.numel());
+  ptr_ = static_cast<float*>(buffer_.get());
 }
 
 void FloatSink::Finish() {
   if (out_.dtype() != DataType::kFloat)
-    FromFloat(buffer_.data(), out_.dtype(), out_.mutable_raw_data(), out_.numel());
+    FromFloatParallel(ptr_, out_.dtype(), out_.mutable_raw_data(), out_.numel());
 }
 
 int64_t NormalizeAxis(const NodeProto& node, int64_t axis, int64_t rank, const char* what) {
