@@ -100,10 +100,8 @@ class MatMulGroup final : public core::runtime::KernelBase {
     math::Sgemm(g, &pack);
     for (size_t i = 0; i < b.size(); ++i) {
       if (y[i] == nullptr) continue;
-      const int64_t n = b[i]->dim(1), offset = weights_->offset(i);
-      float* out = y[i]->mutable_data<float>();
-      for (int64_t r = 0; r < m; ++r)
-        std::copy(c + r * width + offset, c + r * width + offset + n, out + r * n);
+      math::CopyColumns(c, m, width, weights_->offset(i), b[i]->dim(1), DataType::kFloat,
+                        y[i]->mutable_raw_data());
     }
   }
 
@@ -130,10 +128,8 @@ class MatMulGroup final : public core::runtime::KernelBase {
     math::HalfWeightGemm(av.data(), m, *pack, c);
     for (size_t i = 0; i < b.size(); ++i) {
       if (y[i] == nullptr) continue;
-      const int64_t n = b[i]->dim(1), offset = weights_->offset(i);
-      auto* out = static_cast<uint16_t*>(y[i]->mutable_raw_data());
-      for (int64_t r = 0; r < m; ++r)
-        math::FromFloat(c + r * width + offset, DataType::kFloat16, out + r * n, n);
+      math::CopyColumns(c, m, width, weights_->offset(i), b[i]->dim(1), DataType::kFloat16,
+                        y[i]->mutable_raw_data());
     }
   }
 

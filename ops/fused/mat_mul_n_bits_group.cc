@@ -133,14 +133,9 @@ void MatMulNBitsGroup::Compute(KernelCall& call) const {
   auto scratch = call.allocator().Allocate(static_cast<size_t>(m * width_) * sizeof(float));
   float* c = static_cast<float*>(scratch.get());
   contrib::NBitsGemm(*w, m, a_float.data(), c, contrib::NBitsPath::kAuto, compute_);
-  for (size_t i = 0; i < n_.size(); ++i) {
-    if (y[i] == nullptr) continue;
-    const int64_t n = n_[i];
-    for (int64_t r = 0; r < m; ++r)
-      math::FromFloat(
-          c + r * width_ + offset_[i], t1,
-          static_cast<uint8_t*>(y[i]->mutable_raw_data()) + core::StorageBytes(t1, r * n), n);
-  }
+  for (size_t i = 0; i < n_.size(); ++i)
+    if (y[i] != nullptr)
+      math::CopyColumns(c, m, width_, offset_[i], n_[i], t1, y[i]->mutable_raw_data());
 }
 
 OL_KERNEL_FACTORY(MatMulNBitsGroup)

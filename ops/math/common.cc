@@ -98,6 +98,17 @@ void FromFloatParallel(const float* src, DataType type, void* dst, int64_t n) {
   });
 }
 
+void CopyColumns(const float* c, int64_t m, int64_t width, int64_t offset, int64_t n, DataType type,
+                 void* out) {
+  const size_t size = core::StorageBytes(type, 1);
+  const int64_t grain = std::max<int64_t>(1, kConvertChunk / std::max<int64_t>(n, 1));
+  ParallelFor(m, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      FromFloat(c + r * width + offset, type,
+                static_cast<char*>(out) + static_cast<size_t>(r * n) * size, n);
+  });
+}
+
 FloatView::FloatView(const Tensor& t) {
   if (t.dtype() == DataType::kFloat) {
     // The first element: a kernel that accepts a strided input indexes it by its strides.

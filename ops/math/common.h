@@ -39,6 +39,12 @@ void FromFloat(const float* src, DataType type, void* dst, int64_t n);
 void ToFloatParallel(DataType type, const void* src, float* dst, int64_t n);
 void FromFloatParallel(const float* src, DataType type, void* dst, int64_t n);
 
+// Columns [offset, offset + n) of the row-major FLOAT [m, width] product `c` into `out`
+// ([m, n] of `type`: FLOAT, FLOAT16 or BFLOAT16), rows in parallel: how the grouped products
+// (MatMulGroup, MatMulNBitsGroup) hand each weight's output its share of one product.
+void CopyColumns(const float* c, int64_t m, int64_t width, int64_t offset, int64_t n, DataType type,
+                 void* out);
+
 // A float view of a FLOAT/FLOAT16/BFLOAT16 tensor: FLOAT is read in place (no copy), the
 // 16-bit types are converted once into a buffer of the default allocator (uninitialised,
 // its large blocks reused from call to call rather than faulted in afresh).
