@@ -231,3 +231,34 @@ def test_a_torchscript_export_and_its_variants_run_batched_after_prepare_paged_r
              for n in (4, 9, 2, 6)]
     stats = check_scheduled_as_alone(model, context, path, feeds, "batched")
     assert stats["max_batch_size"] > 1
+
+
+def test_a_float16_prompt_long_enough_for_tiles_gives_onnxruntimes_logits(tmp_path):
+    """A 150-token prompt takes the tiled prompt attention, under the FLOAT16 export's causal
+    mask (masked entries finfo(float16).min, -65504, which the tiles skip where the scores'
+    bound proves them 0): the logits of every position are onnxruntime's on the same file and
+    the FLOAT export's within 4 FLOAT16 ulps of the largest logit (seen: 1 ulp)."""
+    src = export_hf.ensure("llama", with_cache=True, raw=True, exporter="torchscript")
+    path = converted(src, "fp16", str(tmp_path / "model_fp16.onnx"))
+    layers, kv, head = export_hf.cache_shape("llama")
+    n = 150
+    ids = np.random.default_rng(3).integers(0, export_hf.vocab_size("llama"), (1, n))
+    feeds = {"input_ids": ids.astype(np.int64), "attention_mask": np.ones((1, n), np.int64),
+             "position_ids": np.arange(n, dtype=np.int64)[None],
+             **{p: np.zeros((1, kv, 0, head), np.float16)
+                for p, _ in export_hf.cache_names(layers)}}
+    context = runtime.RuntimeContext(runtime.KernelContext(runtime.default_opset(17)),
+                                     events_enabled=True)
+    ours = np.from_dlpack(runtime.RuntimeSession(onnx.load(path)).run(context, feeds)["logits"])
+    kernels = [e.op_type for e in context.events()
+               if e.action == runtime.RuntimeEventAction.kKernel]
+    assert kernels.count("ScaledDotProductAttention") == layers
+    theirs = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
+        ["logits"], feeds)[0]
+    as_float = {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in feeds.items()}
+    reference = ort.InferenceSession(src, providers=["CPUExecutionProvider"]).run(
+        ["logits"], as_float)[0]
+    assert ours.shape == theirs.shape == (1, n, export_hf.vocab_size("llama"))
+    tolerance = 4 * float(np.spacing(np.float16(np.abs(theirs).max())))
+    assert np.abs(ours.astype(np.float32) - theirs.astype(np.float32)).max() <= tolerance
+    assert np.abs(ours.astype(np.float32) - reference).max() <= tolerance
