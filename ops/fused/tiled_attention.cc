@@ -49,7 +49,9 @@ class TileLiveness {
     return static_cast<size_t>(((b * mh_ + h) * q_blocks_ + qb) * k_blocks_ + kb);
   }
   // Marks the tiles with an entry above kDead, and notes each tile's largest entry (+inf
-  // with a NaN) and each query block's smallest row maximum over the first key block.
+  // with a NaN) and each query block's smallest row maximum over the first key block. A row
+  // stops reading a tile at its first entry above kUnderflow: such a tile is computed anyway,
+  // and a smaller maximum for the first block only makes SkipUnderflowing more cautious.
   void Scan() {
     const int64_t* ms = p_.mask_strides;
     tile_max_.assign(live_.size(), kNegInf);
@@ -62,7 +64,7 @@ class TileLiveness {
           for (int64_t kb = 0; kb < k_blocks_; ++kb) {
             const int64_t j1 = std::min(p_.keys, (kb + 1) * kKeyBlock);
             float largest = kNegInf;
-            for (int64_t j = kb * kKeyBlock; j < j1; ++j) {
+            for (int64_t j = kb * kKeyBlock; j < j1 && !(largest > kUnderflow); ++j) {
               const float m = row[j * ms[3]];
               largest = m != m ? kInf : std::max(largest, m);
             }
