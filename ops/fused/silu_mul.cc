@@ -28,22 +28,38 @@ class SiluMul final : public core::runtime::KernelBase {
     if (u != nullptr) u_rows = fused::RowOffsets(call, g.shape(), u->shape(), "U");
     Tensor& y = call.AllocateOutput(0, g.dtype(), g.shape());
     if (rows == 0) return;
-    const math::FloatView gv(g);
-    std::optional<math::FloatView> uv;
-    if (u != nullptr) uv.emplace(*u);
-    math::FloatSink yv(y);
-    const float* gp = gv.data();
-    float* yp = yv.data();
+    const math::DataType t = g.dtype();
+    const bool wide = t == math::DataType::kFloat;
+    const size_t size = core::StorageBytes(t, 1);
+    const auto* gp = static_cast<const char*>(g.raw_data());
+    const auto* up = u == nullptr ? nullptr : static_cast<const char*>(u->raw_data());
+    auto* yp = static_cast<char*>(y.mutable_raw_data());
     math::ParallelFor(rows, std::max<int64_t>(1, 16384 / d), [&](int64_t r0, int64_t r1) {
+      // 16-bit rows are widened one at a time here, not whole tensors up front.
+      std::vector<float> buffer(wide ? 0 : static_cast<size_t>(3 * d));
       for (int64_t r = r0; r < r1; ++r) {
-        const float* row = gp + r * d;
-        const float* up = uv ? uv->data() + u_rows[static_cast<size_t>(r)] : nullptr;
-        float* out = yp + r * d;
+        const char* g_row = gp + static_cast<size_t>(r * d) * size;
+        const char* u_row = up == nullptr
+                                ? nullptr
+                                : up + static_cast<size_t>(u_rows[static_cast<size_t>(r)]) * size;
+        const float* row = reinterpret_cast<const float*>(g_row);
+        const float* gate_up = reinterpret_cast<const float*>(u_row);
+        float* out = reinterpret_cast<float*>(yp + static_cast<size_t>(r * d) * size);
+        if (!wide) {
+          math::ToFloat(t, g_row, buffer.data(), d);
+          row = buffer.data();
+          if (u_row != nullptr) {
+            math::ToFloat(t, u_row, buffer.data() + d, d);
+            gate_up = buffer.data() + d;
+          }
+          out = buffer.data() + 2 * d;
+        }
         math::VecSigmoid(row, out, d);  // the Sigmoid kernel's function, vectorised
-        for (int64_t j = 0; j < d; ++j) out[j] = up ? row[j] * out[j] * up[j] : row[j] * out[j];
+        for (int64_t j = 0; j < d; ++j)
+          out[j] = gate_up ? row[j] * out[j] * gate_up[j] : row[j] * out[j];
+        if (!wide) math::FromFloat(out, t, yp + static_cast<size_t>(r * d) * size, d);
       }
     });
-    yv.Finish();
   }
 };
 
